@@ -152,16 +152,25 @@ fn expect_components(urn: &str, components: &[Coder], n: usize) -> Result<()> {
 }
 
 impl Coder {
-    /// Build from a Beam coder URN, its payload and already-built component coders. Standard URNs: beam:coder:bytes:v1, string_utf8, varint, bool, double, kv, iterable, length_prefix, nullable, global_window, interval_window, windowed_value, param_windowed_value, timer, state_backed_iterable, sharded_key, custom_window (all "beam:coder:<name>:v1"). Anything else -> Opaque. Wrong component count -> Error::Invalid.
+    /// Build from a Beam coder URN, its payload and already-built component coders. Standard URNs: beam:coder:bytes:v1, string_utf8, varint, bool, double, kv, iterable, length_prefix, nullable, global_window, interval_window, windowed_value, param_windowed_value, timer, state_backed_iterable, sharded_key, custom_window (all `"beam:coder:<name>:v1"`). Anything else -> Opaque. Wrong component count -> Error::Invalid.
     ///
     /// Payloads of standard coders are ignored, except for
     /// `param_windowed_value`, whose payload is kept verbatim.
     pub fn from_urn(urn: &str, payload: &[u8], components: Vec<Coder>) -> Result<Coder> {
         let n = match urn {
-            urns::BYTES | urns::STRING_UTF8 | urns::VARINT | urns::BOOL | urns::DOUBLE
-            | urns::GLOBAL_WINDOW | urns::INTERVAL_WINDOW => 0,
-            urns::ITERABLE | urns::LENGTH_PREFIX | urns::NULLABLE
-            | urns::STATE_BACKED_ITERABLE | urns::SHARDED_KEY | urns::CUSTOM_WINDOW => 1,
+            urns::BYTES
+            | urns::STRING_UTF8
+            | urns::VARINT
+            | urns::BOOL
+            | urns::DOUBLE
+            | urns::GLOBAL_WINDOW
+            | urns::INTERVAL_WINDOW => 0,
+            urns::ITERABLE
+            | urns::LENGTH_PREFIX
+            | urns::NULLABLE
+            | urns::STATE_BACKED_ITERABLE
+            | urns::SHARDED_KEY
+            | urns::CUSTOM_WINDOW => 1,
             urns::KV | urns::WINDOWED_VALUE | urns::PARAM_WINDOWED_VALUE | urns::TIMER => 2,
             _ => {
                 return Ok(Coder::Opaque {
@@ -209,7 +218,10 @@ impl Coder {
             }
             urns::TIMER => {
                 let key = next();
-                Coder::Timer { key, window: next() }
+                Coder::Timer {
+                    key,
+                    window: next(),
+                }
             }
             _ => unreachable!("all standard URNs handled"),
         })
@@ -249,9 +261,10 @@ impl Coder {
         }
     }
 
-    /// Component coders in Runner API order: kv = [key, value];
-    /// windowed_value / param_windowed_value = [value, window]; timer = [key,
-    /// window]; single-component coders = [inner]; leaves = [].
+    /// Component coders in Runner API order: kv = `[key, value]`;
+    /// windowed_value / param_windowed_value = `[value, window]`; timer =
+    /// `[key, window]`; single-component coders = `[inner]`; leaves = `[]`;
+    /// opaque = its stored components.
     pub fn components(&self) -> Vec<&Coder> {
         match self {
             Coder::Bytes
@@ -280,7 +293,10 @@ impl Coder {
         match self {
             Coder::LengthPrefix(_) => true,
             Coder::Opaque { .. } | Coder::StateBackedIterable(_) | Coder::CustomWindow(_) => false,
-            other => other.components().into_iter().all(Coder::is_runner_readable),
+            other => other
+                .components()
+                .into_iter()
+                .all(Coder::is_runner_readable),
         }
     }
 
@@ -391,6 +407,9 @@ impl Reader<'_> {
     /// window lists of windowed_value and timer.
     fn iterable(&mut self, elem: &Coder, allow_state_token: bool) -> Result<()> {
         let count = self.be_i32("iterable count")?;
+        if count >= 0 && *elem == Coder::GlobalWindow {
+            return Ok(()); // zero-width elements: nothing to skip
+        }
         if count >= 0 {
             for _ in 0..count {
                 self.skip_value(elem)?;
@@ -495,7 +514,10 @@ mod tests {
     #[test]
     fn from_urn_and_back() {
         let kv = Coder::from_urn(urns::KV, b"", vec![Coder::Bytes, Coder::VarInt]).unwrap();
-        assert_eq!(kv, Coder::Kv(Box::new(Coder::Bytes), Box::new(Coder::VarInt)));
+        assert_eq!(
+            kv,
+            Coder::Kv(Box::new(Coder::Bytes), Box::new(Coder::VarInt))
+        );
         assert_eq!(kv.urn(), urns::KV);
         assert_eq!(kv.components(), vec![&Coder::Bytes, &Coder::VarInt]);
         assert!(matches!(
@@ -523,7 +545,10 @@ mod tests {
     fn readability_and_length_prefixing() {
         let pickled = opaque("beam:coder:pickled_python:v1");
         let wv = Coder::WindowedValue {
-            value: Box::new(Coder::Kv(Box::new(Coder::StringUtf8), Box::new(pickled.clone()))),
+            value: Box::new(Coder::Kv(
+                Box::new(Coder::StringUtf8),
+                Box::new(pickled.clone()),
+            )),
             window: Box::new(Coder::GlobalWindow),
         };
         assert!(!wv.is_runner_readable());
@@ -542,21 +567,36 @@ mod tests {
         assert_eq!(fixed.length_prefix_unknown(), fixed);
         let sbi = Coder::StateBackedIterable(Box::new(Coder::VarInt));
         assert!(!sbi.is_runner_readable());
-        assert_eq!(sbi.length_prefix_unknown(), Coder::LengthPrefix(Box::new(sbi.clone())));
+        assert_eq!(
+            sbi.length_prefix_unknown(),
+            Coder::LengthPrefix(Box::new(sbi.clone()))
+        );
     }
 
     #[test]
     fn lengths() {
         let kv = Coder::Kv(Box::new(Coder::Bytes), Box::new(Coder::VarInt));
         assert_eq!(kv.encoded_len(b"\x03abc\x0aTRAILING").unwrap(), 5);
-        assert!(matches!(kv.encoded_len(b"\x03ab"), Err(Error::Truncated { .. })));
+        assert!(matches!(
+            kv.encoded_len(b"\x03ab"),
+            Err(Error::Truncated { .. })
+        ));
         let it = Coder::Iterable(Box::new(Coder::Bool));
         assert_eq!(it.encoded_len(&[0, 0, 0, 2, 1, 0, 9]).unwrap(), 6);
-        assert_eq!(it.encoded_len(&[0xff, 0xff, 0xff, 0xff, 2, 1, 0, 1, 1, 0, 9]).unwrap(), 10);
-        let op = opaque("x");
-        assert!(matches!(op.encoded_len(b"\x00"), Err(Error::UnknownCoder { .. })));
         assert_eq!(
-            Coder::LengthPrefix(Box::new(op)).encoded_len(b"\x02ab").unwrap(),
+            it.encoded_len(&[0xff, 0xff, 0xff, 0xff, 2, 1, 0, 1, 1, 0, 9])
+                .unwrap(),
+            10
+        );
+        let op = opaque("x");
+        assert!(matches!(
+            op.encoded_len(b"\x00"),
+            Err(Error::UnknownCoder { .. })
+        ));
+        assert_eq!(
+            Coder::LengthPrefix(Box::new(op))
+                .encoded_len(b"\x02ab")
+                .unwrap(),
             3
         );
         assert!(matches!(
@@ -565,6 +605,9 @@ mod tests {
         ));
         let mut neg = vec![0xff; 9];
         neg.push(1);
-        assert!(matches!(Coder::Bytes.encoded_len(&neg), Err(Error::Invalid { .. })));
+        assert!(matches!(
+            Coder::Bytes.encoded_len(&neg),
+            Err(Error::Invalid { .. })
+        ));
     }
 }

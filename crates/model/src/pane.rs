@@ -126,7 +126,9 @@ impl PaneInfo {
     /// consumed (1 to 21). [`Error::Invalid`] for an encoding kind other than
     /// 0, 1, 2; [`Error::Truncated`] if input runs out.
     pub fn decode(bytes: &[u8]) -> Result<(PaneInfo, usize)> {
-        let b = *bytes.first().ok_or(Error::Truncated { what: "pane info" })?;
+        let b = *bytes
+            .first()
+            .ok_or(Error::Truncated { what: "pane info" })?;
         let is_first = b & 1 != 0;
         let timing = PaneTiming::from_code(b >> 2);
         let mut pane = PaneInfo {
@@ -143,7 +145,11 @@ impl PaneInfo {
                 let (index, n) = decode_varint(&bytes[pos..])?;
                 pos += n;
                 pane.index = index;
-                pane.on_time_index = if timing == PaneTiming::Early { -1 } else { index };
+                pane.on_time_index = if timing == PaneTiming::Early {
+                    -1
+                } else {
+                    index
+                };
             }
             KIND_TWO_INDICES => {
                 let (index, n) = decode_varint(&bytes[pos..])?;
@@ -234,8 +240,17 @@ mod tests {
 
     #[test]
     fn errors() {
-        assert!(matches!(PaneInfo::decode(&[]), Err(Error::Truncated { .. })));
-        assert!(matches!(PaneInfo::decode(&[0x17]), Err(Error::Truncated { .. })));
-        assert!(matches!(PaneInfo::decode(&[0x3f]), Err(Error::Invalid { .. })));
+        assert!(matches!(
+            PaneInfo::decode(&[]),
+            Err(Error::Truncated { .. })
+        ));
+        assert!(matches!(
+            PaneInfo::decode(&[0x17]),
+            Err(Error::Truncated { .. })
+        ));
+        assert!(matches!(
+            PaneInfo::decode(&[0x3f]),
+            Err(Error::Invalid { .. })
+        ));
     }
 }

@@ -48,8 +48,7 @@ impl Timestamp {
     /// e.g. as the timestamp of on-time global-window output produced by
     /// Python. Treat both values as "end of the global window" when
     /// comparing SDK-produced timestamps.
-    pub const PYTHON_END_OF_GLOBAL_WINDOW: Timestamp =
-        Timestamp(i64::MAX / 1000 - 86_400_000 - 1);
+    pub const PYTHON_END_OF_GLOBAL_WINDOW: Timestamp = Timestamp(i64::MAX / 1000 - 86_400_000 - 1);
 
     /// The value in milliseconds since the epoch.
     pub fn millis(self) -> i64 {
@@ -140,8 +139,14 @@ mod tests {
     #[test]
     fn beam_wire_bytes() {
         assert_eq!(hex(&enc(Timestamp::MIN)), "7fdf3b645a1cac09");
-        assert_eq!(hex(&enc(Timestamp::END_OF_GLOBAL_WINDOW)), "8020c49ba0bcf7f7");
-        assert_eq!(hex(&enc(Timestamp::PYTHON_END_OF_GLOBAL_WINDOW)), "8020c49ba0bcf7f6");
+        assert_eq!(
+            hex(&enc(Timestamp::END_OF_GLOBAL_WINDOW)),
+            "8020c49ba0bcf7f7"
+        );
+        assert_eq!(
+            hex(&enc(Timestamp::PYTHON_END_OF_GLOBAL_WINDOW)),
+            "8020c49ba0bcf7f6"
+        );
         assert_eq!(hex(&enc(Timestamp::MAX)), "8020c49ba5e353f7");
         assert_eq!(hex(&enc(Timestamp(0))), "8000000000000000");
         assert_eq!(hex(&enc(Timestamp(-100))), "7fffffffffffff9c");
@@ -149,7 +154,15 @@ mod tests {
 
     #[test]
     fn round_trip_and_order() {
-        let ts = [i64::MIN, Timestamp::MIN.0, -1, 0, 1, Timestamp::MAX.0, i64::MAX];
+        let ts = [
+            i64::MIN,
+            Timestamp::MIN.0,
+            -1,
+            0,
+            1,
+            Timestamp::MAX.0,
+            i64::MAX,
+        ];
         for w in ts.windows(2) {
             let (a, b) = (Timestamp(w[0]), Timestamp(w[1]));
             assert!(a.to_timely() < b.to_timely());

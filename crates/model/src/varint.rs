@@ -92,10 +92,19 @@ mod tests {
     #[test]
     fn errors() {
         assert!(matches!(decode_varint(&[]), Err(Error::Truncated { .. })));
-        assert!(matches!(decode_varint(&[0x80]), Err(Error::Truncated { .. })));
-        assert!(matches!(decode_varint(&[0xff; 11]), Err(Error::Invalid { .. })));
+        assert!(matches!(
+            decode_varint(&[0x80]),
+            Err(Error::Truncated { .. })
+        ));
+        assert!(matches!(
+            decode_varint(&[0xff; 11]),
+            Err(Error::Invalid { .. })
+        ));
         let mut too_big = vec![0xff; 9];
         too_big.push(0x02);
-        assert!(matches!(decode_varint(&too_big), Err(Error::Invalid { .. })));
+        assert!(matches!(
+            decode_varint(&too_big),
+            Err(Error::Invalid { .. })
+        ));
     }
 }

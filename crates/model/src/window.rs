@@ -112,8 +112,14 @@ mod tests {
         let mut out = Vec::new();
         Window::Global.encode(&mut out);
         assert!(out.is_empty());
-        assert_eq!(Window::decode(&Coder::GlobalWindow, &[1, 2]).unwrap(), (Window::Global, 0));
-        assert_eq!(Window::Global.max_timestamp(), Timestamp::END_OF_GLOBAL_WINDOW);
+        assert_eq!(
+            Window::decode(&Coder::GlobalWindow, &[1, 2]).unwrap(),
+            (Window::Global, 0)
+        );
+        assert_eq!(
+            Window::Global.max_timestamp(),
+            Timestamp::END_OF_GLOBAL_WINDOW
+        );
         let mut ts = Vec::new();
         Window::Global.max_timestamp().encode(&mut ts);
         assert_eq!(hex(&ts), "8020c49ba0bcf7f7");
@@ -129,13 +135,19 @@ mod tests {
         let mut out = Vec::new();
         w.encode(&mut out);
         assert_eq!(hex(&out), "80000152 9aa49b68 80dddb01".replace(' ', ""));
-        assert_eq!(Window::decode(&Coder::IntervalWindow, &out).unwrap(), (w.clone(), 12));
+        assert_eq!(
+            Window::decode(&Coder::IntervalWindow, &out).unwrap(),
+            (w.clone(), 12)
+        );
         assert_eq!(w.max_timestamp(), Timestamp(1454293425000 - 1));
         assert!(matches!(
             Window::decode(&Coder::IntervalWindow, &out[..9]),
             Err(Error::Truncated { .. })
         ));
-        assert!(matches!(Window::decode(&Coder::Bytes, &out), Err(Error::Invalid { .. })));
+        assert!(matches!(
+            Window::decode(&Coder::Bytes, &out),
+            Err(Error::Invalid { .. })
+        ));
         let lp = Coder::LengthPrefix(Box::new(Coder::IntervalWindow));
         let mut prefixed = vec![12];
         prefixed.extend_from_slice(&out);

@@ -25,7 +25,9 @@ pub struct WindowedValue {
 /// Read a window list (4-byte BE count then windows, or count -1 and
 /// varint-counted chunks ending with 0) from the front of `bytes`.
 pub(crate) fn decode_windows(window_coder: &Coder, bytes: &[u8]) -> Result<(Vec<Window>, usize)> {
-    let raw = bytes.get(..4).ok_or(Error::Truncated { what: "window count" })?;
+    let raw = bytes.get(..4).ok_or(Error::Truncated {
+        what: "window count",
+    })?;
     let count = i32::from_be_bytes(raw.try_into().expect("4 bytes"));
     let mut pos = 4;
     let mut windows = Vec::new();
@@ -214,16 +216,24 @@ mod tests {
         let mut out = Vec::new();
         wv.encode(&mut out);
         assert_eq!(hex(&out), "8020c49ba0bcf7f6000000010702");
-        assert_eq!(WindowedValue::decode(&Coder::VarInt, &Coder::GlobalWindow, &out).unwrap().0, wv);
+        assert_eq!(
+            WindowedValue::decode(&Coder::VarInt, &Coder::GlobalWindow, &out)
+                .unwrap()
+                .0,
+            wv
+        );
     }
 
     #[test]
     fn decode_all_stream() {
         // Two elements from Beam's windowed_value vectors, concatenated.
         let a = unhex("7ffffffffff9e580 00000001 80000152 9aa49b68 c08b11 0f 04");
-        let b = unhex("7fffffffffffff9c 00000002 800001529aa49b68 80dddb01 7fdf3b645a1cad76 ed02 0f 02");
+        let b = unhex(
+            "7fffffffffffff9c 00000002 800001529aa49b68 80dddb01 7fdf3b645a1cad76 ed02 0f 02",
+        );
         let stream = [a.clone(), b.clone()].concat();
-        let all = WindowedValue::decode_all(&Coder::VarInt, &Coder::IntervalWindow, &stream).unwrap();
+        let all =
+            WindowedValue::decode_all(&Coder::VarInt, &Coder::IntervalWindow, &stream).unwrap();
         assert_eq!(all.len(), 2);
         assert_eq!(all[0].timestamp, Timestamp(-400000));
         assert_eq!(all[1].windows.len(), 2);
@@ -234,7 +244,11 @@ mod tests {
         }
         assert_eq!(re, stream);
         assert!(matches!(
-            WindowedValue::decode_all(&Coder::VarInt, &Coder::IntervalWindow, &stream[..stream.len() - 1]),
+            WindowedValue::decode_all(
+                &Coder::VarInt,
+                &Coder::IntervalWindow,
+                &stream[..stream.len() - 1]
+            ),
             Err(Error::Truncated { .. })
         ));
     }
@@ -255,7 +269,8 @@ mod tests {
     #[test]
     fn param_payload() {
         let payload = unhex("7fdf3b645a1cac09 00000001 0f 00");
-        let wv = WindowedValue::from_param_payload(&Coder::GlobalWindow, &payload, vec![2]).unwrap();
+        let wv =
+            WindowedValue::from_param_payload(&Coder::GlobalWindow, &payload, vec![2]).unwrap();
         assert_eq!(wv.timestamp, Timestamp::MIN);
         assert_eq!(wv.windows, vec![Window::Global]);
         assert_eq!(wv.pane, PaneInfo::NO_FIRING);
