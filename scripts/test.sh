@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Weir's full test run (what CI runs): build + venv, the Rust tests, the
+# Python end-to-end tests against target/release/weir, and the Beam
+# conformance tests listed in conformance/ledger.txt. Exits non-zero if any
+# part fails; every part runs even when an earlier one failed.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+
+bash scripts/setup.sh
+if ! command -v cargo >/dev/null 2>&1; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
+failed=()
+step() {
+  local name="$1"
+  shift
+  echo
+  echo "=== $name: $*"
+  if "$@"; then
+    echo "=== $name: OK"
+  else
+    echo "=== $name: FAILED (exit $?)"
+    failed+=("$name")
+  fi
+}
+
+step "cargo test" cargo test --release --workspace
+step "e2e tests" .venv/bin/python -m pytest -p no:cacheprovider --timeout=900 -rfEs tests/e2e
+step "conformance ledger" bash conformance/run.sh ledger
+
+echo
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "all test steps passed"

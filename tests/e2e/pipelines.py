@@ -1,0 +1,121 @@
+"""Small Beam pipelines for Weir's end-to-end tests, runnable as a script.
+
+    python pipelines.py NAME --output PREFIX [--error_file PATH] [beam options...]
+
+Builds pipeline NAME, writes its result with WriteToText(PREFIX) and runs it
+with the given Beam options (DirectRunner, or PortableRunner against Weir).
+When the pipeline fails, the text of the exception that the client got from
+`run().wait_until_finish()` is written to --error_file (if given) and the
+process exits with status 3, so tests can tell "the pipeline failed and the
+client was told why" from a crash of this script.
+"""
+
+import argparse
+import sys
+import traceback
+
+import apache_beam as beam
+from apache_beam.io import WriteToText
+from apache_beam.options.pipeline_options import PipelineOptions
+
+
+def gbk(p):
+  """Create + Map + GroupByKey, values sorted so the output is deterministic."""
+  data = [('a', 1), ('b', 2), ('a', 3), ('c', 4), ('b', 5), ('a', 6)]
+  data += [('k%d' % (i % 7), i) for i in range(100)]
+  return (
+      p
+      | beam.Create(data)
+      | 'Times10' >> beam.Map(lambda kv: (kv[0], kv[1] * 10))
+      | beam.GroupByKey()
+      | 'Format' >> beam.MapTuple(lambda k, vs: '%s: %s' % (k, sorted(vs))))
+
+
+def flatten(p):
+  """Flatten of two Creates (with a duplicate across them)."""
+  left = p | 'Left' >> beam.Create(['x1', 'x2', 'shared'])
+  right = p | 'Right' >> beam.Create(['y1', 'y2', 'y3', 'shared'])
+  return ((left, right)
+          | beam.Flatten()
+          | 'Tag' >> beam.Map(lambda s: 'flat: %s' % s))
+
+
+def side_input(p):
+  """A main input mapped against a side input read with beam.pvalue.AsList."""
+  side = (
+      p
+      | 'Side' >> beam.Create([1, 2, 3, 4])
+      | 'Hundreds' >> beam.Map(lambda x: x * 100))
+  return (
+      p
+      | 'Main' >> beam.Create(list(range(12)))
+      | 'UseSide' >> beam.Map(
+          lambda x, s: '%d: %d %s' % (x, x + sum(s), sorted(s)),
+          s=beam.pvalue.AsList(side)))
+
+
+def combine_per_key(p):
+  """CombinePerKey with a sum and with a mean, joined back by key."""
+  words = ('the quick brown fox jumps over the lazy dog the end ' * 5).split()
+  pairs = p | beam.Create([(w, len(w)) for w in words])
+  sums = pairs | 'Sum' >> beam.CombinePerKey(sum)
+  means = pairs | 'Mean' >> beam.CombinePerKey(beam.combiners.MeanCombineFn())
+  return ((sums, means)
+          | beam.Flatten()
+          | 'Format' >> beam.MapTuple(lambda k, v: '%s: %r' % (k, v)))
+
+
+def good(p):
+  """A tiny pipeline whose exact output the tests know: {'x: 4', 'y: 2'}."""
+  return (
+      p
+      | beam.Create([('x', 1), ('y', 2), ('x', 3)])
+      | beam.GroupByKey()
+      | 'Format' >> beam.MapTuple(lambda k, vs: '%s: %d' % (k, sum(vs))))
+
+
+def boom(p):
+  """A DoFn that raises ValueError('weir-boom') on one element."""
+  def explode(x):
+    if x == 2:
+      raise ValueError('weir-boom')
+    return str(x)
+
+  return p | beam.Create([1, 2, 3]) | 'Explode' >> beam.Map(explode)
+
+
+PIPELINES = {
+    f.__name__: f
+    for f in (gbk, flatten, side_input, combine_per_key, good, boom)
+}
+
+
+def main(argv):
+  parser = argparse.ArgumentParser()
+  parser.add_argument('name', choices=sorted(PIPELINES))
+  parser.add_argument('--output', required=True)
+  parser.add_argument('--error_file', default=None)
+  args, beam_args = parser.parse_known_args(argv)
+
+  p = beam.Pipeline(options=PipelineOptions(beam_args))
+  _ = PIPELINES[args.name](p) | 'Write' >> WriteToText(args.output)
+  try:
+    result = p.run()
+    state = result.wait_until_finish()
+  except Exception as e:  # pylint: disable=broad-except
+    text = '%s: %s' % (type(e).__name__, e)
+    traceback.print_exc()
+    if args.error_file:
+      with open(args.error_file, 'w') as f:
+        f.write(text)
+    print('PIPELINE FAILED: %s' % text, file=sys.stderr)
+    return 3
+  print('PIPELINE STATE: %s' % state)
+  if str(state).split('.')[-1] != 'DONE':
+    print('PIPELINE did not finish in state DONE: %s' % state, file=sys.stderr)
+    return 4
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,80 @@
+"""Failures: a user DoFn error reaches the client; bad requests are refused."""
+
+import collections
+
+import grpc
+import pytest
+from google.protobuf import struct_pb2
+
+from conftest import ENVIRONMENTS
+
+UNKNOWN_URN = 'beam:transform:weir_test_unknown:v1'
+
+
+@pytest.mark.parametrize('env', ENVIRONMENTS)
+def test_failing_dofn_fails_job_then_server_still_works(beam, weir_server, env):
+  bad = beam.run_named('boom', env)
+  assert bad.returncode != 0, (
+      'a pipeline whose DoFn raises must fail\n' + bad.describe(weir_server))
+  error = bad.client_error()
+  assert error is not None, (
+      'the client did not get an exception from wait_until_finish\n' +
+      bad.describe(weir_server))
+  assert 'weir-boom' in error, (
+      'the error the client got does not carry the user error:\n%s\n%s' %
+      (error[-3000:], bad.describe(weir_server)))
+  assert weir_server.alive(), 'weir died after a failing job:\n' + (
+      weir_server.log_tail())
+
+  good = beam.run_named('good', env)
+  assert good.returncode == 0, good.describe(weir_server)
+  _, lines = good.output()
+  assert lines == collections.Counter({'x: 4': 1, 'y: 2': 1}), (
+      dict(lines), good.describe(weir_server))
+
+
+def _pipeline_with_unknown_leaf():
+  """A real Impulse pipeline plus a leaf transform no runner knows."""
+  import apache_beam as beam
+
+  p = beam.Pipeline()
+  _ = p | beam.Impulse()
+  proto = p.to_runner_api()
+  comps = proto.components
+  impulse_ids = [
+      tid for tid, t in comps.transforms.items()
+      if t.spec.urn == 'beam:transform:impulse:v1'
+  ]
+  assert len(impulse_ids) == 1, proto
+  impulse_out = list(comps.transforms[impulse_ids[0]].outputs.values())[0]
+
+  out_id = 'weir_test_unknown_out'
+  comps.pcollections[out_id].CopyFrom(comps.pcollections[impulse_out])
+  comps.pcollections[out_id].unique_name = 'WeirTestUnknown.out'
+
+  t = comps.transforms['weir_test_unknown']
+  t.unique_name = 'WeirTestUnknown'
+  t.spec.urn = UNKNOWN_URN
+  t.inputs['in'] = impulse_out
+  t.outputs['out'] = out_id
+  proto.root_transform_ids.append('weir_test_unknown')
+  return proto
+
+
+def test_prepare_rejects_unknown_transform_urn(weir_server):
+  from apache_beam.portability.api import beam_job_api_pb2
+  from apache_beam.portability.api import beam_job_api_pb2_grpc
+
+  request = beam_job_api_pb2.PrepareJobRequest(
+      pipeline=_pipeline_with_unknown_leaf(),
+      pipeline_options=struct_pb2.Struct(),
+      job_name='weir-test-unknown-urn')
+  with grpc.insecure_channel(weir_server.endpoint) as channel:
+    stub = beam_job_api_pb2_grpc.JobServiceStub(channel)
+    with pytest.raises(grpc.RpcError) as info:
+      stub.Prepare(request, timeout=30)
+  err = info.value
+  assert err.code() in (grpc.StatusCode.INVALID_ARGUMENT,
+                        grpc.StatusCode.UNIMPLEMENTED), (err.code(), err.details())
+  assert UNKNOWN_URN in (err.details() or ''), err.details()
+  assert weir_server.alive(), weir_server.log_tail()
