@@ -3,7 +3,7 @@
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="$REPO/.venv/bin/python"
-WEIR="$REPO/target/release/weir"
+WEIR="${WEIR_BIN:-$REPO/target/release/weir}"
 
 # free_port: prints a TCP port that is free on 127.0.0.1 right now.
 free_port() {

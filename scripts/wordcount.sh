@@ -5,6 +5,7 @@
 #   WEIR_ENV=PROCESS scripts/wordcount.sh # SDK workers started by weir via `weir boot`
 #
 # Output: out/wordcount/king-lear-*-of-* ; server log: out/wordcount/weir.log
+# WEIR_SKIP_BUILD=1 skips cargo build; WEIR_BIN=/path/to/weir picks another binary.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
