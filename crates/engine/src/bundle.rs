@@ -1,0 +1,38 @@
+//! The bundle interface between the engine and SDK harnesses.
+
+use std::sync::Arc;
+
+use crate::side_input::SideInputs;
+
+/// One bundle for an SDK stage.
+pub struct BundleRequest {
+    /// Index of the stage in the graph and its id (= `ProcessBundleDescriptor` id).
+    pub stage: usize,
+    pub stage_id: String,
+    /// Stage name for messages.
+    pub stage_name: String,
+    /// The bundle's main-input elements, concatenated encoded windowed values.
+    pub input: Vec<u8>,
+    /// Materialized side inputs of the stage, served over the State API.
+    pub side_inputs: Arc<SideInputs>,
+}
+
+/// What a bundle produced.
+#[derive(Debug, Default)]
+pub struct BundleResult {
+    /// Per stage output (same order as `SdkStage::outputs`): concatenated encoded windowed values.
+    pub outputs: Vec<Vec<u8>>,
+    /// Residual elements (SDF checkpoints), each an encoded windowed value of the stage input.
+    pub residuals: Vec<Vec<u8>>,
+}
+
+/// Completion callback; called exactly once, from any thread.
+pub type Completion = Box<dyn FnOnce(std::result::Result<BundleResult, String>) + Send>;
+
+/// Runs bundles on SDK harnesses. Implemented by the harness layer.
+pub trait BundleProcessor: Send + Sync + 'static {
+    /// Starts `request` and returns at once; `done` is called when the bundle
+    /// completes, with the outputs or with an error message (the user's
+    /// traceback when user code raised).
+    fn process_bundle(&self, request: BundleRequest, done: Completion);
+}

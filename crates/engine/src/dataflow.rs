@@ -1,0 +1,350 @@
+//! The one module that speaks timely: builds the stage graph as a timely
+//! dataflow per worker and steps it until every stage is done.
+//!
+//! Timely times are Beam event times (`Timestamp::to_timely`); in batch all
+//! data sits at the minimum time, so a GroupByKey fires when its input
+//! frontier empties (the watermark reaches +infinity).
+
+use std::cell::RefCell;
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use timely::dataflow::channels::pact::{Exchange, Pipeline};
+use timely::dataflow::operators::vec::{Broadcast, Map, Partition, ToStream};
+use timely::dataflow::operators::{Capability, Concatenate, Operator, Probe};
+use timely::dataflow::{ProbeHandle, Scope, StreamVec};
+use weir_model::Timestamp;
+use weir_plan::{SdkStage, StageGraph, StageKind};
+
+use crate::bundle::{BundleProcessor, BundleRequest, BundleResult};
+use crate::elements::{impulse_element, split_elements};
+use crate::group_by_key::GroupByKeyBuffer;
+use crate::side_input::{SideInputSpec, SideInputs};
+use crate::{EngineConfig, EngineError, Result};
+
+type Element = Vec<u8>;
+type Elements<'s> = StreamVec<'s, u64, Element>;
+
+/// Shared by every worker of one job.
+#[derive(Clone)]
+struct JobContext {
+    graph: Arc<StageGraph>,
+    processor: Arc<dyn BundleProcessor>,
+    config: EngineConfig,
+    failure: Arc<Mutex<Option<EngineError>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl JobContext {
+    fn fail(&self, e: EngineError) {
+        let mut f = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        if f.is_none() {
+            *f = Some(e);
+        }
+        self.stop.store(true, Ordering::SeqCst);
+    }
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+}
+
+/// Runs `graph` to completion on `config.workers` timely worker threads,
+/// executing SDK stages through `processor`. Blocks the calling thread.
+///
+/// # Errors
+/// The first stage failure ([`EngineError::BundleFailed`] carries the SDK's
+/// message), [`EngineError::Cancelled`] when `cancel` is set.
+pub fn run_job(
+    graph: Arc<StageGraph>,
+    processor: Arc<dyn BundleProcessor>,
+    config: EngineConfig,
+    cancel: Arc<AtomicBool>,
+) -> Result<()> {
+    let ctx = JobContext { graph, processor, config: config.clone(), failure: Arc::new(Mutex::new(None)), stop: Arc::new(AtomicBool::new(false)) };
+    let worker_ctx = ctx.clone();
+    let guards = timely::execute(timely::Config::process(config.workers.max(1)), move |worker| {
+        let ctx = worker_ctx.clone();
+        let probe = ProbeHandle::new();
+        let peers = worker.peers();
+        let index = worker.index();
+        worker.dataflow::<u64, _, _>(|scope| build(scope, &ctx, &probe, index, peers));
+        while !probe.done() {
+            if cancel.load(Ordering::SeqCst) {
+                ctx.fail(EngineError::Cancelled);
+            }
+            if ctx.stopped() {
+                break;
+            }
+            worker.step_or_park(Some(Duration::from_millis(20)));
+        }
+    })
+    .map_err(EngineError::Internal)?;
+    for r in guards.join() {
+        if let Err(panic) = r {
+            ctx.fail(EngineError::Internal(format!("a timely worker panicked: {panic}")));
+        }
+    }
+    let failure = ctx.failure.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn hash_bytes(b: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    b.hash(&mut h);
+    h.finish()
+}
+
+fn build<'s>(scope: Scope<'s, u64>, ctx: &JobContext, probe: &ProbeHandle<u64>, index: usize, _peers: usize) {
+    let graph = ctx.graph.clone();
+    let mut streams: Vec<Option<Elements<'s>>> = vec![None; graph.pcollections.len()];
+    let get = |streams: &Vec<Option<Elements<'s>>>, pc: usize| -> Elements<'s> {
+        streams[pc].clone().expect("stages are in topological order")
+    };
+    for (stage_index, stage) in graph.stages.iter().enumerate() {
+        match &stage.kind {
+            StageKind::Impulse { output } => {
+                let data = if index == 0 { vec![impulse_element(&graph.pcollections[*output].value_coder)] } else { vec![] };
+                streams[*output] = Some(data.to_stream(scope));
+            }
+            StageKind::Flatten { inputs, output } => {
+                let s = scope.concatenate(inputs.iter().map(|&i| get(&streams, i)).collect::<Vec<_>>());
+                streams[*output] = Some(s);
+            }
+            StageKind::Reshuffle { input, output } => {
+                // SDK stages already spread their input over workers; a
+                // reshuffle only needs to break fusion, which planning did.
+                streams[*output] = Some(get(&streams, *input));
+            }
+            StageKind::GroupByKey { input, output } => {
+                let s = group_by_key(get(&streams, *input), ctx, stage_index, *input, *output);
+                let s = s.probe_with(probe);
+                streams[*output] = Some(s);
+            }
+            StageKind::Sdk(sdk) => {
+                let main = get(&streams, sdk.input);
+                let sides: Vec<StreamVec<'s, u64, (u32, Element)>> = sdk
+                    .side_inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, si)| get(&streams, si.pcollection).map(move |e| (i as u32, e)))
+                    .collect();
+                let sides = if sides.is_empty() {
+                    Vec::<(u32, Element)>::new().to_stream(scope)
+                } else {
+                    scope.concatenate(sides).broadcast()
+                };
+                let tagged = sdk_stage(scope, main, sides, ctx, stage_index, sdk).probe_with(probe);
+                let parts = tagged.partition(sdk.outputs.len().max(1) as u64, |(port, e)| (u64::from(port), e));
+                for (port, s) in parts.into_iter().enumerate() {
+                    if let Some(&pc) = sdk.outputs.get(port) {
+                        streams[pc] = Some(s);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn group_by_key<'s>(input: Elements<'s>, ctx: &JobContext, stage_index: usize, input_pc: usize, _output_pc: usize) -> Elements<'s> {
+    let graph = ctx.graph.clone();
+    let info = &graph.pcollections[input_pc];
+    let (vc, wc) = (info.value_coder.clone(), info.window_coder.clone());
+    let route = move |e: &Element| GroupByKeyBuffer::key_of(&vc, &wc, e).map(|k| hash_bytes(&k)).unwrap_or(0);
+    let ctx = ctx.clone();
+    let name = graph.stages[stage_index].name.clone();
+    input.unary_frontier(Exchange::new(route), &name.clone(), move |cap, _info| {
+        drop(cap);
+        let info = &ctx.graph.pcollections[input_pc];
+        let mut buffer = GroupByKeyBuffer::new(info.value_coder.clone(), info.window_coder.clone(), info.windowing.clone());
+        let mut held: Option<Capability<u64>> = None;
+        move |(input, frontier), output| {
+            input.for_each(|cap, data| {
+                let t = *cap.least().expect("non-empty stamp");
+                if held.as_ref().map(|h| t < *h.time()).unwrap_or(true) {
+                    held = cap.retain_least(0);
+                }
+                for e in data.drain(..) {
+                    if let Err(message) = buffer.insert(&e) {
+                        ctx.fail(EngineError::BadData {
+                            stage: name.clone(),
+                            pcollection: ctx.graph.pcollections[input_pc].id.clone(),
+                            message,
+                        });
+                    }
+                }
+            });
+            if ctx.stopped() {
+                held = None;
+                return;
+            }
+            let ready = buffer.take_complete(|t: Timestamp| !frontier.less_equal(&t.to_timely()));
+            if let Some(cap) = held.as_ref() {
+                if !ready.is_empty() {
+                    output.session(cap).give_iterator(ready.into_iter());
+                }
+            }
+            if buffer.is_empty() {
+                held = None;
+            } else if let (Some(cap), Some(min)) = (held.as_mut(), frontier.frontier().iter().min()) {
+                if *min > *cap.time() {
+                    cap.downgrade(min);
+                }
+            }
+        }
+    })
+}
+
+/// Per-operator state of an SDK stage.
+struct SdkState {
+    pending: VecDeque<(Capability<u64>, Vec<Element>)>,
+    in_flight: HashMap<u64, Capability<u64>>,
+    next_bundle: u64,
+    side_data: Vec<Vec<Element>>,
+    side_inputs: Option<Arc<SideInputs>>,
+}
+
+fn sdk_stage<'s>(
+    scope: Scope<'s, u64>,
+    main: Elements<'s>,
+    sides: StreamVec<'s, u64, (u32, Element)>,
+    ctx: &JobContext,
+    stage_index: usize,
+    sdk: &SdkStage,
+) -> StreamVec<'s, u64, (u32, Element)> {
+    let worker = scope.worker();
+    let ctx = ctx.clone();
+    let sdk = sdk.clone();
+    let name = ctx.graph.stages[stage_index].name.clone();
+    let mut round_robin = 0u64;
+    let route = move |_: &Element| {
+        round_robin = round_robin.wrapping_add(1);
+        round_robin
+    };
+    main.binary_frontier(sides, Exchange::new(route), Pipeline, &name.clone(), move |cap, info| {
+        drop(cap);
+        let activator = Arc::new(worker.sync_activator_for(info.address.to_vec()));
+        let completions: Arc<Mutex<Vec<(u64, std::result::Result<BundleResult, String>)>>> = Arc::default();
+        let state = Rc::new(RefCell::new(SdkState {
+            pending: VecDeque::new(),
+            in_flight: HashMap::new(),
+            next_bundle: 0,
+            side_data: vec![Vec::new(); sdk.side_inputs.len()],
+            side_inputs: None,
+        }));
+        move |(input, _frontier), (side_input, side_frontier), output| {
+            let mut st = state.borrow_mut();
+            let st = &mut *st;
+            side_input.for_each(|_cap, data| {
+                for (i, e) in data.drain(..) {
+                    st.side_data[i as usize].push(e);
+                }
+            });
+            input.for_each(|cap, data| {
+                if let Some(c) = cap.retain_least(0) {
+                    st.pending.push_back((c, std::mem::take(data)));
+                }
+            });
+            if ctx.stopped() {
+                st.pending.clear();
+                st.in_flight.clear();
+                return;
+            }
+            if st.side_inputs.is_none() && side_frontier.is_empty() {
+                let graph = &ctx.graph;
+                let specs: Vec<SideInputSpec<'_>> = sdk
+                    .side_inputs
+                    .iter()
+                    .map(|si| SideInputSpec {
+                        transform_id: &si.transform_id,
+                        local_name: &si.local_name,
+                        kind: si.kind,
+                        value_coder: &graph.pcollections[si.pcollection].value_coder,
+                        window_coder: &graph.pcollections[si.pcollection].window_coder,
+                    })
+                    .collect();
+                match SideInputs::build(&specs, &st.side_data) {
+                    Ok(s) => st.side_inputs = Some(Arc::new(s)),
+                    Err(message) => {
+                        ctx.fail(EngineError::BadData { stage: name.clone(), pcollection: "side input".into(), message });
+                        return;
+                    }
+                }
+                st.side_data.clear();
+            }
+            // Completed bundles: emit outputs at the bundle's hold, re-queue residuals.
+            let done: Vec<_> = std::mem::take(&mut *completions.lock().unwrap_or_else(|p| p.into_inner()));
+            for (id, result) in done {
+                let Some(cap) = st.in_flight.remove(&id) else { continue };
+                match result {
+                    Ok(r) => {
+                        let mut session = output.session(&cap);
+                        for (port, bytes) in r.outputs.iter().enumerate() {
+                            let Some(&pc) = sdk.outputs.get(port) else { continue };
+                            let info = &ctx.graph.pcollections[pc];
+                            match split_elements(&info.value_coder, &info.window_coder, bytes) {
+                                Ok(elements) => session.give_iterator(elements.into_iter().map(|e| (port as u32, e))),
+                                Err(message) => ctx.fail(EngineError::BadData { stage: name.clone(), pcollection: info.id.clone(), message }),
+                            }
+                        }
+                        drop(session);
+                        if !r.residuals.is_empty() {
+                            st.pending.push_back((cap, r.residuals));
+                        }
+                    }
+                    Err(message) => ctx.fail(EngineError::BundleFailed { stage: name.clone(), message }),
+                }
+            }
+            if ctx.stopped() {
+                return;
+            }
+            // Start bundles while there is room.
+            let Some(side_inputs) = st.side_inputs.clone() else { return };
+            while st.in_flight.len() < ctx.config.max_bundles_in_flight {
+                let Some((cap, mut elements)) = st.pending.pop_front() else { break };
+                let mut take = 0;
+                let mut bytes = 0;
+                while take < elements.len()
+                    && take < ctx.config.max_bundle_elements
+                    && (take == 0 || bytes + elements[take].len() <= ctx.config.max_bundle_bytes)
+                {
+                    bytes += elements[take].len();
+                    take += 1;
+                }
+                let rest = elements.split_off(take);
+                if !rest.is_empty() {
+                    st.pending.push_front((cap.clone(), rest));
+                }
+                if elements.is_empty() {
+                    continue;
+                }
+                let id = st.next_bundle;
+                st.next_bundle += 1;
+                st.in_flight.insert(id, cap);
+                let completions = completions.clone();
+                let activator = activator.clone();
+                let request = BundleRequest {
+                    stage: stage_index,
+                    stage_id: ctx.graph.stages[stage_index].id.clone(),
+                    stage_name: name.clone(),
+                    input: elements.concat(),
+                    side_inputs: side_inputs.clone(),
+                };
+                ctx.processor.process_bundle(
+                    request,
+                    Box::new(move |result| {
+                        completions.lock().unwrap_or_else(|p| p.into_inner()).push((id, result));
+                        let _ = activator.activate();
+                    }),
+                );
+            }
+        }
+    })
+}

@@ -1,0 +1,54 @@
+//! Weir's engine: runs a [`weir_plan::StageGraph`] on Timely Dataflow.
+//!
+//! Layer: engine. Depends on `weir-model`, `weir-plan` and `timely` (used only
+//! in [`dataflow`]); never on tonic, tokio or proto types. Entry point:
+//! [`run_job`]. SDK stages are executed through the [`BundleProcessor`] trait,
+//! which the harness implements.
+//!
+//! Glossary (Beam's terms):
+//! - *element*: one encoded windowed value (`beam:coder:windowed_value:v1`).
+//! - *bundle*: a batch of elements of one stage's main input, processed by an
+//!   SDK harness as one `ProcessBundleRequest`.
+//! - *stage*: fused SDK transforms, or one runner transform (Impulse,
+//!   GroupByKey, Flatten, Reshuffle).
+//! - *watermark*: a timely frontier; timely times are Beam event times in
+//!   milliseconds mapped order-preservingly to `u64` (`Timestamp::to_timely`).
+//! - *hold*: a retained timely capability (bundles in flight, buffered groups).
+//! - *pane*: one firing of a window in a GroupByKey.
+//! - *residual*: the unprocessed part of an SDF element returned by a bundle,
+//!   re-scheduled into the same stage.
+
+pub mod bundle;
+mod dataflow;
+pub mod elements;
+pub mod error;
+pub mod group_by_key;
+pub mod side_input;
+
+pub use bundle::{BundleProcessor, BundleRequest, BundleResult, Completion};
+pub use dataflow::run_job;
+pub use error::{EngineError, Result};
+
+/// How a job is run.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Timely worker threads in this process (default: cores).
+    pub workers: usize,
+    /// Most elements in one bundle sent to an SDK harness.
+    pub max_bundle_elements: usize,
+    /// Most bytes in one bundle (a single larger element still forms a bundle).
+    pub max_bundle_bytes: usize,
+    /// Most bundles one stage operator on one worker keeps in flight.
+    pub max_bundles_in_flight: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            workers: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            max_bundle_elements: 10_000,
+            max_bundle_bytes: 8 << 20,
+            max_bundles_in_flight: 2,
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The bundle client: runs the engine's bundles on a job's SDK workers
+//! (`ProcessBundleRequest` on Control, elements on Data, residuals back).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use weir_engine::{BundleProcessor, BundleRequest, BundleResult, Completion};
+use weir_plan::{StageGraph, StageKind};
+use weir_proto::beam;
+
+use crate::registry::{BundleState, FnApi, Worker};
+
+/// Largest `Elements.Data` chunk Weir sends to an SDK harness.
+const DATA_CHUNK_BYTES: usize = 1 << 20;
+/// How long to wait for outputs' `is_last` after a successful bundle response.
+const OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A job's SDK workers by environment; the engine's [`BundleProcessor`].
+#[derive(Clone)]
+pub struct JobWorkers {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    fn_api: Arc<FnApi>,
+    job_id: String,
+    graph: Arc<StageGraph>,
+    workers: HashMap<String, Vec<Arc<Worker>>>,
+    runtime: tokio::runtime::Handle,
+    instruction_seq: Mutex<u64>,
+}
+
+impl JobWorkers {
+    /// Wraps started workers. Descriptor ids registered with `fn_api` must be
+    /// `descriptor_id(job_id, stage_id)`.
+    pub fn new(
+        fn_api: Arc<FnApi>,
+        job_id: String,
+        graph: Arc<StageGraph>,
+        workers: HashMap<String, Vec<Arc<Worker>>>,
+        runtime: tokio::runtime::Handle,
+    ) -> Self {
+        JobWorkers { inner: Arc::new(Inner { fn_api, job_id, graph, workers, runtime, instruction_seq: Mutex::new(0) }) }
+    }
+
+    /// The descriptor id of stage `stage_id` of job `job_id`, unique across jobs.
+    pub fn descriptor_id(job_id: &str, stage_id: &str) -> String {
+        format!("{job_id}/{stage_id}")
+    }
+}
+
+impl BundleProcessor for JobWorkers {
+    fn process_bundle(&self, request: BundleRequest, done: Completion) {
+        let inner = self.inner.clone();
+        self.inner.runtime.spawn(async move {
+            let result = inner.run(request).await;
+            done(result);
+        });
+    }
+}
+
+impl Inner {
+    fn pick(&self, environment_id: &str) -> Result<Arc<Worker>, String> {
+        let workers = self
+            .workers
+            .get(environment_id)
+            .ok_or_else(|| format!("no SDK workers for environment {environment_id}"))?;
+        workers
+            .iter()
+            .filter(|w| w.is_connected())
+            .min_by_key(|w| w.in_flight.load(Ordering::Relaxed))
+            .cloned()
+            .ok_or_else(|| format!("no connected SDK harness for environment {environment_id}"))
+    }
+
+    async fn run(&self, request: BundleRequest) -> Result<BundleResult, String> {
+        let StageKind::Sdk(stage) = &self.graph.stages[request.stage].kind else {
+            return Err(format!("stage {} is not an SDK stage", request.stage_name));
+        };
+        let worker = self.pick(&stage.environment_id)?;
+        let instruction_id = {
+            let mut seq = self.instruction_seq.lock().unwrap_or_else(|p| p.into_inner());
+            *seq += 1;
+            format!("{}-bundle-{}", self.job_id, *seq)
+        };
+        let bundle = Arc::new(BundleState {
+            side_inputs: request.side_inputs.clone(),
+            sink_index: stage.output_transform_ids.iter().enumerate().map(|(i, t)| (t.clone(), i)).collect(),
+            outputs: Mutex::new((vec![Vec::new(); stage.outputs.len()], stage.outputs.len())),
+            all_last: tokio::sync::Notify::new(),
+        });
+        self.fn_api.bundles.lock().unwrap_or_else(|p| p.into_inner()).insert(instruction_id.clone(), bundle.clone());
+        worker.in_flight.fetch_add(1, Ordering::Relaxed);
+        let result = self.exchange(&worker, &instruction_id, &request, stage, &bundle).await;
+        worker.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.fn_api.bundles.lock().unwrap_or_else(|p| p.into_inner()).remove(&instruction_id);
+        result
+    }
+
+    async fn exchange(
+        &self,
+        worker: &Worker,
+        instruction_id: &str,
+        request: &BundleRequest,
+        stage: &weir_plan::SdkStage,
+        bundle: &BundleState,
+    ) -> Result<BundleResult, String> {
+        let response = worker.send(beam::InstructionRequest {
+            instruction_id: instruction_id.to_string(),
+            request: Some(beam::instruction_request::Request::ProcessBundle(beam::ProcessBundleRequest {
+                process_bundle_descriptor_id: JobWorkers::descriptor_id(&self.job_id, &request.stage_id),
+                ..Default::default()
+            })),
+        })?;
+        let data = |chunk: &[u8], is_last: bool| beam::Elements {
+            data: vec![beam::elements::Data {
+                instruction_id: instruction_id.to_string(),
+                transform_id: stage.input_transform_id.clone(),
+                data: chunk.to_vec(),
+                is_last,
+            }],
+            timers: vec![],
+        };
+        // SDK harnesses open their data stream when their first bundle needs it.
+        let mut data_ready = worker.data_connected.subscribe();
+        if tokio::time::timeout(OUTPUT_DRAIN_TIMEOUT, data_ready.wait_for(|c| *c)).await.is_err() {
+            return Err(format!("SDK harness {} never opened its data stream", worker.id));
+        }
+        for chunk in request.input.chunks(DATA_CHUNK_BYTES) {
+            worker.send_data(data(chunk, false))?;
+        }
+        worker.send_data(data(&[], true))?;
+
+        let response = response.await.map_err(|_| format!("SDK harness {} went away", worker.id))?;
+        if !response.error.is_empty() {
+            return Err(response.error);
+        }
+        let Some(beam::instruction_response::Response::ProcessBundle(pb)) = response.response else {
+            return Err(format!("SDK harness {} answered a bundle with something else", worker.id));
+        };
+        // Wait for every sink's is_last (the data stream may lag the control stream).
+        loop {
+            let notified = bundle.all_last.notified();
+            if bundle.outputs.lock().unwrap_or_else(|p| p.into_inner()).1 == 0 {
+                break;
+            }
+            if tokio::time::timeout(OUTPUT_DRAIN_TIMEOUT, notified).await.is_err() {
+                return Err(format!("SDK harness {} never finished sending outputs of bundle {instruction_id}", worker.id));
+            }
+        }
+        let mut residuals = Vec::new();
+        for r in pb.residual_roots {
+            let app = r.application.unwrap_or_default();
+            if !stage.residual_transform_ids.contains(&app.transform_id) {
+                return Err(format!(
+                    "residual for transform {} which does not read the stage input (Weir only re-schedules residuals of the stage's first transform)",
+                    app.transform_id
+                ));
+            }
+            residuals.push(app.element);
+        }
+        let outputs = std::mem::take(&mut bundle.outputs.lock().unwrap_or_else(|p| p.into_inner()).0);
+        Ok(BundleResult { outputs, residuals })
+    }
+}

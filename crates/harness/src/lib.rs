@@ -1,0 +1,21 @@
+//! Weir's runner harness side of the Fn API: the services SDK harnesses dial
+//! (Control, Data, State, Logging, Provision), the environments that start
+//! SDK harness processes, and the bundle client implementing the engine's
+//! [`weir_engine::BundleProcessor`].
+//!
+//! Layer: harness. Depends on proto, model, plan and engine; knows nothing of
+//! the Job API. Entry types: [`FnApi`] (shared registry of workers, bundles
+//! and descriptors), [`services`] (one tonic service per Fn API service),
+//! [`JobWorkers`] (a job's SDK workers, the engine's bundle processor),
+//! [`boot`] (the PROCESS-environment boot command).
+
+pub mod boot;
+pub mod bundle;
+pub mod environment;
+pub mod error;
+pub mod registry;
+pub mod services;
+
+pub use bundle::JobWorkers;
+pub use error::{HarnessError, Result};
+pub use registry::{FnApi, LogSink, WorkerLog};

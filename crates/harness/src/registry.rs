@@ -1,0 +1,167 @@
+//! The registry every Fn API service shares: SDK workers by worker id (the
+//! `worker_id` gRPC header), bundles in flight by instruction id, and
+//! registered `ProcessBundleDescriptor`s by id.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, oneshot, watch};
+use weir_engine::side_input::SideInputs;
+use weir_proto::beam;
+
+/// Severity of a worker log line forwarded to a job's message stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerLog {
+    Debug,
+    Info,
+    Warning,
+    Error,
+}
+
+/// Where a job wants SDK log entries (and worker lifecycle notes) to go.
+pub type LogSink = Arc<dyn Fn(WorkerLog, String) + Send + Sync>;
+
+/// One SDK harness as the runner sees it.
+pub struct Worker {
+    pub id: String,
+    pub job_id: String,
+    pub provision: beam::ProvisionInfo,
+    pub log: LogSink,
+    pub(crate) control_tx: Mutex<Option<mpsc::UnboundedSender<beam::InstructionRequest>>>,
+    pub(crate) data_tx: Mutex<Option<mpsc::UnboundedSender<beam::Elements>>>,
+    pub(crate) pending: Mutex<HashMap<String, oneshot::Sender<beam::InstructionResponse>>>,
+    /// True once the control stream is open; false again when it closes.
+    pub(crate) connected: watch::Sender<bool>,
+    pub(crate) data_connected: watch::Sender<bool>,
+    pub(crate) in_flight: AtomicUsize,
+}
+
+impl Worker {
+    /// Sends an instruction and returns the receiver of its response.
+    /// `Err` when the worker's control stream is not open.
+    pub(crate) fn send(&self, req: beam::InstructionRequest) -> Result<oneshot::Receiver<beam::InstructionResponse>, String> {
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().unwrap_or_else(|p| p.into_inner()).insert(req.instruction_id.clone(), tx);
+        let control = self.control_tx.lock().unwrap_or_else(|p| p.into_inner());
+        match control.as_ref() {
+            Some(c) if c.send(req).is_ok() => Ok(rx),
+            _ => Err(format!("SDK harness {} is not connected", self.id)),
+        }
+    }
+
+    pub(crate) fn send_data(&self, elements: beam::Elements) -> Result<(), String> {
+        let data = self.data_tx.lock().unwrap_or_else(|p| p.into_inner());
+        match data.as_ref() {
+            Some(d) if d.send(elements).is_ok() => Ok(()),
+            _ => Err(format!("SDK harness {} has no open data stream", self.id)),
+        }
+    }
+
+    /// Marks the worker disconnected and fails every instruction waiting on it.
+    pub(crate) fn disconnected(&self, why: &str) {
+        *self.control_tx.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let _ = self.connected.send(false);
+        let pending: Vec<_> = self.pending.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
+        for (id, tx) in pending {
+            let _ = tx.send(beam::InstructionResponse {
+                instruction_id: id,
+                error: format!("SDK harness {} disconnected: {why}", self.id),
+                response: None,
+            });
+        }
+    }
+
+    /// True while the control stream is open.
+    pub fn is_connected(&self) -> bool {
+        *self.connected.borrow()
+    }
+}
+
+/// Output collection of one bundle in flight.
+pub(crate) struct BundleState {
+    pub side_inputs: Arc<SideInputs>,
+    pub sink_index: HashMap<String, usize>,
+    pub outputs: Mutex<(Vec<Vec<u8>>, usize)>,
+    pub all_last: tokio::sync::Notify,
+}
+
+/// Shared state of the Fn API services.
+pub struct FnApi {
+    /// `host:port` SDK harnesses dial for every Fn API service.
+    pub url: String,
+    workers: Mutex<HashMap<String, Arc<Worker>>>,
+    pub(crate) bundles: Mutex<HashMap<String, Arc<BundleState>>>,
+    descriptors: Mutex<HashMap<String, beam::ProcessBundleDescriptor>>,
+    next_id: AtomicU64,
+}
+
+impl FnApi {
+    /// A registry whose services are reachable at `url` (`host:port`).
+    pub fn new(url: String) -> Arc<FnApi> {
+        Arc::new(FnApi {
+            url,
+            workers: Mutex::default(),
+            bundles: Mutex::default(),
+            descriptors: Mutex::default(),
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    /// A fresh id, unique in this process, with the given prefix.
+    pub fn fresh_id(&self, prefix: &str) -> String {
+        format!("{prefix}{}", self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Registers a worker the runner is about to start.
+    pub fn add_worker(&self, id: String, job_id: String, provision: beam::ProvisionInfo, log: LogSink) -> Arc<Worker> {
+        let w = Arc::new(Worker {
+            id: id.clone(),
+            job_id,
+            provision,
+            log,
+            control_tx: Mutex::new(None),
+            data_tx: Mutex::new(None),
+            pending: Mutex::default(),
+            connected: watch::channel(false).0,
+            data_connected: watch::channel(false).0,
+            in_flight: AtomicUsize::new(0),
+        });
+        self.workers.lock().unwrap_or_else(|p| p.into_inner()).insert(id, w.clone());
+        w
+    }
+
+    /// Forgets a worker (its job ended).
+    pub fn remove_worker(&self, id: &str) {
+        if let Some(w) = self.workers.lock().unwrap_or_else(|p| p.into_inner()).remove(id) {
+            w.disconnected("its job ended");
+            *w.data_tx.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+    }
+
+    /// The worker with this id, if registered.
+    pub fn worker(&self, id: &str) -> Option<Arc<Worker>> {
+        self.workers.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+    }
+
+    /// Makes descriptors available to `GetProcessBundleDescriptor`.
+    pub fn add_descriptors(&self, descriptors: impl IntoIterator<Item = beam::ProcessBundleDescriptor>) {
+        let mut d = self.descriptors.lock().unwrap_or_else(|p| p.into_inner());
+        for desc in descriptors {
+            d.insert(desc.id.clone(), desc);
+        }
+    }
+
+    /// Forgets descriptors whose id starts with `prefix` (a job's).
+    pub fn remove_descriptors(&self, prefix: &str) {
+        self.descriptors.lock().unwrap_or_else(|p| p.into_inner()).retain(|k, _| !k.starts_with(prefix));
+    }
+
+    pub(crate) fn descriptor(&self, id: &str) -> Option<beam::ProcessBundleDescriptor> {
+        self.descriptors.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+    }
+
+    pub(crate) fn bundle(&self, instruction_id: &str) -> Option<Arc<BundleState>> {
+        self.bundles.lock().unwrap_or_else(|p| p.into_inner()).get(instruction_id).cloned()
+    }
+}

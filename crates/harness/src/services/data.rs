@@ -1,0 +1,58 @@
+//! `BeamFnData` (beam_fn_api.proto): element bytes to and from SDK harnesses,
+//! routed to bundles by instruction id and to outputs by sink transform id.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use weir_proto::beam;
+
+use super::known_worker;
+use crate::registry::FnApi;
+
+/// The data service.
+pub struct DataService(pub Arc<FnApi>);
+
+#[tonic::async_trait]
+impl beam::beam_fn_data_server::BeamFnData for DataService {
+    type DataStream = Pin<Box<dyn Stream<Item = Result<beam::Elements, tonic::Status>> + Send>>;
+
+    async fn data(
+        &self,
+        request: tonic::Request<tonic::Streaming<beam::Elements>>,
+    ) -> Result<tonic::Response<Self::DataStream>, tonic::Status> {
+        let worker = known_worker(&self.0, &request)?;
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::unbounded_channel();
+        *worker.data_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        let _ = worker.data_connected.send(true);
+        let fn_api = self.0.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(elements)) = inbound.next().await {
+                for d in elements.data {
+                    let Some(bundle) = fn_api.bundle(&d.instruction_id) else {
+                        tracing::debug!(instruction = %d.instruction_id, "data for an unknown bundle");
+                        continue;
+                    };
+                    let Some(&port) = bundle.sink_index.get(&d.transform_id) else {
+                        tracing::warn!(transform = %d.transform_id, "data for an unknown sink");
+                        continue;
+                    };
+                    let mut out = bundle.outputs.lock().unwrap_or_else(|p| p.into_inner());
+                    out.0[port].extend_from_slice(&d.data);
+                    if d.is_last {
+                        out.1 = out.1.saturating_sub(1);
+                        if out.1 == 0 {
+                            bundle.all_last.notify_one();
+                        }
+                    }
+                }
+            }
+            *worker.data_tx.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            let _ = worker.data_connected.send(false);
+        });
+        Ok(tonic::Response::new(Box::pin(UnboundedReceiverStream::new(rx).map(Ok))))
+    }
+}

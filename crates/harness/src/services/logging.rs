@@ -1,0 +1,54 @@
+//! `BeamFnLogging` (beam_fn_api.proto): SDK log entries go to Weir's log and
+//! to the job's message stream.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use weir_proto::beam;
+
+use super::known_worker;
+use crate::registry::{FnApi, WorkerLog};
+
+/// The logging service.
+pub struct LoggingService(pub Arc<FnApi>);
+
+#[tonic::async_trait]
+impl beam::beam_fn_logging_server::BeamFnLogging for LoggingService {
+    type LoggingStream = futures::stream::Pending<Result<beam::LogControl, tonic::Status>>;
+
+    async fn logging(
+        &self,
+        request: tonic::Request<tonic::Streaming<beam::log_entry::List>>,
+    ) -> Result<tonic::Response<Self::LoggingStream>, tonic::Status> {
+        let worker = known_worker(&self.0, &request)?;
+        let mut inbound = request.into_inner();
+        tokio::spawn(async move {
+            while let Some(Ok(list)) = inbound.next().await {
+                for e in list.log_entries {
+                    // Severity enum of LogEntry: TRACE=1 DEBUG=2 INFO=3 NOTICE=4 WARN=5 ERROR=6 CRITICAL=7.
+                    let level = match e.severity {
+                        0..=2 => WorkerLog::Debug,
+                        3 | 4 => WorkerLog::Info,
+                        5 => WorkerLog::Warning,
+                        _ => WorkerLog::Error,
+                    };
+                    let mut text = e.message.clone();
+                    if !e.trace.is_empty() {
+                        text.push('\n');
+                        text.push_str(&e.trace);
+                    }
+                    match level {
+                        WorkerLog::Error => tracing::error!(worker = %worker.id, "{text}"),
+                        WorkerLog::Warning => tracing::warn!(worker = %worker.id, "{text}"),
+                        WorkerLog::Info => tracing::info!(worker = %worker.id, "{text}"),
+                        WorkerLog::Debug => tracing::debug!(worker = %worker.id, "{text}"),
+                    }
+                    if level != WorkerLog::Debug {
+                        (worker.log)(level, format!("[{}] {text}", worker.id));
+                    }
+                }
+            }
+        });
+        Ok(tonic::Response::new(futures::stream::pending()))
+    }
+}

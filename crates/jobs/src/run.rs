@@ -1,0 +1,95 @@
+//! Running one job: plan, start SDK harnesses, run the engine, clean up.
+
+use std::sync::Arc;
+
+use weir_engine::EngineConfig;
+use weir_harness::environment;
+use weir_harness::{JobWorkers, WorkerLog};
+use weir_proto::beam::job_message::MessageImportance as Importance;
+use weir_proto::beam::job_state::Enum as JobState;
+use weir_proto::beam;
+
+use crate::registry::{Job, JobRegistry};
+
+/// Runs `job` to a terminal state; never panics the server.
+pub(crate) async fn run(registry: Arc<JobRegistry>, job: Arc<Job>) {
+    match execute(&registry, &job).await {
+        Ok(()) => {
+            job.message(Importance::JobMessageBasic, format!("job {} finished", job.name));
+            job.set_state(JobState::Done);
+        }
+        Err((state, message)) => {
+            tracing::warn!(job = %job.id, "{message}");
+            job.message(if state == JobState::Cancelled { Importance::JobMessageBasic } else { Importance::JobMessageError }, message);
+            job.set_state(state);
+        }
+    }
+    let _ = tokio::fs::remove_dir_all(&job.staging_dir).await;
+}
+
+async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState, String)> {
+    let fail = |m: String| (JobState::Failed, m);
+    let pipeline = job.pipeline.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let plan = weir_plan::plan(&pipeline, &weir_plan::PlanOptions { fn_api_url: registry.fn_api.url.clone() })
+        .map_err(|e| fail(e.to_string()))?;
+    let prefix = format!("{}/", job.id);
+    registry.fn_api.add_descriptors(plan.descriptors.values().map(|d| {
+        let mut d = d.clone();
+        d.id = JobWorkers::descriptor_id(&job.id, &d.id);
+        d
+    }));
+
+    let log_job = job.clone();
+    let log: weir_harness::LogSink = Arc::new(move |level, text| {
+        let importance = match level {
+            WorkerLog::Debug => Importance::JobMessageDebug,
+            WorkerLog::Info => Importance::JobMessageBasic,
+            WorkerLog::Warning => Importance::JobMessageWarning,
+            WorkerLog::Error => Importance::JobMessageError,
+        };
+        log_job.message(importance, text);
+    });
+    let provision = beam::ProvisionInfo {
+        pipeline_options: Some(job.options.clone()),
+        retrieval_token: job.id.clone(),
+        ..Default::default()
+    };
+    let per_env = crate::options::sdk_workers_per_environment(&job.options);
+    job.message(
+        Importance::JobMessageBasic,
+        format!("starting {per_env} SDK harness(es) per environment for {} stage(s)", plan.graph.stages.len()),
+    );
+    let started = environment::start(&registry.fn_api, &job.id, &plan.environments, per_env, &provision, log)
+        .await
+        .map_err(|e| fail(e.to_string()));
+    let started = match started {
+        Ok(s) => s,
+        Err(e) => {
+            registry.fn_api.remove_descriptors(&prefix);
+            return Err(e);
+        }
+    };
+    job.set_state(JobState::Running);
+
+    let graph = Arc::new(plan.graph);
+    let workers = JobWorkers::new(
+        registry.fn_api.clone(),
+        job.id.clone(),
+        graph.clone(),
+        started.workers.clone(),
+        tokio::runtime::Handle::current(),
+    );
+    let config = EngineConfig { workers: registry.config.engine_workers, ..EngineConfig::default() };
+    let cancel = job.cancel.clone();
+    let result = tokio::task::spawn_blocking(move || weir_engine::run_job(graph, Arc::new(workers), config, cancel))
+        .await
+        .map_err(|e| fail(format!("the engine thread failed (this is a Weir bug): {e}")));
+
+    started.stop(&registry.fn_api).await;
+    registry.fn_api.remove_descriptors(&prefix);
+    match result? {
+        Ok(()) => Ok(()),
+        Err(weir_engine::EngineError::Cancelled) => Err((JobState::Cancelled, "job cancelled".into())),
+        Err(e) => Err(fail(format!("job {} failed: {e}", job.name))),
+    }
+}

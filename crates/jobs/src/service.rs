@@ -1,0 +1,205 @@
+//! `JobService` (beam_job_api.proto): Prepare, Run, state and message streams,
+//! Cancel, GetJobs, GetPipeline, DescribePipelineOptions, GetJobMetrics.
+
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use futures::Stream;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use weir_proto::beam;
+use weir_proto::beam::job_messages_response::Response as Event;
+use weir_proto::beam::job_state::Enum as JobState;
+
+use crate::registry::{is_terminal, Job, JobRegistry};
+
+/// The Job API service.
+pub struct JobService(pub Arc<JobRegistry>);
+
+/// Maps a planning error to the gRPC status a client sees at Prepare.
+pub(crate) fn plan_status(e: &weir_plan::PlanError) -> tonic::Status {
+    match e {
+        weir_plan::PlanError::Unsupported { .. } => tonic::Status::unimplemented(e.to_string()),
+        weir_plan::PlanError::Internal(_) => tonic::Status::internal(e.to_string()),
+        _ => tonic::Status::invalid_argument(e.to_string()),
+    }
+}
+
+impl JobService {
+    fn job(&self, id: &str) -> Result<Arc<Job>, tonic::Status> {
+        self.0.get(id).ok_or_else(|| tonic::Status::not_found(format!("unknown job id {id:?}")))
+    }
+}
+
+type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send>>;
+
+/// Streams a job's events through `map` (None = skip) until a terminal state has been sent.
+fn follow<T: Send + 'static>(job: Arc<Job>, map: fn(beam::JobMessagesResponse) -> Option<T>) -> EventStream<T> {
+    let (tx, rx) = mpsc::channel(256);
+    tokio::spawn(async move {
+        let (history, mut live) = job.subscribe();
+        let terminal = |e: &beam::JobMessagesResponse| {
+            matches!(&e.response, Some(Event::StateResponse(s)) if JobState::try_from(s.state).map(is_terminal).unwrap_or(false))
+        };
+        for e in history {
+            let end = terminal(&e);
+            if let Some(m) = map(e) {
+                if tx.send(Ok(m)).await.is_err() {
+                    return;
+                }
+            }
+            if end {
+                return;
+            }
+        }
+        loop {
+            match live.recv().await {
+                Ok(e) => {
+                    let end = terminal(&e);
+                    if let Some(m) = map(e) {
+                        if tx.send(Ok(m)).await.is_err() {
+                            return;
+                        }
+                    }
+                    if end {
+                        return;
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(_) => return,
+            }
+        }
+    });
+    Box::pin(ReceiverStream::new(rx))
+}
+
+#[tonic::async_trait]
+impl beam::job_service_server::JobService for JobService {
+    async fn prepare(
+        &self,
+        request: tonic::Request<beam::PrepareJobRequest>,
+    ) -> Result<tonic::Response<beam::PrepareJobResponse>, tonic::Status> {
+        let req = request.into_inner();
+        let pipeline = req.pipeline.ok_or_else(|| tonic::Status::invalid_argument("PrepareJobRequest has no pipeline"))?;
+        let plan = weir_plan::plan(&pipeline, &weir_plan::PlanOptions { fn_api_url: self.0.url.clone() })
+            .map_err(|e| plan_status(&e))?;
+        for (id, env) in &plan.environments {
+            weir_harness::environment::validate(id, env).map_err(|e| tonic::Status::unimplemented(e.to_string()))?;
+        }
+        let options = req.pipeline_options.unwrap_or_default();
+        for rejected in ["disable_portable_runner", "disable_runner_v2", "enable_streaming_java_runner"] {
+            if crate::options::has_experiment(&options, rejected) {
+                return Err(tonic::Status::invalid_argument(format!(
+                    "--experiments={rejected}: Weir is a Portable Runner (Runner v2); it cannot run the legacy runner"
+                )));
+            }
+        }
+        let job = self.0.create(req.job_name, pipeline, options);
+        tracing::info!(job = %job.id, name = %job.name, stages = plan.graph.stages.len(), "prepared");
+        Ok(tonic::Response::new(beam::PrepareJobResponse {
+            preparation_id: job.id.clone(),
+            artifact_staging_endpoint: Some(beam::ApiServiceDescriptor { url: self.0.url.clone(), ..Default::default() }),
+            staging_session_token: job.id.clone(),
+        }))
+    }
+
+    async fn run(&self, request: tonic::Request<beam::RunJobRequest>) -> Result<tonic::Response<beam::RunJobResponse>, tonic::Status> {
+        let job = self.job(&request.get_ref().preparation_id)?;
+        if job.state() != JobState::Stopped {
+            return Err(tonic::Status::failed_precondition(format!("job {} was already run", job.id)));
+        }
+        job.set_state(JobState::Starting);
+        tokio::spawn(crate::run::run(self.0.clone(), job.clone()));
+        Ok(tonic::Response::new(beam::RunJobResponse { job_id: job.id.clone() }))
+    }
+
+    async fn get_jobs(&self, _: tonic::Request<beam::GetJobsRequest>) -> Result<tonic::Response<beam::GetJobsResponse>, tonic::Status> {
+        Ok(tonic::Response::new(beam::GetJobsResponse { job_info: self.0.all().iter().map(|j| j.info()).collect() }))
+    }
+
+    async fn get_state(&self, request: tonic::Request<beam::GetJobStateRequest>) -> Result<tonic::Response<beam::JobStateEvent>, tonic::Status> {
+        let job = self.job(&request.get_ref().job_id)?;
+        Ok(tonic::Response::new(beam::JobStateEvent { state: job.state() as i32, timestamp: Some(std::time::SystemTime::now().into()) }))
+    }
+
+    async fn get_pipeline(
+        &self,
+        request: tonic::Request<beam::GetJobPipelineRequest>,
+    ) -> Result<tonic::Response<beam::GetJobPipelineResponse>, tonic::Status> {
+        let job = self.job(&request.get_ref().job_id)?;
+        let pipeline = job.pipeline.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        Ok(tonic::Response::new(beam::GetJobPipelineResponse { pipeline: Some(pipeline) }))
+    }
+
+    async fn cancel(&self, request: tonic::Request<beam::CancelJobRequest>) -> Result<tonic::Response<beam::CancelJobResponse>, tonic::Status> {
+        let job = self.job(&request.get_ref().job_id)?;
+        match job.state() {
+            JobState::Stopped => job.set_state(JobState::Cancelled),
+            s if is_terminal(s) => {}
+            _ => {
+                job.cancel.store(true, Ordering::SeqCst);
+                job.set_state(JobState::Cancelling);
+            }
+        }
+        Ok(tonic::Response::new(beam::CancelJobResponse { state: job.state() as i32 }))
+    }
+
+    async fn drain(&self, request: tonic::Request<beam::DrainJobRequest>) -> Result<tonic::Response<beam::DrainJobResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented(format!(
+            "Drain (job {}): Weir runs batch pipelines only so far; use Cancel",
+            request.get_ref().job_id
+        )))
+    }
+
+    type GetStateStreamStream = EventStream<beam::JobStateEvent>;
+
+    async fn get_state_stream(
+        &self,
+        request: tonic::Request<beam::GetJobStateRequest>,
+    ) -> Result<tonic::Response<Self::GetStateStreamStream>, tonic::Status> {
+        let job = self.job(&request.get_ref().job_id)?;
+        Ok(tonic::Response::new(follow(job, |e| match e.response {
+            Some(Event::StateResponse(s)) => Some(s),
+            _ => None,
+        })))
+    }
+
+    type GetMessageStreamStream = EventStream<beam::JobMessagesResponse>;
+
+    async fn get_message_stream(
+        &self,
+        request: tonic::Request<beam::JobMessagesRequest>,
+    ) -> Result<tonic::Response<Self::GetMessageStreamStream>, tonic::Status> {
+        let job = self.job(&request.get_ref().job_id)?;
+        Ok(tonic::Response::new(follow(job, Some)))
+    }
+
+    async fn get_job_metrics(
+        &self,
+        request: tonic::Request<beam::GetJobMetricsRequest>,
+    ) -> Result<tonic::Response<beam::GetJobMetricsResponse>, tonic::Status> {
+        self.job(&request.get_ref().job_id)?;
+        Ok(tonic::Response::new(beam::GetJobMetricsResponse { metrics: Some(beam::MetricResults::default()) }))
+    }
+
+    async fn describe_pipeline_options(
+        &self,
+        _: tonic::Request<beam::DescribePipelineOptionsRequest>,
+    ) -> Result<tonic::Response<beam::DescribePipelineOptionsResponse>, tonic::Status> {
+        let d = |name: &str, description: &str, ty: beam::pipeline_option_type::Enum| beam::PipelineOptionDescriptor {
+            name: name.into(),
+            description: description.into(),
+            r#type: ty as i32,
+            default_value: String::new(),
+            group: "weir".into(),
+        };
+        use beam::pipeline_option_type::Enum as T;
+        Ok(tonic::Response::new(beam::DescribePipelineOptionsResponse {
+            options: vec![
+                d("job_name", "Name of the job, shown in job listings", T::String),
+                d("experiments", "Experiments; no_use_multiple_sdk_containers runs one SDK harness per environment instead of one per core", T::Array),
+            ],
+        }))
+    }
+}

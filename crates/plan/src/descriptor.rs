@@ -1,0 +1,285 @@
+//! From fused stages to the engine's [`StageGraph`] and the
+//! `ProcessBundleDescriptor`s (beam_fn_api.proto) SDK harnesses execute.
+//!
+//! Each SDK stage reads its main input through a `beam:runner:source:v1`
+//! transform and writes every PCollection consumed outside the stage through a
+//! `beam:runner:sink:v1` transform, both carrying a `RemoteGrpcPort` whose
+//! coder is the windowed wire coder of that PCollection.
+
+use std::collections::{BTreeSet, HashMap};
+
+use prost::Message;
+use weir_model::Coder;
+use weir_proto::{beam, urns};
+
+use crate::coders::{to_model, windowed_coder_id, wire_coder_id};
+use crate::fusion::{split_inputs, FusedStage};
+use crate::graph::*;
+use crate::leaves::{pardo_payload, LeafKind};
+use crate::{windowing, Plan, PlanError, PlanOptions, Result};
+
+struct Builder<'a> {
+    c: &'a beam::Components,
+    coders: HashMap<String, beam::Coder>,
+    index: HashMap<String, PCollectionIndex>,
+    pcollections: Vec<PCollectionInfo>,
+    /// PCollection id -> wire (element) coder id.
+    wire: HashMap<String, String>,
+}
+
+impl Builder<'_> {
+    fn pc(&self, id: &str) -> Result<&beam::PCollection> {
+        self.c.pcollections.get(id).ok_or_else(|| PlanError::Invalid(format!("unknown PCollection id {id:?}")))
+    }
+
+    /// The wire element coder id of PCollection `id`.
+    fn wire_of(&mut self, id: &str) -> Result<String> {
+        if let Some(w) = self.wire.get(id) {
+            return Ok(w.clone());
+        }
+        let coder_id = self.pc(id)?.coder_id.clone();
+        let w = wire_coder_id(&mut self.coders, &coder_id)?;
+        self.wire.insert(id.to_string(), w.clone());
+        Ok(w)
+    }
+
+    fn index_of(&mut self, id: &str) -> Result<PCollectionIndex> {
+        if let Some(&i) = self.index.get(id) {
+            return Ok(i);
+        }
+        let pc = self.pc(id)?.clone();
+        let wire = self.wire_of(id)?;
+        let windowing = windowing::parse(&self.c.windowing_strategies, &self.coders, &pc.windowing_strategy_id, id)?;
+        let window_coder_id = self.c.windowing_strategies[&pc.windowing_strategy_id].window_coder_id.clone();
+        let info = PCollectionInfo {
+            id: id.to_string(),
+            value_coder: to_model(&self.coders, &wire)?,
+            window_coder: to_model(&self.coders, &window_coder_id)?,
+            windowing,
+        };
+        self.pcollections.push(info);
+        self.index.insert(id.to_string(), self.pcollections.len() - 1);
+        Ok(self.pcollections.len() - 1)
+    }
+
+    fn windowed_wire(&mut self, pc_id: &str) -> Result<String> {
+        let wire = self.wire_of(pc_id)?;
+        let ws = &self.pc(pc_id)?.windowing_strategy_id;
+        let window = self
+            .c
+            .windowing_strategies
+            .get(ws)
+            .ok_or_else(|| PlanError::Invalid(format!("unknown windowing strategy {ws:?}")))?
+            .window_coder_id
+            .clone();
+        Ok(windowed_coder_id(&mut self.coders, &wire, &window))
+    }
+}
+
+fn single(t: &beam::PTransform, id: &str, what: &str, m: &HashMap<String, String>) -> Result<String> {
+    let mut v: Vec<_> = m.values().collect();
+    v.dedup();
+    match v.as_slice() {
+        [one] => Ok((*one).clone()),
+        _ => Err(PlanError::Invalid(format!("transform {id} ({}) must have exactly one {what}", t.unique_name))),
+    }
+}
+
+pub(crate) fn build(c: &beam::Components, fused: Vec<FusedStage>, options: &PlanOptions) -> Result<Plan> {
+    let mut b = Builder { c, coders: c.coders.clone(), index: HashMap::new(), pcollections: vec![], wire: HashMap::new() };
+
+    // Leaf id -> fused stage number; PCollection id -> consuming leaves.
+    let mut stage_of_leaf: HashMap<&str, usize> = HashMap::new();
+    for (i, s) in fused.iter().enumerate() {
+        match s {
+            FusedStage::Runner { transform_id, .. } => {
+                stage_of_leaf.insert(transform_id, i);
+            }
+            FusedStage::Sdk { transforms, .. } => {
+                for t in transforms {
+                    stage_of_leaf.insert(t, i);
+                }
+            }
+        }
+    }
+    let mut consumers: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (leaf, &stage) in &stage_of_leaf {
+        for pc in c.transforms[*leaf].inputs.values() {
+            consumers.entry(pc.as_str()).or_default().push(stage);
+        }
+    }
+
+    // A Flatten's inputs travel in the Flatten output's coder, so the runner
+    // can concatenate them without re-encoding (the SDK encodes the same
+    // objects with either coder).
+    for s in &fused {
+        if let FusedStage::Runner { kind: LeafKind::Flatten, transform_id } = s {
+            let t = &c.transforms[transform_id];
+            let out = single(t, transform_id, "output", &t.outputs)?;
+            let w = b.wire_of(&out)?;
+            for input in t.inputs.values() {
+                b.wire.insert(input.clone(), w.clone());
+            }
+        }
+    }
+
+    let mut stages = Vec::new();
+    let mut descriptors = HashMap::new();
+    let mut environments = HashMap::new();
+    for (n, s) in fused.iter().enumerate() {
+        let stage_id = format!("stage-{n}");
+        match s {
+            FusedStage::Runner { kind, transform_id } => {
+                let t = &c.transforms[transform_id];
+                let kind = match kind {
+                    LeafKind::Impulse => {
+                        StageKind::Impulse { output: b.index_of(&single(t, transform_id, "output", &t.outputs)?)? }
+                    }
+                    LeafKind::GroupByKey | LeafKind::Reshuffle => {
+                        let input = b.index_of(&single(t, transform_id, "input", &t.inputs)?)?;
+                        let output = b.index_of(&single(t, transform_id, "output", &t.outputs)?)?;
+                        if !matches!(b.pcollections[input].value_coder, Coder::Kv(..)) && *kind == LeafKind::GroupByKey {
+                            return Err(PlanError::Invalid(format!(
+                                "GroupByKey {transform_id} ({}) input {} is not KV-coded",
+                                t.unique_name, b.pcollections[input].id
+                            )));
+                        }
+                        if *kind == LeafKind::GroupByKey {
+                            StageKind::GroupByKey { input, output }
+                        } else {
+                            StageKind::Reshuffle { input, output }
+                        }
+                    }
+                    LeafKind::Flatten => {
+                        let mut names: Vec<_> = t.inputs.iter().collect();
+                        names.sort();
+                        let inputs = names.into_iter().map(|(_, pc)| b.index_of(pc)).collect::<Result<Vec<_>>>()?;
+                        StageKind::Flatten { inputs, output: b.index_of(&single(t, transform_id, "output", &t.outputs)?)? }
+                    }
+                    LeafKind::Sdk => return Err(PlanError::Internal("SDK leaf in a runner stage".into())),
+                };
+                stages.push(Stage { id: stage_id, name: t.unique_name.clone(), kind });
+            }
+            FusedStage::Sdk { environment_id, input, transforms } => {
+                let mut d = beam::ProcessBundleDescriptor {
+                    id: stage_id.clone(),
+                    state_api_service_descriptor: Some(beam::ApiServiceDescriptor {
+                        url: options.fn_api_url.clone(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                };
+                let in_stage: BTreeSet<&str> = transforms.iter().map(|s| s.as_str()).collect();
+                let mut referenced: BTreeSet<String> = BTreeSet::new();
+                let mut outputs: BTreeSet<String> = BTreeSet::new();
+                let mut side_inputs = Vec::new();
+                let mut residual_transform_ids = Vec::new();
+                let mut names = Vec::new();
+                for tid in transforms {
+                    let t = &c.transforms[tid];
+                    names.push(t.unique_name.clone());
+                    referenced.extend(t.inputs.values().cloned());
+                    referenced.extend(t.outputs.values().cloned());
+                    for pc in t.outputs.values() {
+                        let outside = consumers.get(pc.as_str()).map(|v| v.iter().any(|&st| st != n)).unwrap_or(false);
+                        if outside {
+                            outputs.insert(pc.clone());
+                        }
+                    }
+                    let (main, side) = split_inputs(tid, t)?;
+                    if main.first() == Some(input) {
+                        residual_transform_ids.push(tid.clone());
+                    }
+                    if !side.is_empty() {
+                        let payload = pardo_payload(tid, t)?;
+                        for (local, pc) in side {
+                            let pattern = payload.side_inputs[&local].access_pattern.as_ref().map(|a| a.urn.as_str());
+                            let kind = if pattern == Some(urns::side_input::MULTIMAP) {
+                                SideInputKind::Multimap
+                            } else {
+                                SideInputKind::Iterable
+                            };
+                            side_inputs.push(SideInput {
+                                transform_id: tid.clone(),
+                                local_name: local,
+                                pcollection: b.index_of(&pc)?,
+                                kind,
+                            });
+                        }
+                    }
+                    d.transforms.insert(tid.clone(), t.clone());
+                }
+                let _ = in_stage;
+                let source_id = format!("{stage_id}/source");
+                let port = |coder_id: String| beam::RemoteGrpcPort {
+                    api_service_descriptor: Some(beam::ApiServiceDescriptor { url: options.fn_api_url.clone(), ..Default::default() }),
+                    coder_id,
+                };
+                let source_port = port(b.windowed_wire(input)?);
+                d.transforms.insert(
+                    source_id.clone(),
+                    beam::PTransform {
+                        unique_name: source_id.clone(),
+                        spec: Some(beam::FunctionSpec { urn: urns::transform::DATA_SOURCE.into(), payload: source_port.encode_to_vec() }),
+                        outputs: [("out".to_string(), input.clone())].into_iter().collect(),
+                        ..Default::default()
+                    },
+                );
+                let mut output_indices = Vec::new();
+                let mut output_transform_ids = Vec::new();
+                for pc in &outputs {
+                    let sink_id = format!("{stage_id}/sink:{pc}");
+                    let sink_port = port(b.windowed_wire(pc)?);
+                    d.transforms.insert(
+                        sink_id.clone(),
+                        beam::PTransform {
+                            unique_name: sink_id.clone(),
+                            spec: Some(beam::FunctionSpec { urn: urns::transform::DATA_SINK.into(), payload: sink_port.encode_to_vec() }),
+                            inputs: [("in".to_string(), pc.clone())].into_iter().collect(),
+                            ..Default::default()
+                        },
+                    );
+                    output_indices.push(b.index_of(pc)?);
+                    output_transform_ids.push(sink_id);
+                }
+                for pc in &referenced {
+                    let mut p = b.pc(pc)?.clone();
+                    p.coder_id = b.wire_of(pc)?;
+                    d.windowing_strategies
+                        .entry(p.windowing_strategy_id.clone())
+                        .or_insert_with(|| c.windowing_strategies.get(&p.windowing_strategy_id).cloned().unwrap_or_default());
+                    d.pcollections.insert(pc.clone(), p);
+                }
+                let input_index = b.index_of(input)?;
+                stages.push(Stage {
+                    id: stage_id.clone(),
+                    name: names.join("+"),
+                    kind: StageKind::Sdk(SdkStage {
+                        environment_id: environment_id.clone(),
+                        input: input_index,
+                        input_transform_id: source_id,
+                        side_inputs,
+                        outputs: output_indices,
+                        output_transform_ids,
+                        residual_transform_ids,
+                    }),
+                });
+                if let Some(env) = c.environments.get(environment_id) {
+                    environments.insert(environment_id.clone(), env.clone());
+                } else {
+                    return Err(PlanError::Invalid(format!(
+                        "stage {} uses unknown environment {environment_id:?}",
+                        names.join("+")
+                    )));
+                }
+                descriptors.insert(stage_id, d);
+            }
+        }
+    }
+    // Every descriptor gets the final coder table (wire coders were added while building).
+    for d in descriptors.values_mut() {
+        d.coders = b.coders.clone();
+        d.environments = c.environments.clone();
+    }
+    Ok(Plan { graph: StageGraph { pcollections: b.pcollections, stages }, descriptors, environments })
+}

@@ -1,0 +1,137 @@
+//! Greedy fusion: SDK transforms join the stage of the transform that produces
+//! their main input, unless the environment differs, they read side inputs
+//! (the side input must be complete before the stage runs, and may itself be
+//! computed from this stage), or they are an SDF process step (so the runner
+//! can spread restrictions over workers). Runner transforms are stages alone.
+
+use std::collections::{BTreeSet, HashMap};
+
+use weir_proto::beam;
+
+use crate::leaves::{classify, pardo_payload, urn_of, LeafKind};
+use crate::sdf::PROCESS_SUFFIX;
+use crate::{PlanError, Result};
+
+/// A stage before descriptors are built, in terms of proto ids.
+#[derive(Debug)]
+pub(crate) enum FusedStage {
+    Runner { kind: LeafKind, transform_id: String },
+    Sdk { environment_id: String, input: String, transforms: Vec<String> },
+}
+
+/// The main and side input PCollection ids of a leaf.
+pub(crate) fn split_inputs(id: &str, t: &beam::PTransform) -> Result<(Vec<String>, Vec<(String, String)>)> {
+    let side_names: BTreeSet<String> = if urn_of(t) == weir_proto::urns::transform::PAR_DO
+        || urn_of(t).starts_with("beam:transform:sdf_")
+    {
+        pardo_payload(id, t)?.side_inputs.keys().cloned().collect()
+    } else {
+        BTreeSet::new()
+    };
+    let mut main = Vec::new();
+    let mut side = Vec::new();
+    let mut names: Vec<_> = t.inputs.iter().collect();
+    names.sort();
+    for (name, pc) in names {
+        if side_names.contains(name) {
+            side.push((name.clone(), pc.clone()));
+        } else {
+            main.push(pc.clone());
+        }
+    }
+    Ok((main, side))
+}
+
+/// Orders leaves so producers come before consumers (Kahn's algorithm, ties
+/// broken by discovery order so plans are deterministic).
+fn topo_order(c: &beam::Components, leaves: &[String]) -> Result<Vec<String>> {
+    let mut producer: HashMap<&str, usize> = HashMap::new();
+    for (i, id) in leaves.iter().enumerate() {
+        for pc in c.transforms[id].outputs.values() {
+            producer.insert(pc, i);
+        }
+    }
+    let mut indegree = vec![0usize; leaves.len()];
+    let mut consumers: Vec<Vec<usize>> = vec![vec![]; leaves.len()];
+    for (i, id) in leaves.iter().enumerate() {
+        let mut deps = BTreeSet::new();
+        for pc in c.transforms[id].inputs.values() {
+            match producer.get(pc.as_str()) {
+                Some(&p) => {
+                    deps.insert(p);
+                }
+                None => {
+                    return Err(PlanError::Invalid(format!(
+                        "transform {id} ({}) reads PCollection {pc}, which no transform produces",
+                        c.transforms[id].unique_name
+                    )))
+                }
+            }
+        }
+        indegree[i] = deps.len();
+        for d in deps {
+            consumers[d].push(i);
+        }
+    }
+    let mut ready: BTreeSet<usize> = (0..leaves.len()).filter(|&i| indegree[i] == 0).collect();
+    let mut order = Vec::with_capacity(leaves.len());
+    while let Some(i) = ready.pop_first() {
+        order.push(leaves[i].clone());
+        for &j in &consumers[i] {
+            indegree[j] -= 1;
+            if indegree[j] == 0 {
+                ready.insert(j);
+            }
+        }
+    }
+    if order.len() != leaves.len() {
+        return Err(PlanError::Invalid("the pipeline's transforms form a cycle".into()));
+    }
+    Ok(order)
+}
+
+/// Fuses the leaves into stages, in topological order.
+pub(crate) fn fuse(c: &beam::Components, leaves: &[String]) -> Result<Vec<FusedStage>> {
+    let order = topo_order(c, leaves)?;
+    let mut stages: Vec<FusedStage> = Vec::new();
+    // PCollection id -> index of the SDK stage producing it.
+    let mut sdk_stage_of: HashMap<String, usize> = HashMap::new();
+    for id in order {
+        let t = &c.transforms[&id];
+        let kind = classify(&id, t)?;
+        if kind != LeafKind::Sdk {
+            stages.push(FusedStage::Runner { kind, transform_id: id });
+            continue;
+        }
+        let (main, side) = split_inputs(&id, t)?;
+        let [input] = main.as_slice() else {
+            return Err(PlanError::Unsupported {
+                transform: format!("{id} ({})", t.unique_name),
+                urn: urn_of(t).to_string(),
+                feature: format!("an SDK transform with {} main inputs", main.len()),
+            });
+        };
+        let env = t.environment_id.clone();
+        let fuse_into = sdk_stage_of.get(input).copied().filter(|&s| {
+            side.is_empty()
+                && !id.ends_with(PROCESS_SUFFIX)
+                && matches!(&stages[s], FusedStage::Sdk { environment_id, .. } if *environment_id == env)
+        });
+        let stage = match fuse_into {
+            Some(s) => {
+                if let FusedStage::Sdk { transforms, .. } = &mut stages[s] {
+                    transforms.push(id.clone());
+                }
+                s
+            }
+            None => {
+                stages.push(FusedStage::Sdk { environment_id: env, input: input.clone(), transforms: vec![id.clone()] });
+                stages.len() - 1
+            }
+        };
+        for pc in t.outputs.values() {
+            sdk_stage_of.insert(pc.clone(), stage);
+        }
+    }
+    Ok(stages)
+}

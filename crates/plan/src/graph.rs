@@ -1,0 +1,151 @@
+//! The stage graph: what the engine runs, in native types (no protos).
+
+use weir_model::Coder;
+
+/// Index of a PCollection in [`StageGraph::pcollections`].
+pub type PCollectionIndex = usize;
+
+/// Stages and the PCollections that flow between them.
+#[derive(Clone, Debug)]
+pub struct StageGraph {
+    /// Every PCollection that crosses a stage boundary (or feeds a side input).
+    pub pcollections: Vec<PCollectionInfo>,
+    /// Stages in topological order: a stage's inputs are produced by earlier stages.
+    pub stages: Vec<Stage>,
+}
+
+/// A PCollection as the runner sees it on the Fn API data plane.
+#[derive(Clone, Debug)]
+pub struct PCollectionInfo {
+    /// The PCollection id in the pipeline proto.
+    pub id: String,
+    /// The element coder used on the wire (unknown coders length-prefixed).
+    pub value_coder: Coder,
+    /// The window coder of its windowing strategy.
+    pub window_coder: Coder,
+    /// Its windowing strategy.
+    pub windowing: Windowing,
+}
+
+/// Beam WindowFns the runner must understand (for merging in GroupByKey).
+#[derive(Clone, Debug, PartialEq)]
+pub enum WindowFn {
+    /// `beam:window_fn:global_windows:v1`
+    Global,
+    /// Fixed, sliding or any other non-merging WindowFn: assignment happens in the SDK.
+    NonMerging,
+    /// `beam:window_fn:session_windows:v1` with its gap in milliseconds.
+    Sessions { gap_ms: i64 },
+}
+
+/// Output timestamp policy of a GroupByKey (`OutputTime` in beam_runner_api.proto).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputTime {
+    /// The window's max timestamp (end - 1 ms).
+    EndOfWindow,
+    /// The earliest input timestamp in the pane.
+    EarliestInPane,
+    /// The latest input timestamp in the pane.
+    LatestInPane,
+}
+
+/// The parts of a `WindowingStrategy` the engine uses.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Windowing {
+    pub window_fn: WindowFn,
+    pub output_time: OutputTime,
+}
+
+/// One unit of execution.
+#[derive(Clone, Debug)]
+pub struct Stage {
+    /// Stable id, also the `ProcessBundleDescriptor` id for SDK stages.
+    pub id: String,
+    /// Unique names of the transforms in the stage, joined with `+`, for messages.
+    pub name: String,
+    pub kind: StageKind,
+}
+
+/// What a stage does.
+#[derive(Clone, Debug)]
+pub enum StageKind {
+    /// `beam:transform:impulse:v1`: one empty byte array in the global window at MIN timestamp.
+    Impulse { output: PCollectionIndex },
+    /// `beam:transform:group_by_key:v1`, executed by the runner.
+    GroupByKey { input: PCollectionIndex, output: PCollectionIndex },
+    /// `beam:transform:flatten:v1`, executed by the runner.
+    Flatten { inputs: Vec<PCollectionIndex>, output: PCollectionIndex },
+    /// `beam:transform:reshuffle:v1` (and redistribute): an identity that redistributes elements.
+    Reshuffle { input: PCollectionIndex, output: PCollectionIndex },
+    /// Fused SDK transforms run as bundles on an SDK harness.
+    Sdk(SdkStage),
+}
+
+/// A fused stage executed by an SDK harness.
+#[derive(Clone, Debug)]
+pub struct SdkStage {
+    /// Environment the stage's transforms run in.
+    pub environment_id: String,
+    /// The main input, read through the `beam:runner:source:v1` transform `input_transform_id`.
+    pub input: PCollectionIndex,
+    pub input_transform_id: String,
+    /// Side inputs served over the State API.
+    pub side_inputs: Vec<SideInput>,
+    /// Outputs, each written by the `beam:runner:sink:v1` transform at the same position of `output_transform_ids`.
+    pub outputs: Vec<PCollectionIndex>,
+    pub output_transform_ids: Vec<String>,
+    /// Transform ids whose residuals (SDF checkpoints / splits) re-enter this stage's input.
+    pub residual_transform_ids: Vec<String>,
+}
+
+/// How a side input is read (`beam:side_input:iterable:v1` / `beam:side_input:multimap:v1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SideInputKind {
+    Iterable,
+    Multimap,
+}
+
+/// A side input of a transform in an SDK stage.
+#[derive(Clone, Debug)]
+pub struct SideInput {
+    /// The consuming transform id and its local input name, as in `StateKey`s.
+    pub transform_id: String,
+    pub local_name: String,
+    pub pcollection: PCollectionIndex,
+    pub kind: SideInputKind,
+}
+
+impl StageGraph {
+    /// The stages that read `pcollection` as a main input, in order.
+    pub fn consumers(&self, pcollection: PCollectionIndex) -> Vec<usize> {
+        self.stages
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.main_inputs().contains(&pcollection))
+            .map(|(i, _)| i)
+            .collect()
+    }
+}
+
+impl Stage {
+    /// Main inputs of the stage (not side inputs).
+    pub fn main_inputs(&self) -> Vec<PCollectionIndex> {
+        match &self.kind {
+            StageKind::Impulse { .. } => vec![],
+            StageKind::GroupByKey { input, .. } | StageKind::Reshuffle { input, .. } => vec![*input],
+            StageKind::Flatten { inputs, .. } => inputs.clone(),
+            StageKind::Sdk(s) => vec![s.input],
+        }
+    }
+
+    /// Outputs of the stage.
+    pub fn outputs(&self) -> Vec<PCollectionIndex> {
+        match &self.kind {
+            StageKind::Impulse { output }
+            | StageKind::GroupByKey { output, .. }
+            | StageKind::Reshuffle { output, .. }
+            | StageKind::Flatten { output, .. } => vec![*output],
+            StageKind::Sdk(s) => s.outputs.clone(),
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! Turns a Beam pipeline (Runner API proto) into Weir's stage graph.
+//!
+//! Layer: plan. Depends on `weir-proto` and `weir-model`; no tokio, no timely,
+//! no I/O. Entry point: [`plan`], which validates the pipeline, expands
+//! splittable DoFns, fuses SDK transforms into stages and builds one
+//! `ProcessBundleDescriptor` per SDK stage. The engine consumes the native
+//! [`StageGraph`]; the harness consumes the descriptors.
+
+mod coders;
+mod descriptor;
+pub mod error;
+mod fusion;
+pub mod graph;
+mod leaves;
+mod sdf;
+mod windowing;
+
+use std::collections::HashMap;
+
+pub use error::{PlanError, Result};
+pub use graph::*;
+use weir_proto::beam;
+
+/// What the plan needs to know about the running harness.
+#[derive(Clone, Debug)]
+pub struct PlanOptions {
+    /// `host:port` of the Fn API (data and state) service SDK harnesses dial;
+    /// written into every `RemoteGrpcPort` and `state_api_service_descriptor`.
+    pub fn_api_url: String,
+}
+
+/// A planned job: the engine's stage graph and, per SDK stage, the
+/// `ProcessBundleDescriptor` registered with SDK harnesses.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Stages in topological order over native types.
+    pub graph: StageGraph,
+    /// `ProcessBundleDescriptor` per SDK stage id (`StageGraph::stages[i].id`).
+    pub descriptors: HashMap<String, beam::ProcessBundleDescriptor>,
+    /// Environments referenced by SDK stages, by environment id.
+    pub environments: HashMap<String, beam::Environment>,
+}
+
+/// Validates and plans `pipeline`.
+///
+/// # Errors
+/// [`PlanError::Unsupported`] for a transform, coder, windowing strategy or
+/// requirement Weir does not implement (the message names the transform and
+/// URN); [`PlanError::Invalid`] for a malformed pipeline (dangling ids, a
+/// transform without its spec).
+pub fn plan(pipeline: &beam::Pipeline, options: &PlanOptions) -> Result<Plan> {
+    leaves::check_requirements(pipeline)?;
+    let mut components = pipeline.components.clone().unwrap_or_default();
+    let mut leaf_ids = leaves::collect(pipeline, &components)?;
+    sdf::expand(&mut components, &mut leaf_ids)?;
+    let fused = fusion::fuse(&components, &leaf_ids)?;
+    descriptor::build(&components, fused, options)
+}

@@ -1,0 +1,93 @@
+//! Splittable DoFn expansion: one SDF ParDo becomes pair-with-restriction →
+//! split-and-size-restrictions → process-sized-elements-and-restrictions
+//! (`beam:transform:sdf_*` URNs in beam_runner_api.proto).
+//!
+//! Coders follow Beam's portable runners: the paired PCollection is
+//! `KV<element, restriction>`, the sized one `KV<KV<element, restriction>, double>`
+//! (the restriction coder already carries the watermark-estimator state).
+//! The process transform is marked to start a new stage, so the runner
+//! receives sized restrictions and can spread them over SDK workers.
+
+use weir_proto::{beam, urns};
+
+use crate::leaves::{pardo_payload, urn_of};
+use crate::{PlanError, Result};
+
+/// Suffix of the SDF process transform id; fusion starts a new stage there.
+pub(crate) const PROCESS_SUFFIX: &str = "/weir:sdf-process";
+const DOUBLE_CODER_ID: &str = "weir:coder:double";
+
+/// Replaces every splittable ParDo in `leaves` by its three expanded transforms.
+pub(crate) fn expand(c: &mut beam::Components, leaves: &mut Vec<String>) -> Result<()> {
+    let mut out = Vec::with_capacity(leaves.len());
+    for id in leaves.drain(..) {
+        let t = &c.transforms[&id];
+        if urn_of(t) != urns::transform::PAR_DO {
+            out.push(id);
+            continue;
+        }
+        let payload = pardo_payload(&id, t)?;
+        if payload.restriction_coder_id.is_empty() {
+            out.push(id);
+            continue;
+        }
+        let t = t.clone();
+        let main_tag = t
+            .inputs
+            .keys()
+            .find(|k| !payload.side_inputs.contains_key(*k))
+            .cloned()
+            .ok_or_else(|| PlanError::Invalid(format!("SDF {id} ({}) has no main input", t.unique_name)))?;
+        let main_input = t.inputs[&main_tag].clone();
+        let main_pc = c
+            .pcollections
+            .get(&main_input)
+            .cloned()
+            .ok_or_else(|| PlanError::Invalid(format!("transform {id}: unknown PCollection {main_input}")))?;
+
+        c.coders.entry(DOUBLE_CODER_ID.into()).or_insert_with(|| coder(urns::coder::DOUBLE, vec![]));
+        let paired_coder = format!("{id}/weir:paired-coder");
+        let sized_coder = format!("{id}/weir:sized-coder");
+        c.coders.insert(paired_coder.clone(), coder(urns::coder::KV, vec![main_pc.coder_id.clone(), payload.restriction_coder_id.clone()]));
+        c.coders.insert(sized_coder.clone(), coder(urns::coder::KV, vec![paired_coder.clone(), DOUBLE_CODER_ID.into()]));
+
+        let paired_pc = format!("{id}/weir:paired");
+        let sized_pc = format!("{id}/weir:sized");
+        for (pc, coder_id, suffix) in [(&paired_pc, &paired_coder, "paired"), (&sized_pc, &sized_coder, "sized")] {
+            let mut p = main_pc.clone();
+            p.coder_id = coder_id.clone();
+            p.unique_name = format!("{}/{suffix}", main_pc.unique_name);
+            c.pcollections.insert(pc.clone(), p);
+        }
+
+        let step = |suffix: &str, name: &str, urn: &str, input: &str, outputs| {
+            let mut n = t.clone();
+            n.unique_name = format!("{}/{name}", t.unique_name);
+            if let Some(spec) = n.spec.as_mut() {
+                spec.urn = urn.to_string();
+            }
+            n.inputs.insert(main_tag.clone(), input.to_string());
+            n.outputs = outputs;
+            (format!("{id}{suffix}"), n)
+        };
+        let single = |pc: &String| [("out".to_string(), pc.clone())].into_iter().collect();
+        let steps = [
+            step("/weir:sdf-pair", "PairWithRestriction", urns::transform::SDF_PAIR_WITH_RESTRICTION, &main_input, single(&paired_pc)),
+            step("/weir:sdf-split", "SplitAndSizeRestriction", urns::transform::SDF_SPLIT_AND_SIZE_RESTRICTIONS, &paired_pc, single(&sized_pc)),
+            step(PROCESS_SUFFIX, "Process", urns::transform::SDF_PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS, &sized_pc, t.outputs.clone()),
+        ];
+        for (new_id, n) in steps {
+            c.transforms.insert(new_id.clone(), n);
+            out.push(new_id);
+        }
+    }
+    *leaves = out;
+    Ok(())
+}
+
+fn coder(urn: &str, components: Vec<String>) -> beam::Coder {
+    beam::Coder {
+        spec: Some(beam::FunctionSpec { urn: urn.to_string(), payload: vec![] }),
+        component_coder_ids: components,
+    }
+}

@@ -1,0 +1,115 @@
+//! The `weir` binary: argument parsing and start-up only.
+//!
+//! - `weir serve --job_port 8099` (or plain `weir --job_port N`, as Beam's
+//!   PrismRunner launches a runner binary): the Job API, artifact services and
+//!   Fn API on one gRPC port.
+//! - `weir boot --id ID --provision_endpoint HOST:PORT`: the boot command of a
+//!   `beam:env:process:v1` Python SDK harness.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "weir", version, about = "A portable Apache Beam runner on Timely Dataflow")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the Beam Job API, artifact services and the Fn API on one port.
+    Serve(ServeArgs),
+    /// Boot a Python SDK harness for a PROCESS environment.
+    Boot(BootArgs),
+}
+
+#[derive(Args, Clone)]
+struct ServeArgs {
+    /// gRPC port of the Job API (and every other service). 0 picks a free port.
+    #[arg(long = "job_port", alias = "job-port", default_value_t = 8099)]
+    job_port: u16,
+    /// Address to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: String,
+    /// Timely worker threads per job (default: cores).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Folder for staged artifacts (default: <tmp>/weir-staging).
+    #[arg(long = "staging_dir", alias = "staging-dir")]
+    staging_dir: Option<PathBuf>,
+    /// Accepted for compatibility with Beam's Prism launcher; use RUST_LOG.
+    #[arg(long = "log_level", hide = true)]
+    log_level: Option<String>,
+    /// Accepted for compatibility with Beam's Prism launcher.
+    #[arg(long = "log_kind", hide = true)]
+    log_kind: Option<String>,
+    /// Accepted for compatibility with Beam's Prism launcher (Weir serves no web UI yet).
+    #[arg(long = "serve_http", hide = true)]
+    serve_http: Option<String>,
+}
+
+#[derive(Args)]
+struct BootArgs {
+    /// Worker id given by the runner.
+    #[arg(long)]
+    id: String,
+    /// Provision service endpoint (host:port).
+    #[arg(long = "provision_endpoint", alias = "provision-endpoint")]
+    provision_endpoint: String,
+    /// Python interpreter with apache-beam installed (default: $WEIR_PYTHON or python3).
+    #[arg(long)]
+    python: Option<String>,
+    /// Folder for the worker's staged artifacts.
+    #[arg(long = "semi_persistent_directory")]
+    semi_persistent_directory: Option<PathBuf>,
+    /// Passed by runners per Beam's container contract; read from provision info instead.
+    #[arg(long = "logging_endpoint", hide = true)]
+    logging_endpoint: Option<String>,
+    #[arg(long = "artifact_endpoint", hide = true)]
+    artifact_endpoint: Option<String>,
+    #[arg(long = "control_endpoint", hide = true)]
+    control_endpoint: Option<String>,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,h2=warn,tower=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    match cli.command {
+        Some(Command::Boot(b)) => {
+            let cfg = weir_harness::boot::BootConfig {
+                worker_id: b.id,
+                provision_endpoint: b.provision_endpoint,
+                python: b.python.or_else(|| std::env::var("WEIR_PYTHON").ok()).unwrap_or_else(|| "python3".into()),
+                semi_persistent_directory: b.semi_persistent_directory,
+            };
+            let err = runtime.block_on(weir_harness::boot::boot(cfg)).unwrap_err();
+            anyhow::bail!("weir boot: {err}")
+        }
+        Some(Command::Serve(s)) => runtime.block_on(serve(s)),
+        None => runtime.block_on(serve(cli.serve)),
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let addr = format!("{}:{}", args.bind, args.job_port);
+    let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot bind {addr}"))?;
+    let local = listener.local_addr()?;
+    let config = weir_jobs::ServerConfig {
+        staging_root: args.staging_dir.unwrap_or_else(|| std::env::temp_dir().join("weir-staging")),
+        engine_workers: args.workers.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+    };
+    tracing::info!("weir job service listening on {local}");
+    eprintln!("weir: Beam Job API listening on {local}");
+    weir_jobs::serve(listener, config).await.context("gRPC server failed")
+}
