@@ -221,6 +221,7 @@ def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout):
   weir_log = open(log_path, 'wb')
   env = dict(os.environ)
   env.setdefault('RUST_LOG', 'info')
+  env.setdefault('NO_COLOR', '1')
   weir = subprocess.Popen([weir_bin, 'serve', '--job_port', str(port), '--bind', '127.0.0.1'],
                           stdout=weir_log, stderr=subprocess.STDOUT,
                           stdin=subprocess.DEVNULL, env=env)

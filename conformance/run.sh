@@ -59,6 +59,7 @@ CLASS="$SP/runners/portability/prism_runner_test.py::PrismRunnerTest"
 [ -f "${CLASS%%::*}" ] || die "missing ${CLASS%%::*}"
 
 export PYTHONPATH="$PLUGIN_DIR${PYTHONPATH:+:$PYTHONPATH}"
+export NO_COLOR="${NO_COLOR:-1}"  # plain weir logs
 PYTEST=("$PY" -m pytest -p beam_test_options -p no:cacheprovider
   "--timeout=$TIMEOUT"
   "--test-pipeline-options=--prism_bin=$WEIR --environment_type=LOOPBACK")

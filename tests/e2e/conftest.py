@@ -114,6 +114,7 @@ def weir_server(tmp_path_factory):
   port = free_port()
   env = dict(os.environ)
   env.setdefault('RUST_LOG', 'info')
+  env.setdefault('NO_COLOR', '1')  # plain text in the log file
   with open(log_path, 'wb') as log:
     proc = subprocess.Popen(
         [str(WEIR_BIN), 'serve', '--job_port', str(port), '--bind', '127.0.0.1'],
