@@ -308,19 +308,32 @@ fn sdk_stage<'s>(
             // Start bundles while there is room.
             let Some(side_inputs) = st.side_inputs.clone() else { return };
             while st.in_flight.len() < ctx.config.max_bundles_in_flight {
-                let Some((cap, mut elements)) = st.pending.pop_front() else { break };
-                let mut take = 0;
+                let Some((cap, first)) = st.pending.pop_front() else { break };
+                // Fill the bundle from consecutive chunks held at the same time.
+                let mut elements: Vec<Element> = Vec::new();
                 let mut bytes = 0;
-                while take < elements.len()
-                    && take < ctx.config.max_bundle_elements
-                    && (take == 0 || bytes + elements[take].len() <= ctx.config.max_bundle_bytes)
-                {
-                    bytes += elements[take].len();
-                    take += 1;
-                }
-                let rest = elements.split_off(take);
-                if !rest.is_empty() {
-                    st.pending.push_front((cap.clone(), rest));
+                let mut chunk = first;
+                loop {
+                    let mut take = 0;
+                    while take < chunk.len()
+                        && elements.len() + take < ctx.config.max_bundle_elements
+                        && (elements.len() + take == 0 || bytes + chunk[take].len() <= ctx.config.max_bundle_bytes)
+                    {
+                        bytes += chunk[take].len();
+                        take += 1;
+                    }
+                    let rest = chunk.split_off(take);
+                    elements.append(&mut chunk);
+                    if !rest.is_empty() {
+                        st.pending.push_front((cap.clone(), rest));
+                        break;
+                    }
+                    match st.pending.front() {
+                        Some((next, _)) if next.time() == cap.time() => {
+                            chunk = st.pending.pop_front().expect("front exists").1;
+                        }
+                        _ => break,
+                    }
                 }
                 if elements.is_empty() {
                     continue;

@@ -61,7 +61,7 @@ impl Worker {
     /// Marks the worker disconnected and fails every instruction waiting on it.
     pub(crate) fn disconnected(&self, why: &str) {
         *self.control_tx.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        let _ = self.connected.send(false);
+        let _ = self.connected.send_replace(false);
         let pending: Vec<_> = self.pending.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
         for (id, tx) in pending {
             let _ = tx.send(beam::InstructionResponse {

@@ -26,7 +26,7 @@ impl beam::beam_fn_control_server::BeamFnControl for ControlService {
         let mut responses = request.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
         *worker.control_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
-        let _ = worker.connected.send(true);
+        let _ = worker.connected.send_replace(true);
         tracing::info!(worker = %worker.id, job = %worker.job_id, "SDK harness connected (control)");
         tokio::spawn(async move {
             let why = loop {

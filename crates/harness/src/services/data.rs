@@ -27,7 +27,7 @@ impl beam::beam_fn_data_server::BeamFnData for DataService {
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
         *worker.data_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
-        let _ = worker.data_connected.send(true);
+        let _ = worker.data_connected.send_replace(true);
         let fn_api = self.0.clone();
         tokio::spawn(async move {
             while let Some(Ok(elements)) = inbound.next().await {
@@ -51,7 +51,7 @@ impl beam::beam_fn_data_server::BeamFnData for DataService {
                 }
             }
             *worker.data_tx.lock().unwrap_or_else(|p| p.into_inner()) = None;
-            let _ = worker.data_connected.send(false);
+            let _ = worker.data_connected.send_replace(false);
         });
         Ok(tonic::Response::new(Box::pin(UnboundedReceiverStream::new(rx).map(Ok))))
     }
