@@ -10,7 +10,7 @@ use prost::Message;
 use tokio::io::AsyncBufReadExt;
 use weir_proto::{beam, urns, MAX_GRPC_MESSAGE_BYTES};
 
-use crate::registry::{FnApi, LogSink, Worker, WorkerLog};
+use crate::registry::{FnApi, LogSink, Worker};
 use crate::{HarnessError, Result};
 
 /// How long SDK harnesses get to dial the control service after being started.
@@ -61,14 +61,13 @@ pub fn validate(env_id: &str, env: &beam::Environment) -> Result<()> {
     Ok(())
 }
 
-fn forward_output<R: tokio::io::AsyncRead + Unpin + Send + 'static>(reader: R, worker_id: String, log: LogSink) {
+fn forward_output<R: tokio::io::AsyncRead + Unpin + Send + 'static>(reader: R, worker_id: String) {
     tokio::spawn(async move {
         let mut lines = tokio::io::BufReader::new(reader).lines();
         while let Ok(Some(line)) = lines.next_line().await {
+            // The SDK's log entries reach the job through the Logging service;
+            // the process's own output goes to Weir's log only.
             tracing::info!(worker = %worker_id, "{line}");
-            if line.contains("Traceback") || line.contains("ERROR") || line.contains("Error") {
-                log(WorkerLog::Warning, format!("[{worker_id}] {line}"));
-            }
         }
     });
 }
@@ -161,10 +160,10 @@ pub async fn start(
                         .spawn()
                         .map_err(|e| env_error(&env_id, &env.urn, format!("cannot start {program:?}: {e}")))?;
                     if let Some(out) = child.stdout.take() {
-                        forward_output(out, worker_id.clone(), log.clone());
+                        forward_output(out, worker_id.clone());
                     }
                     if let Some(err) = child.stderr.take() {
-                        forward_output(err, worker_id.clone(), log.clone());
+                        forward_output(err, worker_id.clone());
                     }
                     started.children.push(child);
                 }
