@@ -35,7 +35,10 @@ pub(crate) fn parse(
         return Err(unsupported(window_coder_urn, "custom window types (window coder)".into()));
     }
     match ws.trigger.as_ref().and_then(|t| t.trigger.as_ref()) {
-        None | Some(beam::trigger::Trigger::Default(_)) => {}
+        // `Always` (Python's Reshuffle re-windows through it): in batch every
+        // element is one firing at the end of the bundle; firing once when the
+        // watermark passes the window gives the same elements, in fewer panes.
+        None | Some(beam::trigger::Trigger::Default(_)) | Some(beam::trigger::Trigger::Always(_)) => {}
         Some(other) => {
             let name = format!("{other:?}");
             let name = name.split('(').next().unwrap_or("").to_string();
