@@ -299,7 +299,7 @@ fn sdk_stage<'s>(
                             st.pending.push_back((cap, r.residuals));
                         }
                     }
-                    Err(message) => ctx.fail(EngineError::BundleFailed { stage: name.clone(), message }),
+                    Err(message) => ctx.fail(EngineError::BundleFailed { stage: ctx.graph.stages[stage_index].id.clone(), message }),
                 }
             }
             if ctx.stopped() {

@@ -3,7 +3,7 @@
 //! Keys follow `StateKey.IterableSideInput` / `MultimapSideInput` /
 //! `MultimapKeysSideInput` (beam_fn_api.proto): the consuming transform id,
 //! its side input id, the encoded window, and for multimaps the encoded key
-//! in the outer (unnested) context, as the SDK's key coder `encode`s it.
+//! in the nested context (the Python SDK's `encode_nested`).
 
 use std::collections::HashMap;
 
@@ -16,10 +16,10 @@ use weir_plan::SideInputKind;
 struct View {
     /// Encoded window -> concatenated nested values.
     iterable: HashMap<Vec<u8>, Vec<u8>>,
-    /// Encoded window -> outer-encoded key -> concatenated nested values.
-    multimap: HashMap<Vec<u8>, HashMap<Vec<u8>, Vec<u8>>>,
-    /// Encoded window -> concatenated nested keys (first-seen order).
-    keys: HashMap<Vec<u8>, Vec<u8>>,
+    /// Encoded window -> nested key -> (concatenated nested values, value count).
+    multimap: HashMap<Vec<u8>, HashMap<Vec<u8>, (Vec<u8>, u32)>>,
+    /// Encoded window -> distinct nested keys, first-seen order.
+    keys: HashMap<Vec<u8>, Vec<Vec<u8>>>,
 }
 
 /// Every side input of one stage, keyed by (transform id, side input id).
@@ -35,18 +35,6 @@ pub struct SideInputSpec<'a> {
     pub kind: SideInputKind,
     pub value_coder: &'a Coder,
     pub window_coder: &'a Coder,
-}
-
-/// The outer-context encoding of a value given its nested encoding: bytes and
-/// strings drop their length prefix; a KV's last component recurses.
-fn nested_to_outer<'a>(coder: &Coder, nested: &'a [u8]) -> Result<&'a [u8], String> {
-    match coder {
-        Coder::Bytes | Coder::StringUtf8 => {
-            let (len, used) = weir_model::varint::decode_varint(nested).map_err(|e| e.to_string())?;
-            nested.get(used..used + len as usize).ok_or_else(|| "truncated key".to_string())
-        }
-        _ => Ok(nested),
-    }
 }
 
 impl SideInputs {
@@ -66,16 +54,17 @@ impl SideInputs {
                     match spec.kind {
                         SideInputKind::Iterable => view.iterable.entry(wb).or_default().extend_from_slice(&wv.value),
                         SideInputKind::Multimap => {
-                            let Coder::Kv(key_coder, _) = spec.value_coder else {
+                            if !matches!(spec.value_coder, Coder::Kv(..)) {
                                 return Err(format!("multimap side input {} is not KV-coded", spec.local_name));
-                            };
-                            let (k, v) = split_kv(spec.value_coder, &wv.value).map_err(|e| e.to_string())?;
-                            let outer = nested_to_outer(key_coder, k)?.to_vec();
-                            let by_key = view.multimap.entry(wb.clone()).or_default();
-                            if !by_key.contains_key(&outer) {
-                                view.keys.entry(wb).or_default().extend_from_slice(k);
                             }
-                            by_key.entry(outer).or_default().extend_from_slice(v);
+                            let (k, v) = split_kv(spec.value_coder, &wv.value).map_err(|e| e.to_string())?;
+                            let by_key = view.multimap.entry(wb.clone()).or_default();
+                            let entry = by_key.entry(k.to_vec()).or_insert_with(|| {
+                                view.keys.entry(wb).or_default().push(k.to_vec());
+                                (Vec::new(), 0)
+                            });
+                            entry.0.extend_from_slice(v);
+                            entry.1 += 1;
                         }
                     }
                 }
@@ -91,20 +80,36 @@ impl SideInputs {
 
     /// Concatenated values of an iterable side input in `window` (empty when
     /// the window has no data); `None` when the stage has no such side input.
-    pub fn iterable(&self, transform_id: &str, local_name: &str, window: &[u8]) -> Option<&[u8]> {
+    pub fn iterable(&self, transform_id: &str, local_name: &str, window: &[u8]) -> Option<Vec<u8>> {
         let v = self.view(transform_id, local_name)?;
-        Some(v.iterable.get(window).map(|b| b.as_slice()).unwrap_or(&[]))
+        Some(v.iterable.get(window).cloned().unwrap_or_default())
     }
 
-    /// Concatenated values for `key` (outer-encoded) of a multimap side input in `window`.
-    pub fn multimap_values(&self, transform_id: &str, local_name: &str, window: &[u8], key: &[u8]) -> Option<&[u8]> {
+    /// Concatenated values for `key` (nested encoding) of a multimap side input in `window`.
+    pub fn multimap_values(&self, transform_id: &str, local_name: &str, window: &[u8], key: &[u8]) -> Option<Vec<u8>> {
         let v = self.view(transform_id, local_name)?;
-        Some(v.multimap.get(window).and_then(|m| m.get(key)).map(|b| b.as_slice()).unwrap_or(&[]))
+        Some(v.multimap.get(window).and_then(|m| m.get(key)).map(|(b, _)| b.clone()).unwrap_or_default())
     }
 
     /// Concatenated distinct keys (nested encoding) of a multimap side input in `window`.
-    pub fn multimap_keys(&self, transform_id: &str, local_name: &str, window: &[u8]) -> Option<&[u8]> {
+    pub fn multimap_keys(&self, transform_id: &str, local_name: &str, window: &[u8]) -> Option<Vec<u8>> {
         let v = self.view(transform_id, local_name)?;
-        Some(v.keys.get(window).map(|b| b.as_slice()).unwrap_or(&[]))
+        Some(v.keys.get(window).map(|ks| ks.concat()).unwrap_or_default())
+    }
+
+    /// Every key with its values, encoded as concatenated `KV<key, iterable<value>>`
+    /// (`StateKey.MultimapKeysValuesSideInput`).
+    pub fn multimap_keys_values(&self, transform_id: &str, local_name: &str, window: &[u8]) -> Option<Vec<u8>> {
+        let v = self.view(transform_id, local_name)?;
+        let mut out = Vec::new();
+        if let (Some(keys), Some(values)) = (v.keys.get(window), v.multimap.get(window)) {
+            for k in keys {
+                let (vals, count) = &values[k];
+                out.extend_from_slice(k);
+                out.extend_from_slice(&count.to_be_bytes());
+                out.extend_from_slice(vals);
+            }
+        }
+        Some(out)
     }
 }

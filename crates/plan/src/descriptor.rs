@@ -109,20 +109,6 @@ pub(crate) fn build(c: &beam::Components, fused: Vec<FusedStage>, options: &Plan
         }
     }
 
-    // A Flatten's inputs travel in the Flatten output's coder, so the runner
-    // can concatenate them without re-encoding (the SDK encodes the same
-    // objects with either coder).
-    for s in &fused {
-        if let FusedStage::Runner { kind: LeafKind::Flatten, transform_id } = s {
-            let t = &c.transforms[transform_id];
-            let out = single(t, transform_id, "output", &t.outputs)?;
-            let w = b.wire_of(&out)?;
-            for input in t.inputs.values() {
-                b.wire.insert(input.clone(), w.clone());
-            }
-        }
-    }
-
     let mut stages = Vec::new();
     let mut descriptors = HashMap::new();
     let mut environments = HashMap::new();

@@ -65,6 +65,7 @@ pub(crate) fn classify(id: &str, t: &beam::PTransform) -> Result<LeafKind> {
     Ok(match urn {
         urns::transform::IMPULSE => LeafKind::Impulse,
         urns::transform::GROUP_BY_KEY => LeafKind::GroupByKey,
+        urns::transform::FLATTEN if id.contains(crate::transcode::TRANSCODE_MARKER) => LeafKind::Sdk,
         urns::transform::FLATTEN => LeafKind::Flatten,
         urns::transform::RESHUFFLE
         | urns::transform::REDISTRIBUTE_ARBITRARILY

@@ -13,6 +13,7 @@ mod fusion;
 pub mod graph;
 mod leaves;
 mod sdf;
+mod transcode;
 mod windowing;
 
 use std::collections::HashMap;
@@ -53,6 +54,7 @@ pub fn plan(pipeline: &beam::Pipeline, options: &PlanOptions) -> Result<Plan> {
     let mut components = pipeline.components.clone().unwrap_or_default();
     let mut leaf_ids = leaves::collect(pipeline, &components)?;
     sdf::expand(&mut components, &mut leaf_ids)?;
+    transcode::insert(&mut components, &mut leaf_ids)?;
     let fused = fusion::fuse(&components, &leaf_ids)?;
     descriptor::build(&components, fused, options)
 }

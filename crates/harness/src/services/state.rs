@@ -29,9 +29,10 @@ fn answer(fn_api: &FnApi, req: &beam::StateRequest) -> Result<Vec<u8>, String> {
         Key::IterableSideInput(k) => side.iterable(&k.transform_id, &k.side_input_id, &k.window),
         Key::MultimapSideInput(k) => side.multimap_values(&k.transform_id, &k.side_input_id, &k.window, &k.key),
         Key::MultimapKeysSideInput(k) => side.multimap_keys(&k.transform_id, &k.side_input_id, &k.window),
+        Key::MultimapKeysValuesSideInput(k) => side.multimap_keys_values(&k.transform_id, &k.side_input_id, &k.window),
         other => return Err(format!("state key {other:?} is not supported by Weir yet")),
     };
-    found.map(|b| b.to_vec()).ok_or_else(|| format!("no side input for state key {key:?}"))
+    found.ok_or_else(|| format!("no side input for state key {key:?}"))
 }
 
 #[tonic::async_trait]
