@@ -82,6 +82,10 @@ impl GroupByKeyBuffer {
             for w in ready {
                 let g = by_window.remove(&w).expect("present");
                 let timestamp = match self.windowing.output_time {
+                    // Beam Python stamps global-window panes 1 ms before the
+                    // Runner API's GLOBAL_WINDOW_MAX_TIMESTAMP (its max is 1 µs
+                    // before the end, rounded down); Weir matches those bytes.
+                    OutputTime::EndOfWindow if w == Window::Global => Timestamp::PYTHON_END_OF_GLOBAL_WINDOW,
                     OutputTime::EndOfWindow => w.max_timestamp(),
                     OutputTime::EarliestInPane => g.min_ts,
                     OutputTime::LatestInPane => g.max_ts,
