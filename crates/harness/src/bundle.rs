@@ -10,6 +10,7 @@ use weir_engine::{BundleProcessor, BundleRequest, BundleResult, Completion};
 use weir_plan::{StageGraph, StageKind};
 use weir_proto::beam;
 
+use crate::metrics::JobMetrics;
 use crate::registry::{BundleState, FnApi, Worker};
 
 /// Largest `Elements.Data` chunk Weir sends to an SDK harness.
@@ -30,10 +31,11 @@ struct Inner {
     workers: HashMap<String, Vec<Arc<Worker>>>,
     runtime: tokio::runtime::Handle,
     instruction_seq: Mutex<u64>,
+    metrics: Arc<JobMetrics>,
 }
 
 impl JobWorkers {
-    /// Wraps started workers. Descriptor ids registered with `fn_api` must be
+    /// Wraps started workers; bundle MonitoringInfos are added to `metrics`. Descriptor ids registered with `fn_api` must be
     /// `descriptor_id(job_id, stage_id)`.
     pub fn new(
         fn_api: Arc<FnApi>,
@@ -41,8 +43,9 @@ impl JobWorkers {
         graph: Arc<StageGraph>,
         workers: HashMap<String, Vec<Arc<Worker>>>,
         runtime: tokio::runtime::Handle,
+        metrics: Arc<JobMetrics>,
     ) -> Self {
-        JobWorkers { inner: Arc::new(Inner { fn_api, job_id, graph, workers, runtime, instruction_seq: Mutex::new(0) }) }
+        JobWorkers { inner: Arc::new(Inner { fn_api, job_id, graph, workers, runtime, instruction_seq: Mutex::new(0), metrics }) }
     }
 
     /// The descriptor id of stage `stage_id` of job `job_id`, unique across jobs.
@@ -160,6 +163,26 @@ impl Inner {
                 ));
             }
             residuals.push(app.element);
+        }
+        self.metrics.add(&pb.monitoring_infos);
+        if pb.requires_finalization {
+            // Outputs are in the runner's hands: run the bundle's finalization
+            // callbacks (beam:requirement:pardo:finalization:v1). A failing
+            // callback does not fail the job, as in Beam's other runners.
+            let finalize = worker.send(beam::InstructionRequest {
+                instruction_id: format!("{instruction_id}-finalize"),
+                request: Some(beam::instruction_request::Request::FinalizeBundle(beam::FinalizeBundleRequest {
+                    instruction_id: instruction_id.to_string(),
+                })),
+            })?;
+            match finalize.await {
+                Ok(r) if !r.error.is_empty() => {
+                    tracing::warn!(worker = %worker.id, "bundle finalization of {instruction_id} failed: {}", r.error);
+                    (worker.log)(crate::WorkerLog::Warning, format!("bundle finalization callback failed: {}", r.error));
+                }
+                Ok(_) => {}
+                Err(_) => return Err(format!("SDK harness {} went away during bundle finalization", worker.id)),
+            }
         }
         let outputs = std::mem::take(&mut bundle.outputs.lock().unwrap_or_else(|p| p.into_inner()).0);
         Ok(BundleResult { outputs, residuals })

@@ -13,9 +13,11 @@ pub mod boot;
 pub mod bundle;
 pub mod environment;
 pub mod error;
+pub mod metrics;
 pub mod registry;
 pub mod services;
 
 pub use bundle::JobWorkers;
 pub use error::{HarnessError, Result};
+pub use metrics::JobMetrics;
 pub use registry::{FnApi, LogSink, WorkerLog};

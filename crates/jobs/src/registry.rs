@@ -26,6 +26,8 @@ pub struct Job {
     pub cancel: Arc<AtomicBool>,
     /// Folder of this job's staged artifacts.
     pub staging_dir: PathBuf,
+    /// Metrics aggregated from every bundle.
+    pub metrics: Arc<weir_harness::JobMetrics>,
     state: Mutex<JobState>,
     history: Mutex<Vec<beam::JobMessagesResponse>>,
     events: broadcast::Sender<beam::JobMessagesResponse>,
@@ -133,6 +135,7 @@ impl JobRegistry {
             pipeline: Mutex::new(pipeline),
             options,
             cancel: Arc::new(AtomicBool::new(false)),
+            metrics: Arc::default(),
             state: Mutex::new(JobState::Stopped),
             history: Mutex::default(),
             events: broadcast::channel(4096).0,

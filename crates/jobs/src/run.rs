@@ -78,6 +78,7 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         graph.clone(),
         started.workers.clone(),
         tokio::runtime::Handle::current(),
+        job.metrics.clone(),
     );
     let config = EngineConfig { workers: registry.config.engine_workers, ..EngineConfig::default() };
     let cancel = job.cancel.clone();

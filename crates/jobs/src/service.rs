@@ -179,8 +179,13 @@ impl beam::job_service_server::JobService for JobService {
         &self,
         request: tonic::Request<beam::GetJobMetricsRequest>,
     ) -> Result<tonic::Response<beam::GetJobMetricsResponse>, tonic::Status> {
-        self.job(&request.get_ref().job_id)?;
-        Ok(tonic::Response::new(beam::GetJobMetricsResponse { metrics: Some(beam::MetricResults::default()) }))
+        let job = self.job(&request.get_ref().job_id)?;
+        let infos = job.metrics.snapshot();
+        // Batch bundles are committed when the runner accepts their outputs,
+        // so attempted and committed agree.
+        Ok(tonic::Response::new(beam::GetJobMetricsResponse {
+            metrics: Some(beam::MetricResults { attempted: infos.clone(), committed: infos }),
+        }))
     }
 
     async fn describe_pipeline_options(

@@ -33,7 +33,7 @@ const SDK_URNS: &[&str] = &[
 ];
 
 /// Requirements (`Pipeline.requirements`) Weir can honour today.
-const SUPPORTED_REQUIREMENTS: &[&str] = &[urns::requirement::SPLITTABLE_DOFN];
+const SUPPORTED_REQUIREMENTS: &[&str] = &[urns::requirement::SPLITTABLE_DOFN, urns::requirement::BUNDLE_FINALIZATION];
 
 /// Rejects a pipeline that declares a requirement Weir does not implement.
 pub(crate) fn check_requirements(pipeline: &beam::Pipeline) -> Result<()> {
@@ -81,9 +81,6 @@ pub(crate) fn classify(id: &str, t: &beam::PTransform) -> Result<LeafKind> {
             }
             if payload.requires_time_sorted_input {
                 return Err(unsupported("@RequiresTimeSortedInput"));
-            }
-            if payload.requests_finalization {
-                return Err(unsupported("bundle finalization"));
             }
             for (name, side) in &payload.side_inputs {
                 let pattern = side.access_pattern.as_ref().map(|a| a.urn.as_str()).unwrap_or("");

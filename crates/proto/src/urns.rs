@@ -116,10 +116,14 @@ pub mod artifact {
     pub const ROLE_STAGING_TO: &str = "beam:artifact:role:staging_to:v1";
 }
 
-/// MonitoringInfo URNs the runner reads.
+/// MonitoringInfo URNs and payload types the runner reads (metrics.proto).
 pub mod monitoring {
     pub const ELEMENT_COUNT: &str = "beam:metric:element_count:v1";
     pub const USER_SUM_INT64: &str = "beam:metric:user:sum_int64:v1";
+    pub const TYPE_SUM_INT64: &str = "beam:metrics:sum_int64:v1";
+    pub const TYPE_DISTRIBUTION_INT64: &str = "beam:metrics:distribution_int64:v1";
+    pub const TYPE_LATEST_INT64: &str = "beam:metrics:latest_int64:v1";
+    pub const TYPE_SET_STRING: &str = "beam:metrics:set_string:v1";
 }
 
 /// Runner capabilities Weir announces to SDK harnesses (provision info).
