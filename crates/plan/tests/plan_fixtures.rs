@@ -1,0 +1,729 @@
+//! Plans pipelines captured from the Beam Python SDK (2.77, PortableRunner,
+//! LOOPBACK) and checks the stage graph and descriptors Weir builds for them.
+//!
+//! The fixtures are produced by `tests/fixtures/capture.py` (see its docstring)
+//! and committed; ids such as `ref_PCollection_PCollection_12` are the ones the
+//! SDK assigned in that capture. URNs are written out as literals on purpose,
+//! so a wrong constant in `weir_proto::urns` cannot hide here.
+
+use std::collections::{BTreeSet, HashMap};
+
+use weir_model::Coder;
+use weir_plan::{plan, OutputTime, Plan, PlanError, PlanOptions, SdkStage, SideInputKind, Stage, StageKind, WindowFn};
+use weir_proto::beam;
+use weir_proto::prost::Message;
+
+const FN_API_URL: &str = "127.0.0.1:47011";
+const ENV_ID: &str = "ref_Environment_default_environment_1";
+const TRANSCODE_MARKER: &str = "/weir:transcode:";
+
+const PICKLED: &str = "beam:coder:pickled_python:v1";
+const LENGTH_PREFIX: &str = "beam:coder:length_prefix:v1";
+const WINDOWED_VALUE: &str = "beam:coder:windowed_value:v1";
+const SOURCE: &str = "beam:runner:source:v1";
+const SINK: &str = "beam:runner:sink:v1";
+const PAR_DO: &str = "beam:transform:pardo:v1";
+const FLATTEN: &str = "beam:transform:flatten:v1";
+
+// ------------------------------------------------------------------ helpers
+
+fn load(name: &str) -> beam::Pipeline {
+    let path = format!("{}/tests/fixtures/{name}.pb", env!("CARGO_MANIFEST_DIR"));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    beam::Pipeline::decode(bytes.as_slice()).unwrap_or_else(|e| panic!("decoding {path}: {e}"))
+}
+
+fn options() -> PlanOptions {
+    PlanOptions { fn_api_url: FN_API_URL.to_string() }
+}
+
+/// Plans `pipeline` and checks the invariants every plan must satisfy.
+fn plan_ok(pipeline: &beam::Pipeline) -> Plan {
+    let p = plan(pipeline, &options()).unwrap_or_else(|e| panic!("planning failed: {e}"));
+    check_invariants(&p);
+    p
+}
+
+fn plan_fixture(name: &str) -> Plan {
+    plan_ok(&load(name))
+}
+
+fn plan_err(pipeline: &beam::Pipeline) -> PlanError {
+    match plan(pipeline, &options()) {
+        Ok(p) => panic!("expected a planning error, got {} stages: {:?}", p.graph.stages.len(), names(&p)),
+        Err(e) => e,
+    }
+}
+
+fn kind_name(s: &Stage) -> &'static str {
+    match s.kind {
+        StageKind::Impulse { .. } => "Impulse",
+        StageKind::GroupByKey { .. } => "GroupByKey",
+        StageKind::Flatten { .. } => "Flatten",
+        StageKind::Reshuffle { .. } => "Reshuffle",
+        StageKind::Sdk(_) => "Sdk",
+    }
+}
+
+fn kinds(p: &Plan) -> Vec<&'static str> {
+    p.graph.stages.iter().map(kind_name).collect()
+}
+
+fn names(p: &Plan) -> Vec<String> {
+    p.graph.stages.iter().map(|s| s.name.clone()).collect()
+}
+
+fn sdk(p: &Plan, stage: usize) -> &SdkStage {
+    match &p.graph.stages[stage].kind {
+        StageKind::Sdk(s) => s,
+        other => panic!("stage {stage} ({}) is not an SDK stage: {other:?}", p.graph.stages[stage].name),
+    }
+}
+
+fn pc_id(p: &Plan, index: usize) -> &str {
+    &p.graph.pcollections[index].id
+}
+
+fn descriptor<'a>(p: &'a Plan, stage: usize) -> &'a beam::ProcessBundleDescriptor {
+    let id = &p.graph.stages[stage].id;
+    p.descriptors.get(id).unwrap_or_else(|| panic!("no descriptor for stage {id}"))
+}
+
+fn urn_of(t: &beam::PTransform) -> &str {
+    t.spec.as_ref().map(|s| s.urn.as_str()).unwrap_or("")
+}
+
+fn coder_urn<'a>(coders: &'a HashMap<String, beam::Coder>, id: &str) -> &'a str {
+    coders
+        .get(id)
+        .unwrap_or_else(|| panic!("coder {id:?} is not in the descriptor"))
+        .spec
+        .as_ref()
+        .map(|s| s.urn.as_str())
+        .unwrap_or("")
+}
+
+/// The model coder of proto coder `id`, built independently of the planner.
+fn model(coders: &HashMap<String, beam::Coder>, id: &str) -> Coder {
+    let c = coders.get(id).unwrap_or_else(|| panic!("coder {id:?} is not in the descriptor"));
+    let comps = c.component_coder_ids.iter().map(|comp| model(coders, comp)).collect();
+    let spec = c.spec.clone().unwrap_or_default();
+    Coder::from_urn(&spec.urn, &spec.payload, comps).unwrap_or_else(|e| panic!("coder {id}: {e}"))
+}
+
+fn kv(k: Coder, v: Coder) -> Coder {
+    Coder::Kv(Box::new(k), Box::new(v))
+}
+
+/// True for `LengthPrefix(Opaque pickled_python)`.
+fn is_lp_pickled(c: &Coder) -> bool {
+    matches!(c, Coder::LengthPrefix(inner) if matches!(inner.as_ref(), Coder::Opaque { urn, .. } if urn == PICKLED))
+}
+
+/// Walks coder `id` as the runner must read it: structure it may look into,
+/// leaves it can measure, and anything else only under a length prefix.
+/// Returns how many length prefixes were met.
+fn check_measurable(coders: &HashMap<String, beam::Coder>, id: &str, path: &str) -> usize {
+    let urn = coder_urn(coders, id);
+    let here = format!("{path} > {id} ({urn})");
+    match urn {
+        LENGTH_PREFIX => 1,
+        "beam:coder:kv:v1" | "beam:coder:iterable:v1" | "beam:coder:nullable:v1" | WINDOWED_VALUE => coders[id]
+            .component_coder_ids
+            .iter()
+            .map(|c| check_measurable(coders, c, &here))
+            .sum(),
+        "beam:coder:bytes:v1"
+        | "beam:coder:string_utf8:v1"
+        | "beam:coder:varint:v1"
+        | "beam:coder:bool:v1"
+        | "beam:coder:double:v1"
+        | "beam:coder:global_window:v1"
+        | "beam:coder:interval_window:v1" => 0,
+        _ => panic!("coder not under {LENGTH_PREFIX} on a data port: {here}"),
+    }
+}
+
+/// Decodes the RemoteGrpcPort of a source or sink transform and checks it.
+/// Returns the port's windowed coder id.
+fn port_coder(d: &beam::ProcessBundleDescriptor, transform_id: &str, expected_urn: &str) -> String {
+    let t = d.transforms.get(transform_id).unwrap_or_else(|| panic!("{} has no transform {transform_id}", d.id));
+    assert_eq!(urn_of(t), expected_urn, "transform {transform_id}");
+    let payload = &t.spec.as_ref().unwrap().payload;
+    let port = beam::RemoteGrpcPort::decode(payload.as_slice()).expect("RemoteGrpcPort payload");
+    assert_eq!(port.api_service_descriptor.as_ref().map(|a| a.url.as_str()), Some(FN_API_URL));
+    port.coder_id
+}
+
+/// Checks that port coder `wv_id` is `windowed_value(<coder of pc>, <window coder of pc>)`
+/// in descriptor `d`, and that the engine's view of `pc_index` uses the same coders.
+fn check_port(p: &Plan, d: &beam::ProcessBundleDescriptor, wv_id: &str, pc_index: usize) {
+    let pc = &p.graph.pcollections[pc_index];
+    assert_eq!(coder_urn(&d.coders, wv_id), WINDOWED_VALUE, "port coder {wv_id} of {}", d.id);
+    let comps = &d.coders[wv_id].component_coder_ids;
+    assert_eq!(comps.len(), 2, "windowed_value components of {wv_id}");
+    let in_descriptor = d.pcollections.get(&pc.id).unwrap_or_else(|| panic!("{} lacks PCollection {}", d.id, pc.id));
+    assert_eq!(comps[0], in_descriptor.coder_id, "port value coder vs PCollection {} coder in {}", pc.id, d.id);
+    let ws = d
+        .windowing_strategies
+        .get(&in_descriptor.windowing_strategy_id)
+        .unwrap_or_else(|| panic!("{} lacks windowing strategy {}", d.id, in_descriptor.windowing_strategy_id));
+    assert_eq!(comps[1], ws.window_coder_id, "port window coder of {}", pc.id);
+    assert_eq!(model(&d.coders, &comps[0]), pc.value_coder, "engine value coder of {}", pc.id);
+    assert_eq!(model(&d.coders, &comps[1]), pc.window_coder, "engine window coder of {}", pc.id);
+    check_measurable(&d.coders, wv_id, &d.id);
+}
+
+/// What must hold of every plan, whatever the pipeline.
+fn check_invariants(p: &Plan) {
+    let g = &p.graph;
+    let mut producer: HashMap<usize, usize> = HashMap::new();
+    for (i, s) in g.stages.iter().enumerate() {
+        assert_eq!(s.id, format!("stage-{i}"), "stage ids follow their position");
+        let mut needed = s.main_inputs();
+        if let StageKind::Sdk(sdk) = &s.kind {
+            needed.extend(sdk.side_inputs.iter().map(|si| si.pcollection));
+        }
+        for pc in needed {
+            let by = producer.get(&pc).unwrap_or_else(|| panic!("stage {i} ({}) reads {} before it is produced", s.name, g.pcollections[pc].id));
+            assert!(*by < i);
+        }
+        for pc in s.outputs() {
+            assert!(pc < g.pcollections.len());
+            if let Some(prev) = producer.insert(pc, i) {
+                panic!("PCollection {} produced by stages {prev} and {i}", g.pcollections[pc].id);
+            }
+        }
+        if let StageKind::Flatten { inputs, output } = &s.kind {
+            for &i in inputs {
+                assert_eq!(g.pcollections[i].value_coder, g.pcollections[*output].value_coder, "Flatten input {} must share the output coder", g.pcollections[i].id);
+            }
+        }
+        if let StageKind::GroupByKey { input, .. } = &s.kind {
+            assert!(matches!(g.pcollections[*input].value_coder, Coder::Kv(..)), "GroupByKey input {} is not KV", g.pcollections[*input].id);
+        }
+    }
+    let sdk_stages: BTreeSet<&str> = g.stages.iter().filter(|s| matches!(s.kind, StageKind::Sdk(_))).map(|s| s.id.as_str()).collect();
+    assert_eq!(p.descriptors.keys().map(|k| k.as_str()).collect::<BTreeSet<_>>(), sdk_stages, "one descriptor per SDK stage");
+
+    for (i, s) in g.stages.iter().enumerate() {
+        let StageKind::Sdk(sdk) = &s.kind else { continue };
+        let d = descriptor(p, i);
+        assert_eq!(d.id, s.id);
+        assert_eq!(d.state_api_service_descriptor.as_ref().map(|a| a.url.as_str()), Some(FN_API_URL));
+        assert!(p.environments.contains_key(&sdk.environment_id), "environment {} of {}", sdk.environment_id, s.id);
+
+        // Exactly one source, the stage's input transform, producing the stage input.
+        let sources: Vec<&String> = d.transforms.iter().filter(|(_, t)| urn_of(t) == SOURCE).map(|(id, _)| id).collect();
+        assert_eq!(sources, vec![&sdk.input_transform_id], "sources of {}", s.id);
+        let source = &d.transforms[&sdk.input_transform_id];
+        assert_eq!(source.outputs.values().collect::<Vec<_>>(), vec![pc_id(p, sdk.input)]);
+        let wv = port_coder(d, &sdk.input_transform_id, SOURCE);
+        check_port(p, d, &wv, sdk.input);
+
+        // One sink per output, in order.
+        let sinks = d.transforms.values().filter(|t| urn_of(t) == SINK).count();
+        assert_eq!(sinks, sdk.outputs.len(), "sinks of {}", s.id);
+        assert_eq!(sdk.output_transform_ids.len(), sdk.outputs.len());
+        for (sink_id, &pc) in sdk.output_transform_ids.iter().zip(&sdk.outputs) {
+            let sink = &d.transforms[sink_id];
+            assert_eq!(sink.inputs.values().collect::<Vec<_>>(), vec![pc_id(p, pc)], "sink {sink_id}");
+            let wv = port_coder(d, sink_id, SINK);
+            check_port(p, d, &wv, pc);
+        }
+
+        // The residual transforms read the stage's input.
+        assert!(!sdk.residual_transform_ids.is_empty(), "{} has no transform reading its input", s.id);
+        for r in &sdk.residual_transform_ids {
+            let t = d.transforms.get(r).unwrap_or_else(|| panic!("residual transform {r} not in {}", s.id));
+            assert!(t.inputs.values().any(|pc| pc == pc_id(p, sdk.input)), "residual transform {r} does not read the input");
+        }
+
+        // Side inputs are read by a transform of the stage, under that local name.
+        for si in &sdk.side_inputs {
+            let t = d.transforms.get(&si.transform_id).unwrap_or_else(|| panic!("side input consumer {} not in {}", si.transform_id, s.id));
+            assert_eq!(t.inputs.get(&si.local_name).map(|s| s.as_str()), Some(pc_id(p, si.pcollection)));
+        }
+
+        // The descriptor is self-contained.
+        for (tid, t) in &d.transforms {
+            for pc in t.inputs.values().chain(t.outputs.values()) {
+                let info = d.pcollections.get(pc).unwrap_or_else(|| panic!("{}: transform {tid} uses unknown PCollection {pc}", s.id));
+                model(&d.coders, &info.coder_id);
+                let ws = d.windowing_strategies.get(&info.windowing_strategy_id).unwrap_or_else(|| panic!("{}: unknown windowing strategy", s.id));
+                model(&d.coders, &ws.window_coder_id);
+            }
+            if urn_of(t) != SOURCE && urn_of(t) != SINK {
+                assert_eq!(t.environment_id, sdk.environment_id, "environment of {tid}");
+            }
+        }
+    }
+}
+
+fn unsupported(e: &PlanError) -> (&str, &str, &str) {
+    match e {
+        PlanError::Unsupported { transform, urn, feature } => (transform, urn, feature),
+        other => panic!("expected PlanError::Unsupported, got {other:?}"),
+    }
+}
+
+fn transform_urns(d: &beam::ProcessBundleDescriptor) -> Vec<String> {
+    let mut v: Vec<String> = d.transforms.values().map(|t| urn_of(t).to_string()).collect();
+    v.sort();
+    v
+}
+
+/// The stages a Python `beam.Create(...)` of several elements becomes, given
+/// the label: impulse, the fused FlatMap/reshuffle head, the reshuffle's
+/// GroupByKey and the fused reshuffle tail with `Map(decode)`.
+fn create_stage_names(label: &str) -> [String; 4] {
+    [
+        format!("{label}/Impulse"),
+        format!(
+            "{label}/FlatMap(<lambda at core.py:4094>)+{label}/MaybeReshuffle/Reshuffle/AddRandomKeys+{label}/MaybeReshuffle/Reshuffle/ReshufflePerKey/Map(reify_metadata_default_window)"
+        ),
+        format!("{label}/MaybeReshuffle/Reshuffle/ReshufflePerKey/GroupByKey"),
+        format!("{label}/MaybeReshuffle/Reshuffle/ReshufflePerKey/FlatMap(restore_metadata_default_window)+{label}/MaybeReshuffle/Reshuffle/RemoveRandomKeys+{label}/Map(decode)"),
+    ]
+}
+
+// -------------------------------------------------------------------- tests
+
+#[test]
+fn wordcount_stages() {
+    let p = plan_fixture("wordcount");
+    assert_eq!(
+        kinds(&p),
+        ["Impulse", "Sdk", "Sdk", "GroupByKey", "Sdk", "Impulse", "Sdk", "Sdk", "GroupByKey", "Sdk", "Sdk", "Sdk"]
+    );
+    let sdf = "Read/Read/SDFBoundedSourceReader/ParDo(SDFBoundedSourceDoFn)";
+    assert_eq!(
+        names(&p),
+        [
+            "Read/Read/Impulse".to_string(),
+            format!("Read/Read/EmitSource+{sdf}/PairWithRestriction+{sdf}/SplitAndSizeRestriction"),
+            format!("{sdf}/Process+Split+PairWithOne+GroupAndSum/Precombine"),
+            "GroupAndSum/Group".to_string(),
+            "GroupAndSum/Merge+GroupAndSum/ExtractOutputs+Format+Write/Write/WriteImpl/WindowInto(WindowIntoFn)".to_string(),
+            "Write/Write/WriteImpl/DoOnce/Impulse".to_string(),
+            "Write/Write/WriteImpl/DoOnce/FlatMap(<lambda at core.py:4094>)+Write/Write/WriteImpl/DoOnce/Map(decode)+Write/Write/WriteImpl/InitializeWrite".to_string(),
+            "Write/Write/WriteImpl/WriteBundles+Write/Write/WriteImpl/Pair".to_string(),
+            "Write/Write/WriteImpl/GroupByKey".to_string(),
+            "Write/Write/WriteImpl/Extract".to_string(),
+            "Write/Write/WriteImpl/PreFinalize".to_string(),
+            "Write/Write/WriteImpl/FinalizeWrite".to_string(),
+        ]
+    );
+
+    // Impulse feeds the SDF head stage; its element coder is plain bytes.
+    let StageKind::Impulse { output } = p.graph.stages[0].kind else { unreachable!() };
+    assert_eq!(p.graph.pcollections[output].value_coder, Coder::Bytes);
+    assert_eq!(sdk(&p, 1).input, output);
+
+    // SDF head: the read's EmitSource with the pair and split steps.
+    let d1 = descriptor(&p, 1);
+    assert_eq!(
+        transform_urns(d1),
+        [
+            "beam:runner:sink:v1",
+            "beam:runner:source:v1",
+            "beam:transform:pardo:v1",
+            "beam:transform:sdf_pair_with_restriction:v1",
+            "beam:transform:sdf_split_and_size_restrictions:v1",
+        ]
+    );
+    let sdf_id = "ref_AppliedPTransform_Read-Read-SDFBoundedSourceReader-ParDo-SDFBoundedSourceDoFn-_7";
+    let sized = format!("{sdf_id}/weir:sized");
+    assert_eq!(sdk(&p, 1).outputs.iter().map(|&i| pc_id(&p, i)).collect::<Vec<_>>(), [sized.as_str()]);
+    assert_eq!(d1.transforms[&format!("{sdf_id}/weir:sdf-split")].outputs.values().collect::<Vec<_>>(), [&sized]);
+
+    // SDF process: a new stage reading the sized restrictions, fused with Split, PairWithOne and the precombine.
+    let s2 = sdk(&p, 2);
+    assert_eq!(pc_id(&p, s2.input), sized);
+    assert_eq!(s2.residual_transform_ids, [format!("{sdf_id}/weir:sdf-process")]);
+    assert_eq!(
+        transform_urns(descriptor(&p, 2)),
+        [
+            "beam:runner:sink:v1",
+            "beam:runner:source:v1",
+            "beam:transform:combine_per_key_precombine:v1",
+            "beam:transform:pardo:v1",
+            "beam:transform:pardo:v1",
+            "beam:transform:sdf_process_sized_element_and_restrictions:v1",
+        ]
+    );
+    // KV<KV<element, restriction>, double>, with every pickled coder length-prefixed.
+    match &p.graph.pcollections[s2.input].value_coder {
+        Coder::Kv(paired, size) => {
+            assert_eq!(**size, Coder::Double);
+            match paired.as_ref() {
+                Coder::Kv(element, restriction) => {
+                    assert!(is_lp_pickled(element), "element coder {element:?}");
+                    assert!(matches!(restriction.as_ref(), Coder::Kv(a, b) if is_lp_pickled(a) && is_lp_pickled(b)), "restriction coder {restriction:?}");
+                }
+                other => panic!("paired coder {other:?}"),
+            }
+        }
+        other => panic!("sized coder {other:?}"),
+    }
+
+    // The combiner's GroupByKey between the precombine and the merge.
+    let StageKind::GroupByKey { input, output } = p.graph.stages[3].kind else { unreachable!() };
+    assert_eq!(s2.outputs, [input]);
+    assert_eq!(pc_id(&p, input), "pcollection");
+    assert_eq!(pc_id(&p, output), "pcollection_1");
+    let gbk_in = &p.graph.pcollections[input];
+    assert!(matches!(&gbk_in.value_coder, Coder::Kv(k, v) if is_lp_pickled(k) && is_lp_pickled(v)), "{:?}", gbk_in.value_coder);
+    assert!(matches!(&p.graph.pcollections[output].value_coder, Coder::Kv(k, v) if is_lp_pickled(k) && matches!(v.as_ref(), Coder::Iterable(e) if is_lp_pickled(e))));
+    assert_eq!(gbk_in.window_coder, Coder::GlobalWindow);
+    assert_eq!(gbk_in.windowing.window_fn, WindowFn::Global);
+    assert_eq!(gbk_in.windowing.output_time, OutputTime::EndOfWindow);
+    assert_eq!(sdk(&p, 4).input, output);
+
+    // DoOnce writes two PCollections read by later stages: the main input of
+    // PreFinalize/FinalizeWrite and the InitializeWrite side input.
+    let s6 = sdk(&p, 6);
+    let outs: Vec<&str> = s6.outputs.iter().map(|&i| pc_id(&p, i)).collect();
+    assert_eq!(outs, ["ref_PCollection_PCollection_11", "ref_PCollection_PCollection_12"]);
+    assert_eq!(pc_id(&p, sdk(&p, 10).input), "ref_PCollection_PCollection_11");
+    assert_eq!(pc_id(&p, sdk(&p, 11).input), "ref_PCollection_PCollection_11");
+    assert_eq!(pc_id(&p, sdk(&p, 7).input), "ref_PCollection_PCollection_13");
+    assert_eq!(sdk(&p, 4).outputs.iter().map(|&i| pc_id(&p, i)).collect::<Vec<_>>(), ["ref_PCollection_PCollection_13"]);
+    assert!(sdk(&p, 11).outputs.is_empty(), "FinalizeWrite's output is consumed by nobody");
+
+    // Side inputs of the write: all iterable.
+    let sides = |stage: usize| -> Vec<(String, String, String, SideInputKind)> {
+        sdk(&p, stage)
+            .side_inputs
+            .iter()
+            .map(|si| (si.transform_id.clone(), si.local_name.clone(), pc_id(&p, si.pcollection).to_string(), si.kind))
+            .collect()
+    };
+    let t = |s: &str| s.to_string();
+    assert_eq!(
+        sides(7),
+        [(t("ref_AppliedPTransform_Write-Write-WriteImpl-WriteBundles_25"), t("python_side_input0"), t("ref_PCollection_PCollection_12"), SideInputKind::Iterable)]
+    );
+    let pre = "ref_AppliedPTransform_Write-Write-WriteImpl-PreFinalize_29";
+    assert_eq!(
+        sides(10),
+        [
+            (t(pre), t("python_side_input0"), t("ref_PCollection_PCollection_12"), SideInputKind::Iterable),
+            (t(pre), t("python_side_input1"), t("ref_PCollection_PCollection_17"), SideInputKind::Iterable),
+        ]
+    );
+    let fin = "ref_AppliedPTransform_Write-Write-WriteImpl-FinalizeWrite_30";
+    assert_eq!(
+        sides(11),
+        [
+            (t(fin), t("python_side_input0"), t("ref_PCollection_PCollection_12"), SideInputKind::Iterable),
+            (t(fin), t("python_side_input1"), t("ref_PCollection_PCollection_17"), SideInputKind::Iterable),
+            (t(fin), t("python_side_input2"), t("ref_PCollection_PCollection_18"), SideInputKind::Iterable),
+        ]
+    );
+    for (stage, sides) in [(0usize, 0usize), (1, 0), (2, 0), (4, 0), (6, 0), (9, 0)] {
+        if let StageKind::Sdk(s) = &p.graph.stages[stage].kind {
+            assert_eq!(s.side_inputs.len(), sides, "side inputs of stage {stage}");
+        }
+    }
+
+    // One environment: the LOOPBACK (external) one.
+    assert_eq!(p.environments.keys().collect::<Vec<_>>(), [ENV_ID]);
+    assert_eq!(p.environments[ENV_ID].urn, "beam:env:external:v1");
+}
+
+#[test]
+fn wordcount_ports_length_prefix_pickled_coders() {
+    let p = plan_fixture("wordcount");
+    // check_invariants already walked every port coder; here: the walk is not
+    // vacuous, pickled coders do reach the data plane, always length-prefixed.
+    let mut prefixed = 0;
+    for (i, s) in p.graph.stages.iter().enumerate() {
+        let StageKind::Sdk(sdk) = &s.kind else { continue };
+        let d = descriptor(&p, i);
+        let mut ports = vec![port_coder(d, &sdk.input_transform_id, SOURCE)];
+        ports.extend(sdk.output_transform_ids.iter().map(|id| port_coder(d, id, SINK)));
+        for wv in ports {
+            prefixed += check_measurable(&d.coders, &wv, &d.id);
+        }
+        // Every PCollection inside a descriptor uses its wire coder too.
+        for (id, pc) in &d.pcollections {
+            check_measurable(&d.coders, &pc.coder_id, id);
+        }
+    }
+    assert!(prefixed >= 10, "only {prefixed} length prefixes on wordcount's ports");
+    // The pipeline's own coder for the PairWithOne output is KV<pickled, varint>
+    // with a bare pickled key; the wire coder wraps it.
+    let d = descriptor(&p, 2);
+    let pc = &d.pcollections["ref_PCollection_PCollection_5"];
+    match model(&d.coders, &pc.coder_id) {
+        Coder::Kv(k, v) => {
+            assert!(is_lp_pickled(&k), "key coder {k:?}");
+            assert_eq!(*v, Coder::VarInt);
+        }
+        other => panic!("PairWithOne output coder {other:?}"),
+    }
+    let original = &load("wordcount").components.unwrap().pcollections["ref_PCollection_PCollection_5"].coder_id;
+    assert_ne!(&pc.coder_id, original, "the descriptor must not keep the unprefixed coder");
+}
+
+#[test]
+fn wordcount_plans_deterministically() {
+    let pipeline = load("wordcount");
+    let a = plan_ok(&pipeline);
+    let b = plan_ok(&pipeline);
+    assert_eq!(format!("{:?}", a.graph), format!("{:?}", b.graph));
+    for (id, d) in &a.descriptors {
+        let mut x = d.transforms.keys().collect::<Vec<_>>();
+        let mut y = b.descriptors[id].transforms.keys().collect::<Vec<_>>();
+        x.sort();
+        y.sort();
+        assert_eq!(x, y, "transforms of {id}");
+    }
+}
+
+#[test]
+fn side_input_iterable() {
+    let p = plan_fixture("side_input");
+    assert_eq!(kinds(&p), ["Impulse", "Sdk", "GroupByKey", "Sdk", "Impulse", "Sdk", "GroupByKey", "Sdk", "Sdk"]);
+    let mut expected: Vec<String> = create_stage_names("CreateSide").into();
+    expected.extend(create_stage_names("CreateMain"));
+    expected.push("AddSum".into());
+    assert_eq!(names(&p), expected);
+
+    let add = sdk(&p, 8);
+    assert_eq!(add.input, sdk(&p, 7).outputs[0], "AddSum reads CreateMain's output");
+    assert_eq!(add.side_inputs.len(), 1);
+    let si = &add.side_inputs[0];
+    assert_eq!(si.transform_id, "ref_AppliedPTransform_AddSum_26");
+    assert_eq!(si.local_name, "python_side_input0");
+    assert_eq!(si.kind, SideInputKind::Iterable);
+    assert_eq!(sdk(&p, 3).outputs, [si.pcollection], "the side input is CreateSide's output");
+    let side_pc = &p.graph.pcollections[si.pcollection];
+    assert_eq!(side_pc.id, "ref_PCollection_PCollection_8");
+    assert_eq!(side_pc.value_coder, Coder::VarInt);
+    assert_eq!(side_pc.window_coder, Coder::GlobalWindow);
+    assert_eq!(p.graph.pcollections[add.input].value_coder, Coder::VarInt);
+    // The consuming ParDo sees the side input PCollection in its descriptor.
+    let d = descriptor(&p, 8);
+    assert_eq!(model(&d.coders, &d.pcollections["ref_PCollection_PCollection_8"].coder_id), Coder::VarInt);
+    assert!(add.outputs.is_empty());
+}
+
+#[test]
+fn side_input_multimap() {
+    let p = plan_fixture("multimap_side_input");
+    assert_eq!(kinds(&p), ["Impulse", "Sdk", "GroupByKey", "Sdk", "Impulse", "Sdk", "GroupByKey", "Sdk", "Sdk"]);
+    assert_eq!(p.graph.stages[8].name, "Lookup");
+    let lookup = sdk(&p, 8);
+    assert_eq!(lookup.side_inputs.len(), 1);
+    let si = &lookup.side_inputs[0];
+    assert_eq!(si.transform_id, "ref_AppliedPTransform_Lookup_26");
+    assert_eq!(si.local_name, "python_side_input0");
+    assert_eq!(si.kind, SideInputKind::Multimap);
+    assert_eq!(sdk(&p, 3).outputs, [si.pcollection]);
+    assert_eq!(p.graph.pcollections[si.pcollection].value_coder, kv(Coder::StringUtf8, Coder::VarInt));
+    assert_eq!(p.graph.pcollections[lookup.input].value_coder, Coder::StringUtf8);
+}
+
+#[test]
+fn flatten_mixed_coders_transcodes_both_inputs() {
+    let p = plan_fixture("flatten_mixed_coders");
+    assert_eq!(kinds(&p), ["Impulse", "Sdk", "GroupByKey", "Sdk", "Impulse", "Sdk", "GroupByKey", "Sdk", "Flatten", "Sdk"]);
+    let [_, _, _, kvs_tail] = create_stage_names("CreateKVs");
+    let [_, _, _, strs_tail] = create_stage_names("CreateStrs");
+    assert_eq!(p.graph.stages[3].name, format!("{kvs_tail}+Flatten/Transcode0"));
+    assert_eq!(p.graph.stages[7].name, format!("{strs_tail}+Flatten/Transcode1"));
+    assert_eq!(p.graph.stages[9].name, "Show");
+
+    let flatten = "ref_AppliedPTransform_Flatten_26";
+    let StageKind::Flatten { inputs, output } = &p.graph.stages[8].kind else { unreachable!() };
+    let ids: Vec<&str> = inputs.iter().map(|&i| pc_id(&p, i)).collect();
+    assert_eq!(ids, [format!("{flatten}{TRANSCODE_MARKER}0"), format!("{flatten}{TRANSCODE_MARKER}1")]);
+    assert_eq!(pc_id(&p, *output), "ref_PCollection_PCollection_17");
+    let out_coder = &p.graph.pcollections[*output].value_coder;
+    assert!(is_lp_pickled(out_coder), "Flatten output coder {out_coder:?}");
+    assert_eq!(sdk(&p, 9).input, *output);
+
+    // Each transcoder is an SDK flatten fused into its producer's stage:
+    // KV<str, int> -> pickled, and str -> pickled.
+    for (stage, n, from) in [(3usize, 0, kv(Coder::StringUtf8, Coder::VarInt)), (7, 1, Coder::StringUtf8)] {
+        let d = descriptor(&p, stage);
+        let tid = format!("{flatten}{TRANSCODE_MARKER}{n}");
+        let t = d.transforms.get(&tid).unwrap_or_else(|| panic!("stage {stage} lacks transcoder {tid}"));
+        assert_eq!(urn_of(t), FLATTEN);
+        assert_eq!(t.unique_name, format!("Flatten/Transcode{n}"));
+        assert_eq!(t.environment_id, ENV_ID);
+        let input = t.inputs.values().next().unwrap();
+        let out = t.outputs.values().next().unwrap();
+        assert_eq!(out, &tid, "transcoder output PCollection");
+        assert_eq!(model(&d.coders, &d.pcollections[input].coder_id), from, "transcoder {n} input coder");
+        assert!(is_lp_pickled(&model(&d.coders, &d.pcollections[out].coder_id)));
+        assert_eq!(sdk(&p, stage).outputs, [inputs[n]], "stage {stage} writes only the transcoded PCollection");
+    }
+    // No other stage holds a transcoder.
+    for (id, d) in &p.descriptors {
+        let n = d.transforms.iter().filter(|(k, t)| k.contains(TRANSCODE_MARKER) && urn_of(t) == FLATTEN).count();
+        let expected = usize::from(id == "stage-3" || id == "stage-7");
+        assert_eq!(n, expected, "transcoders in {id}");
+    }
+}
+
+#[test]
+fn flatten_then_gbk_transcodes_flatten_inputs() {
+    let p = plan_fixture("flatten_then_gbk");
+    assert_eq!(
+        kinds(&p),
+        ["Impulse", "Sdk", "GroupByKey", "Sdk", "Impulse", "Sdk", "GroupByKey", "Sdk", "Flatten", "GroupByKey", "Sdk"]
+    );
+    let [_, _, _, one_tail] = create_stage_names("CreateOne");
+    let [_, _, _, two_tail] = create_stage_names("CreateTwo");
+    assert_eq!(p.graph.stages[3].name, format!("{one_tail}+Flatten/Transcode0"));
+    assert_eq!(p.graph.stages[7].name, format!("{two_tail}+Untyped+Flatten/Transcode1"));
+    assert_eq!(p.graph.stages[9].name, "Group");
+    assert_eq!(p.graph.stages[10].name, "Sum");
+
+    let pickled_kv = |c: &Coder| matches!(c, Coder::Kv(k, v) if is_lp_pickled(k) && is_lp_pickled(v));
+    let StageKind::Flatten { inputs, output } = &p.graph.stages[8].kind else { unreachable!() };
+    let flatten = "ref_AppliedPTransform_Flatten_27";
+    let ids: Vec<&str> = inputs.iter().map(|&i| pc_id(&p, i)).collect();
+    assert_eq!(ids, [format!("{flatten}{TRANSCODE_MARKER}0"), format!("{flatten}{TRANSCODE_MARKER}1")]);
+    assert!(pickled_kv(&p.graph.pcollections[*output].value_coder));
+    let StageKind::GroupByKey { input, output: grouped } = p.graph.stages[9].kind else { unreachable!() };
+    assert_eq!(input, *output, "the GroupByKey reads the Flatten output directly (it is KV-coded)");
+    assert!(matches!(&p.graph.pcollections[grouped].value_coder, Coder::Kv(k, v) if is_lp_pickled(k) && matches!(v.as_ref(), Coder::Iterable(e) if is_lp_pickled(e))));
+
+    // Transcoder 0: KV<str, int> -> KV<pickled, pickled>; transcoder 1: pickled (Untyped) -> KV<pickled, pickled>.
+    for (stage, n, from_is) in [(3usize, 0, "kv"), (7, 1, "pickled")] {
+        let d = descriptor(&p, stage);
+        let t = &d.transforms[&format!("{flatten}{TRANSCODE_MARKER}{n}")];
+        let from = model(&d.coders, &d.pcollections[t.inputs.values().next().unwrap()].coder_id);
+        match from_is {
+            "kv" => assert_eq!(from, kv(Coder::StringUtf8, Coder::VarInt)),
+            _ => assert!(is_lp_pickled(&from), "{from:?}"),
+        }
+        assert!(pickled_kv(&model(&d.coders, &d.pcollections[t.outputs.values().next().unwrap()].coder_id)));
+    }
+}
+
+/// The Python SDK always gives a GroupByKey a KV-coded input; other SDKs (and
+/// older Pythons) may not. Recode the Flatten output as the bare pickled
+/// coder and the planner must re-encode the GroupByKey input as KV.
+#[test]
+fn gbk_with_non_kv_input_gets_a_transcoder() {
+    let mut pipeline = load("flatten_then_gbk");
+    let c = pipeline.components.as_mut().unwrap();
+    let flatten = "ref_AppliedPTransform_Flatten_27";
+    let group = "ref_AppliedPTransform_Group_28";
+    assert_eq!(c.transforms[group].unique_name, "Group");
+    let untyped_out = c.transforms.values().find(|t| t.unique_name == "Untyped").unwrap().outputs.values().next().unwrap().clone();
+    let pickled = c.pcollections[&untyped_out].coder_id.clone();
+    assert_eq!(c.coders[&pickled].spec.as_ref().unwrap().urn, PICKLED);
+    let flatten_out = c.transforms[flatten].outputs.values().next().unwrap().clone();
+    c.pcollections.get_mut(&flatten_out).unwrap().coder_id = pickled;
+
+    let p = plan_ok(&pipeline);
+    assert_eq!(
+        kinds(&p),
+        ["Impulse", "Sdk", "GroupByKey", "Sdk", "Impulse", "Sdk", "GroupByKey", "Sdk", "Flatten", "Sdk", "GroupByKey", "Sdk"]
+    );
+    // Only CreateOne's branch (KV<str, int>) differs from the pickled Flatten output now.
+    let StageKind::Flatten { inputs, output } = &p.graph.stages[8].kind else { unreachable!() };
+    let ids: Vec<&str> = inputs.iter().map(|&i| pc_id(&p, i)).collect();
+    assert_eq!(ids, [format!("{flatten}{TRANSCODE_MARKER}0"), untyped_out.clone()]);
+    assert!(is_lp_pickled(&p.graph.pcollections[*output].value_coder));
+    assert_eq!(p.graph.stages[7].name, format!("{}+Untyped", create_stage_names("CreateTwo")[3]));
+
+    // The GroupByKey transcoder: its own stage reading the Flatten output.
+    assert_eq!(p.graph.stages[9].name, "Group/Transcode0");
+    let s9 = sdk(&p, 9);
+    assert_eq!(s9.input, *output);
+    let tid = format!("{group}{TRANSCODE_MARKER}0");
+    assert_eq!(s9.residual_transform_ids, [tid.clone()]);
+    assert_eq!(s9.environment_id, ENV_ID);
+    let d = descriptor(&p, 9);
+    assert_eq!(urn_of(&d.transforms[&tid]), FLATTEN);
+    let StageKind::GroupByKey { input, .. } = p.graph.stages[10].kind else { unreachable!() };
+    assert_eq!(s9.outputs, [input]);
+    assert_eq!(pc_id(&p, input), tid);
+    assert!(matches!(&p.graph.pcollections[input].value_coder, Coder::Kv(k, v) if is_lp_pickled(k) && is_lp_pickled(v)));
+}
+
+#[test]
+fn sessions_windowing_reaches_the_gbk() {
+    let p = plan_fixture("sessions");
+    assert_eq!(kinds(&p), ["Impulse", "Sdk", "GroupByKey", "Sdk", "GroupByKey", "Sdk"]);
+    let [a, b, c, tail] = create_stage_names("Create");
+    assert_eq!(names(&p), [a, b, c, format!("{tail}+Stamp+Window"), "Group".into(), "Count".into()]);
+
+    // Create's reshuffle runs in the global window.
+    let StageKind::GroupByKey { input, .. } = p.graph.stages[2].kind else { unreachable!() };
+    assert_eq!(p.graph.pcollections[input].windowing.window_fn, WindowFn::Global);
+
+    let StageKind::GroupByKey { input, output } = p.graph.stages[4].kind else { unreachable!() };
+    assert_eq!(sdk(&p, 3).outputs, [input]);
+    for pc in [input, output] {
+        let info = &p.graph.pcollections[pc];
+        assert_eq!(info.windowing.window_fn, WindowFn::Sessions { gap_ms: 10_000 }, "{}", info.id);
+        assert_eq!(info.windowing.output_time, OutputTime::EndOfWindow);
+        assert_eq!(info.window_coder, Coder::IntervalWindow);
+    }
+    assert_eq!(pc_id(&p, input), "ref_PCollection_PCollection_10");
+    assert_eq!(sdk(&p, 5).input, output);
+    // The WindowInto runs in the SDK, in the stage before the GroupByKey.
+    let d = descriptor(&p, 3);
+    assert_eq!(urn_of(&d.transforms["ref_AppliedPTransform_Window_15"]), "beam:transform:window_into:v1");
+}
+
+#[test]
+fn stateful_dofn_is_rejected() {
+    let mut pipeline = load("stateful_dofn");
+    assert_eq!(pipeline.requirements, ["beam:requirement:pardo:stateful:v1"]);
+    let e = plan_err(&pipeline);
+    let (_, urn, feature) = unsupported(&e);
+    assert_eq!(urn, "beam:requirement:pardo:stateful:v1");
+    assert!(feature.contains("beam:requirement:pardo:stateful:v1"), "{feature}");
+    assert!(e.to_string().contains("stateful"), "{e}");
+
+    // Without the requirement, the DoFn's state spec is still caught.
+    pipeline.requirements.clear();
+    let e = plan_err(&pipeline);
+    let (transform, urn, feature) = unsupported(&e);
+    assert_eq!(urn, PAR_DO);
+    assert!(transform.contains("ref_AppliedPTransform_Buffer_14") && transform.contains("Buffer"), "{transform}");
+    assert!(feature.contains("user state"), "{feature}");
+}
+
+#[test]
+fn after_count_trigger_is_rejected() {
+    let e = plan_err(&load("after_count_trigger"));
+    let (transform, urn, feature) = unsupported(&e);
+    assert!(feature.contains("trigger"), "{feature}");
+    assert!(feature.contains("ElementCount"), "names the trigger: {feature}");
+    assert_eq!(urn, "beam:window_fn:global_windows:v1");
+    // The WindowInto output, read by the GroupByKey.
+    assert!(transform.contains("ref_PCollection_PCollection_9"), "{transform}");
+    assert!(e.to_string().contains("trigger"), "{e}");
+}
+
+#[test]
+fn unknown_urn_is_rejected() {
+    let e = plan_err(&load("unknown_urn"));
+    let (transform, urn, feature) = unsupported(&e);
+    assert_eq!(urn, "beam:transform:weir_test_unknown:v1");
+    assert!(transform.contains("ref_AppliedPTransform_Split_8") && transform.contains("(Split)"), "{transform}");
+    assert!(feature.contains("unknown"), "{feature}");
+    let message = e.to_string();
+    assert!(message.contains("beam:transform:weir_test_unknown:v1") && message.contains("Split"), "{message}");
+}
+
+#[test]
+fn unknown_urn_fixture_differs_from_wordcount_only_in_that_urn() {
+    // Guards the fixture itself: the rejection above is about the URN, nothing else.
+    let a = load("wordcount").components.unwrap();
+    let b = load("unknown_urn").components.unwrap();
+    assert_eq!(a.transforms.len(), b.transforms.len());
+    let changed: Vec<&String> = a.transforms.keys().filter(|id| a.transforms[*id] != b.transforms[*id]).collect();
+    assert_eq!(changed, ["ref_AppliedPTransform_Split_8"]);
+    assert_eq!(urn_of(&a.transforms["ref_AppliedPTransform_Split_8"]), PAR_DO);
+}
