@@ -15,6 +15,11 @@ pub struct BundleRequest {
     pub input: Vec<u8>,
     /// Materialized side inputs of the stage, served over the State API.
     pub side_inputs: Arc<SideInputs>,
+    /// Number of elements in `input`.
+    pub element_count: usize,
+    /// Hands residuals of a split of the running bundle (encoded windowed
+    /// values of the stage input) back to the engine before the bundle ends.
+    pub on_split: Arc<dyn Fn(Vec<Vec<u8>>) + Send + Sync>,
 }
 
 /// What a bundle produced.

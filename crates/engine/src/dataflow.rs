@@ -202,6 +202,14 @@ fn group_by_key<'s>(input: Elements<'s>, ctx: &JobContext, stage_index: usize, i
     })
 }
 
+/// What the harness reports about a bundle in flight.
+enum BundleEvent {
+    /// Residuals split off while the bundle runs.
+    Split(Vec<Element>),
+    /// The bundle finished.
+    Done(std::result::Result<BundleResult, String>),
+}
+
 /// Per-operator state of an SDK stage.
 struct SdkState {
     pending: VecDeque<(Capability<u64>, Vec<Element>)>,
@@ -231,7 +239,7 @@ fn sdk_stage<'s>(
     main.binary_frontier(sides, Exchange::new(route), Pipeline, &name.clone(), move |cap, info| {
         drop(cap);
         let activator = Arc::new(worker.sync_activator_for(info.address.to_vec()));
-        let completions: Arc<Mutex<Vec<(u64, std::result::Result<BundleResult, String>)>>> = Arc::default();
+        let completions: Arc<Mutex<Vec<(u64, BundleEvent)>>> = Arc::default();
         let state = Rc::new(RefCell::new(SdkState {
             pending: VecDeque::new(),
             in_flight: HashMap::new(),
@@ -281,7 +289,18 @@ fn sdk_stage<'s>(
             }
             // Completed bundles: emit outputs at the bundle's hold, re-queue residuals.
             let done: Vec<_> = std::mem::take(&mut *completions.lock().unwrap_or_else(|p| p.into_inner()));
-            for (id, result) in done {
+            for (id, event) in done {
+                let result = match event {
+                    BundleEvent::Split(residuals) => {
+                        // Work split off a running bundle: schedule it under that bundle's hold.
+                        if let Some(cap) = st.in_flight.get(&id) {
+                            let cap = cap.clone();
+                            st.pending.push_back((cap, residuals));
+                        }
+                        continue;
+                    }
+                    BundleEvent::Done(result) => result,
+                };
                 let Some(cap) = st.in_flight.remove(&id) else { continue };
                 match result {
                     Ok(r) => {
@@ -343,7 +362,14 @@ fn sdk_stage<'s>(
                 st.in_flight.insert(id, cap);
                 let completions = completions.clone();
                 let activator = activator.clone();
+                let (split_completions, split_activator) = (completions.clone(), activator.clone());
+                let on_split = Arc::new(move |residuals: Vec<Element>| {
+                    split_completions.lock().unwrap_or_else(|p| p.into_inner()).push((id, BundleEvent::Split(residuals)));
+                    let _ = split_activator.activate();
+                });
                 let request = BundleRequest {
+                    element_count: elements.len(),
+                    on_split,
                     stage: stage_index,
                     stage_id: ctx.graph.stages[stage_index].id.clone(),
                     stage_name: name.clone(),
@@ -353,7 +379,7 @@ fn sdk_stage<'s>(
                 ctx.processor.process_bundle(
                     request,
                     Box::new(move |result| {
-                        completions.lock().unwrap_or_else(|p| p.into_inner()).push((id, result));
+                        completions.lock().unwrap_or_else(|p| p.into_inner()).push((id, BundleEvent::Done(result)));
                         let _ = activator.activate();
                     }),
                 );

@@ -15,6 +15,10 @@ use crate::registry::{BundleState, FnApi, Worker};
 
 /// Largest `Elements.Data` chunk Weir sends to an SDK harness.
 const DATA_CHUNK_BYTES: usize = 1 << 20;
+/// How often a running splittable bundle is checked for splitting.
+const SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+/// Most dynamic splits requested of one bundle.
+const MAX_SPLITS_PER_BUNDLE: u32 = 16;
 /// How long to wait for outputs' `is_last` after a successful bundle response.
 const OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -102,6 +106,85 @@ impl Inner {
         result
     }
 
+    /// True when some other connected worker of `env` has no bundle in flight.
+    fn idle_worker(&self, env: &str, busy: &Worker) -> bool {
+        self.workers
+            .get(env)
+            .map(|ws| ws.iter().any(|w| w.id != busy.id && w.is_connected() && w.in_flight.load(Ordering::Relaxed) == 0))
+            .unwrap_or(false)
+    }
+
+    /// Waits for the bundle's response. Meanwhile, for a splittable stage
+    /// whose bundle holds one element, asks the SDK to split the rest of the
+    /// element in half whenever another SDK worker sits idle
+    /// (`ProcessBundleSplitRequest`, fraction_of_remainder 0.5), and hands the
+    /// residuals to the engine at once so the idle worker takes them.
+    async fn await_response(
+        &self,
+        worker: &Worker,
+        instruction_id: &str,
+        request: &BundleRequest,
+        stage: &weir_plan::SdkStage,
+        mut response: tokio::sync::oneshot::Receiver<beam::InstructionResponse>,
+    ) -> Result<beam::InstructionResponse, String> {
+        let gone = || format!("SDK harness {} went away", worker.id);
+        if !stage.splittable || request.element_count != 1 {
+            return response.await.map_err(|_| gone());
+        }
+        let mut splits = 0u32;
+        loop {
+            tokio::select! {
+                r = &mut response => return r.map_err(|_| gone()),
+                _ = tokio::time::sleep(SPLIT_CHECK_INTERVAL) => {}
+            }
+            if splits >= MAX_SPLITS_PER_BUNDLE || !self.idle_worker(&stage.environment_id, worker) {
+                continue;
+            }
+            splits += 1;
+            let split = worker.send(beam::InstructionRequest {
+                instruction_id: format!("{instruction_id}-split-{splits}"),
+                request: Some(beam::instruction_request::Request::ProcessBundleSplit(beam::ProcessBundleSplitRequest {
+                    instruction_id: instruction_id.to_string(),
+                    desired_splits: [(
+                        stage.input_transform_id.clone(),
+                        beam::process_bundle_split_request::DesiredSplit {
+                            fraction_of_remainder: 0.5,
+                            allowed_split_points: vec![],
+                            estimated_input_elements: 1,
+                        },
+                    )]
+                    .into_iter()
+                    .collect(),
+                })),
+            })?;
+            let Ok(split) = split.await else { return Err(gone()) };
+            let Some(beam::instruction_response::Response::ProcessBundleSplit(split)) = split.response else {
+                continue; // the bundle finished first, or the SDK declined
+            };
+            let mut residuals = Vec::new();
+            for r in split.residual_roots {
+                let app = r.application.unwrap_or_default();
+                if !stage.residual_transform_ids.contains(&app.transform_id) {
+                    return Err(format!("split residual for transform {} which does not read the stage input", app.transform_id));
+                }
+                residuals.push(app.element);
+            }
+            // A split at the element boundary leaves the (single) input element
+            // to the runner: schedule it again as a whole.
+            let element_returned = split
+                .channel_splits
+                .iter()
+                .any(|c| c.transform_id == stage.input_transform_id && c.first_residual_element == 0);
+            if element_returned {
+                residuals.push(request.input.clone());
+            }
+            if !residuals.is_empty() {
+                tracing::info!(worker = %worker.id, bundle = %instruction_id, "split off {} residual(s)", residuals.len());
+                (request.on_split)(residuals);
+            }
+        }
+    }
+
     async fn exchange(
         &self,
         worker: &Worker,
@@ -136,7 +219,7 @@ impl Inner {
         }
         worker.send_data(data(&[], true))?;
 
-        let response = response.await.map_err(|_| format!("SDK harness {} went away", worker.id))?;
+        let response = self.await_response(worker, instruction_id, request, stage, response).await?;
         if !response.error.is_empty() {
             return Err(response.error);
         }

@@ -160,6 +160,7 @@ pub(crate) fn build(c: &beam::Components, fused: Vec<FusedStage>, options: &Plan
                 let mut outputs: BTreeSet<String> = BTreeSet::new();
                 let mut side_inputs = Vec::new();
                 let mut residual_transform_ids = Vec::new();
+                let mut splittable = false;
                 let mut names = Vec::new();
                 for tid in transforms {
                     let t = &c.transforms[tid];
@@ -175,6 +176,7 @@ pub(crate) fn build(c: &beam::Components, fused: Vec<FusedStage>, options: &Plan
                     let (main, side) = split_inputs(tid, t)?;
                     if main.first() == Some(input) {
                         residual_transform_ids.push(tid.clone());
+                        splittable |= crate::leaves::urn_of(t) == urns::transform::SDF_PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS;
                     }
                     if !side.is_empty() {
                         let payload = pardo_payload(tid, t)?;
@@ -248,6 +250,7 @@ pub(crate) fn build(c: &beam::Components, fused: Vec<FusedStage>, options: &Plan
                         outputs: output_indices,
                         output_transform_ids,
                         residual_transform_ids,
+                        splittable,
                     }),
                 });
                 if let Some(env) = c.environments.get(environment_id) {

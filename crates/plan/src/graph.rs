@@ -96,6 +96,10 @@ pub struct SdkStage {
     pub output_transform_ids: Vec<String>,
     /// Transform ids whose residuals (SDF checkpoints / splits) re-enter this stage's input.
     pub residual_transform_ids: Vec<String>,
+    /// True when the stage input feeds an SDF process transform
+    /// (`beam:transform:sdf_process_sized_element_and_restrictions:v1`), so a
+    /// running bundle can be split inside its element (dynamic splitting).
+    pub splittable: bool,
 }
 
 /// How a side input is read (`beam:side_input:iterable:v1` / `beam:side_input:multimap:v1`).

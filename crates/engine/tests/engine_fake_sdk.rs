@@ -1,0 +1,692 @@
+//! Runs the engine on hand-built stage graphs, with a fake SDK harness: a
+//! [`BundleProcessor`] that decodes each bundle with `weir_model`, applies a
+//! Rust function per element and encodes what it emits. Bundles complete on
+//! their own threads, so the engine's asynchronous completion path is used.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use weir_engine::side_input::SideInputs;
+use weir_engine::{run_job, BundleProcessor, BundleRequest, BundleResult, Completion, EngineConfig, EngineError};
+use weir_model::varint::{decode_varint, encode_varint};
+use weir_model::{Coder, PaneInfo, Timestamp, Window, WindowedValue};
+use weir_plan::{
+    OutputTime, PCollectionIndex, PCollectionInfo, SdkStage, SideInput, SideInputKind, Stage, StageGraph, StageKind,
+    WindowFn, Windowing,
+};
+
+// ------------------------------------------------------------ value codecs
+
+fn varint(v: i64) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_varint(v, &mut out);
+    out
+}
+
+fn read_varint(bytes: &[u8]) -> (i64, usize) {
+    decode_varint(bytes).expect("varint")
+}
+
+fn string(s: &str) -> Vec<u8> {
+    let mut out = varint(s.len() as i64);
+    out.extend_from_slice(s.as_bytes());
+    out
+}
+
+fn read_string(bytes: &[u8]) -> (String, usize) {
+    let (len, n) = read_varint(bytes);
+    let end = n + len as usize;
+    (String::from_utf8(bytes[n..end].to_vec()).expect("utf-8"), end)
+}
+
+/// `KV<string, varint>`.
+fn kv_str_int(k: &str, v: i64) -> Vec<u8> {
+    let mut out = string(k);
+    out.extend(varint(v));
+    out
+}
+
+fn read_kv_str_int(bytes: &[u8]) -> (String, i64) {
+    let (k, n) = read_string(bytes);
+    let (v, m) = read_varint(&bytes[n..]);
+    assert_eq!(n + m, bytes.len(), "trailing bytes after KV<string, varint>");
+    (k, v)
+}
+
+/// Concatenated varints (an iterable side input's values) or an iterable's body.
+fn read_varints(mut bytes: &[u8]) -> Vec<i64> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let (v, n) = read_varint(bytes);
+        out.push(v);
+        bytes = &bytes[n..];
+    }
+    out
+}
+
+/// `KV<string, iterable<varint>>` as GroupByKey emits it (either iterable form).
+fn read_grouped(bytes: &[u8]) -> (String, Vec<i64>) {
+    let (k, mut pos) = read_string(bytes);
+    let count = i32::from_be_bytes(bytes[pos..pos + 4].try_into().unwrap());
+    pos += 4;
+    let mut values = Vec::new();
+    if count >= 0 {
+        for _ in 0..count {
+            let (v, n) = read_varint(&bytes[pos..]);
+            values.push(v);
+            pos += n;
+        }
+    } else {
+        loop {
+            let (chunk, n) = read_varint(&bytes[pos..]);
+            pos += n;
+            if chunk == 0 {
+                break;
+            }
+            for _ in 0..chunk {
+                let (v, n) = read_varint(&bytes[pos..]);
+                values.push(v);
+                pos += n;
+            }
+        }
+    }
+    assert_eq!(pos, bytes.len(), "trailing bytes after a grouped value");
+    (k, values)
+}
+
+// ------------------------------------------------------------ graph building
+
+fn kv_coder() -> Coder {
+    Coder::Kv(Box::new(Coder::StringUtf8), Box::new(Coder::VarInt))
+}
+
+fn grouped_coder() -> Coder {
+    Coder::Kv(Box::new(Coder::StringUtf8), Box::new(Coder::Iterable(Box::new(Coder::VarInt))))
+}
+
+fn global() -> Windowing {
+    Windowing { window_fn: WindowFn::Global, output_time: OutputTime::EndOfWindow }
+}
+
+#[derive(Default)]
+struct GraphBuilder {
+    pcollections: Vec<PCollectionInfo>,
+    stages: Vec<Stage>,
+}
+
+impl GraphBuilder {
+    fn pc(&mut self, id: &str, value_coder: Coder) -> PCollectionIndex {
+        self.pc_windowed(id, value_coder, Coder::GlobalWindow, global())
+    }
+
+    fn pc_windowed(&mut self, id: &str, value_coder: Coder, window_coder: Coder, windowing: Windowing) -> PCollectionIndex {
+        self.pcollections.push(PCollectionInfo { id: id.into(), value_coder, window_coder, windowing });
+        self.pcollections.len() - 1
+    }
+
+    fn stage(&mut self, name: &str, kind: StageKind) -> usize {
+        let id = format!("stage-{}", self.stages.len());
+        self.stages.push(Stage { id, name: name.into(), kind });
+        self.stages.len() - 1
+    }
+
+    fn impulse(&mut self) -> PCollectionIndex {
+        let out = self.pc(&format!("impulse{}", self.stages.len()), Coder::Bytes);
+        self.stage("Impulse", StageKind::Impulse { output: out });
+        out
+    }
+
+    fn sdk(&mut self, name: &str, input: PCollectionIndex, outputs: Vec<PCollectionIndex>, side_inputs: Vec<SideInput>) -> usize {
+        let n = self.stages.len();
+        let sdk = SdkStage {
+            environment_id: "fake-env".into(),
+            input,
+            input_transform_id: format!("stage-{n}/source"),
+            side_inputs,
+            output_transform_ids: outputs.iter().map(|o| format!("stage-{n}/sink:{o}")).collect(),
+            outputs,
+            residual_transform_ids: vec![format!("{name}-transform")],
+            splittable: false,
+        };
+        self.stage(name, StageKind::Sdk(sdk))
+    }
+
+    fn build(self) -> Arc<StageGraph> {
+        Arc::new(StageGraph { pcollections: self.pcollections, stages: self.stages })
+    }
+}
+
+// ------------------------------------------------------------ the fake SDK
+
+/// What a stage function does with one element.
+#[derive(Default)]
+struct Emit {
+    /// (output port, encoded value): windowed like the input element.
+    outputs: Vec<(usize, Vec<u8>)>,
+    /// Encoded values returned as residuals (SDF checkpoints), windowed like the input.
+    residuals: Vec<Vec<u8>>,
+    /// Fails the bundle with this message.
+    error: Option<String>,
+}
+
+impl Emit {
+    fn out(port: usize, value: Vec<u8>) -> Emit {
+        Emit { outputs: vec![(port, value)], ..Default::default() }
+    }
+}
+
+type StageFn = Box<dyn Fn(&WindowedValue, &SideInputs) -> Emit + Send + Sync>;
+
+#[derive(Default)]
+struct Stats {
+    /// Stage index -> element count of each bundle, in completion order.
+    bundles: Mutex<HashMap<usize, Vec<usize>>>,
+    /// Bundle threads currently running.
+    running: AtomicUsize,
+}
+
+impl Stats {
+    fn bundle_sizes(&self, stage: usize) -> Vec<usize> {
+        self.bundles.lock().unwrap().get(&stage).cloned().unwrap_or_default()
+    }
+}
+
+struct Inner {
+    graph: Arc<StageGraph>,
+    functions: HashMap<usize, StageFn>,
+    stats: Stats,
+    /// Stages whose bundles are kept, never completed (for cancellation).
+    hang: Vec<usize>,
+    held: Mutex<Vec<Completion>>,
+    started: Mutex<Option<mpsc::Sender<usize>>>,
+}
+
+#[derive(Clone)]
+struct FakeSdk(Arc<Inner>);
+
+impl FakeSdk {
+    fn new(graph: Arc<StageGraph>, functions: Vec<(usize, StageFn)>) -> FakeSdk {
+        FakeSdk(Arc::new(Inner {
+            graph,
+            functions: functions.into_iter().collect(),
+            stats: Stats::default(),
+            hang: vec![],
+            held: Mutex::new(vec![]),
+            started: Mutex::new(None),
+        }))
+    }
+
+    fn run_bundle(inner: &Inner, request: &BundleRequest) -> Result<BundleResult, String> {
+        let stage = &inner.graph.stages[request.stage];
+        assert_eq!(stage.id, request.stage_id);
+        assert_eq!(stage.name, request.stage_name);
+        let StageKind::Sdk(sdk) = &stage.kind else { panic!("bundle for non-SDK stage {}", stage.id) };
+        let input = &inner.graph.pcollections[sdk.input];
+        let elements = WindowedValue::decode_all(&input.value_coder, &input.window_coder, &request.input)
+            .map_err(|e| format!("fake SDK cannot decode its input: {e}"))?;
+        inner.stats.bundles.lock().unwrap().entry(request.stage).or_default().push(elements.len());
+        let f = inner.functions.get(&request.stage).unwrap_or_else(|| panic!("no function for stage {}", stage.name));
+        let mut result = BundleResult { outputs: vec![Vec::new(); sdk.outputs.len()], ..Default::default() };
+        for wv in &elements {
+            let emit = f(wv, &request.side_inputs);
+            if let Some(e) = emit.error {
+                return Err(e);
+            }
+            let rewrap = |value: Vec<u8>| WindowedValue { value, ..wv.clone() };
+            for (port, value) in emit.outputs {
+                rewrap(value).encode(&mut result.outputs[port]);
+            }
+            for value in emit.residuals {
+                let mut bytes = Vec::new();
+                rewrap(value).encode(&mut bytes);
+                result.residuals.push(bytes);
+            }
+        }
+        Ok(result)
+    }
+}
+
+impl BundleProcessor for FakeSdk {
+    fn process_bundle(&self, request: BundleRequest, done: Completion) {
+        let inner = self.0.clone();
+        if let Some(tx) = inner.started.lock().unwrap().as_ref() {
+            let _ = tx.send(request.stage);
+        }
+        if inner.hang.contains(&request.stage) {
+            inner.held.lock().unwrap().push(done);
+            return;
+        }
+        inner.stats.running.fetch_add(1, Ordering::SeqCst);
+        // Complete from another thread, a little later, as a real harness does.
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis((request.input.len() % 3) as u64));
+            let result = FakeSdk::run_bundle(&inner, &request);
+            inner.stats.running.fetch_sub(1, Ordering::SeqCst);
+            done(result);
+        });
+    }
+}
+
+fn config(workers: usize, max_bundle_elements: usize) -> EngineConfig {
+    EngineConfig { workers, max_bundle_elements, max_bundle_bytes: 1 << 20, max_bundles_in_flight: 2 }
+}
+
+/// Runs the job on its own thread; fails the test if it takes longer than a minute.
+fn run(graph: Arc<StageGraph>, sdk: FakeSdk, config: EngineConfig, cancel: Arc<AtomicBool>) -> Result<(), EngineError> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(run_job(graph, Arc::new(sdk), config, cancel));
+    });
+    rx.recv_timeout(Duration::from_secs(60)).expect("the job did not finish within 60 s")
+}
+
+fn no_cancel() -> Arc<AtomicBool> {
+    Arc::new(AtomicBool::new(false))
+}
+
+// ------------------------------------------------------------ tests
+
+const SEEDS: i64 = 50;
+const PER_SEED: i64 = 20;
+const KEYS: i64 = 7;
+
+/// Impulse → Seeds (0..50) → FanOut (20 KVs each, 7 keys) → GroupByKey → Sum.
+/// Returns the sums the Sum stage saw, one entry per group, and the fake.
+fn fan_out_group_sum(workers: usize) -> (Vec<(String, i64, usize)>, FakeSdk, Arc<StageGraph>) {
+    let mut g = GraphBuilder::default();
+    let imp = g.impulse();
+    let seeds = g.pc("seeds", Coder::VarInt);
+    let pairs = g.pc("pairs", kv_coder());
+    let grouped = g.pc("grouped", grouped_coder());
+    let s_seeds = g.sdk("Seeds", imp, vec![seeds], vec![]);
+    let s_fan = g.sdk("FanOut", seeds, vec![pairs], vec![]);
+    g.stage("Group", StageKind::GroupByKey { input: pairs, output: grouped });
+    let s_sum = g.sdk("Sum", grouped, vec![], vec![]);
+    let graph = g.build();
+
+    let sums: Arc<Mutex<Vec<(String, i64, usize)>>> = Arc::default();
+    let sums2 = sums.clone();
+    let functions: Vec<(usize, StageFn)> = vec![
+        (
+            s_seeds,
+            Box::new(|wv: &WindowedValue, _: &SideInputs| {
+                assert_eq!(wv.value, vec![0], "the impulse element is an empty byte array");
+                assert_eq!(wv.timestamp, Timestamp::MIN);
+                assert_eq!(wv.windows, vec![Window::Global]);
+                Emit { outputs: (0..SEEDS).map(|s| (0, varint(s))).collect(), ..Default::default() }
+            }),
+        ),
+        (
+            s_fan,
+            Box::new(|wv: &WindowedValue, _: &SideInputs| {
+                let (seed, _) = read_varint(&wv.value);
+                let outputs = (0..PER_SEED)
+                    .map(|j| {
+                        let v = seed * PER_SEED + j;
+                        (0, kv_str_int(&format!("k{}", v % KEYS), v))
+                    })
+                    .collect();
+                Emit { outputs, ..Default::default() }
+            }),
+        ),
+        (
+            s_sum,
+            Box::new(move |wv: &WindowedValue, _: &SideInputs| {
+                let (k, values) = read_grouped(&wv.value);
+                assert_eq!(wv.windows, vec![Window::Global]);
+                assert_eq!(wv.pane, PaneInfo::ON_TIME_AND_ONLY_FIRING);
+                sums2.lock().unwrap().push((k, values.iter().sum(), values.len()));
+                Emit::default()
+            }),
+        ),
+    ];
+    let sdk = FakeSdk::new(graph.clone(), functions);
+    run(graph.clone(), sdk.clone(), config(workers, 3), no_cancel()).expect("job succeeds");
+    let mut out = sums.lock().unwrap().clone();
+    out.sort();
+    (out, sdk, graph)
+}
+
+fn expected_sums() -> Vec<(String, i64, usize)> {
+    let mut m: BTreeMap<String, (i64, usize)> = BTreeMap::new();
+    for v in 0..SEEDS * PER_SEED {
+        let e = m.entry(format!("k{}", v % KEYS)).or_default();
+        e.0 += v;
+        e.1 += 1;
+    }
+    m.into_iter().map(|(k, (s, n))| (k, s, n)).collect()
+}
+
+#[test]
+fn group_and_sum_one_worker() {
+    let (sums, sdk, _) = fan_out_group_sum(1);
+    let expected = expected_sums();
+    assert_eq!(sums, expected);
+    // Spot-check the expectation itself: 0..1000, key k0 holds 0, 7, ..., 994.
+    assert_eq!(expected[0], ("k0".to_string(), 71_071, 143));
+    assert_eq!(expected.iter().map(|e| e.1).sum::<i64>(), 499_500);
+
+    // Bundles honour max_bundle_elements = 3; every seed processed once.
+    let fan = sdk.0.stats.bundle_sizes(2);
+    assert_eq!(fan.iter().sum::<usize>(), SEEDS as usize);
+    assert!(fan.iter().all(|&n| (1..=3).contains(&n)), "FanOut bundle sizes {fan:?}");
+    assert!(fan.len() >= 17, "{} FanOut bundles", fan.len());
+    assert_eq!(sdk.0.stats.bundle_sizes(1), vec![1], "one impulse element, one bundle");
+    let sum_bundles = sdk.0.stats.bundle_sizes(4);
+    assert_eq!(sum_bundles.iter().sum::<usize>(), KEYS as usize, "one group per key");
+    assert!(sum_bundles.len() >= 3, "Sum bundles {sum_bundles:?}");
+    assert_eq!(sdk.0.stats.running.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn group_and_sum_three_workers_same_result() {
+    let (one, _, _) = fan_out_group_sum(1);
+    let (three, sdk, _) = fan_out_group_sum(3);
+    assert_eq!(three, one);
+    assert_eq!(three, expected_sums());
+    let fan = sdk.0.stats.bundle_sizes(2);
+    assert_eq!(fan.iter().sum::<usize>(), SEEDS as usize);
+    assert!(fan.iter().all(|&n| n <= 3), "FanOut bundle sizes {fan:?}");
+}
+
+#[test]
+fn flatten_of_two_branches() {
+    for workers in [1, 2] {
+        let mut g = GraphBuilder::default();
+        let imp = g.impulse();
+        let left = g.pc("left", kv_coder());
+        let right = g.pc("right", kv_coder());
+        let all = g.pc("all", kv_coder());
+        // Both branches read the same impulse output.
+        let s_left = g.sdk("Left", imp, vec![left], vec![]);
+        let s_right = g.sdk("Right", imp, vec![right], vec![]);
+        g.stage("Flatten", StageKind::Flatten { inputs: vec![left, right], output: all });
+        let s_collect = g.sdk("Collect", all, vec![], vec![]);
+        let graph = g.build();
+
+        let seen: Arc<Mutex<Vec<(String, i64)>>> = Arc::default();
+        let seen2 = seen.clone();
+        let functions: Vec<(usize, StageFn)> = vec![
+            (s_left, Box::new(|_: &WindowedValue, _: &SideInputs| Emit { outputs: (1..=10).map(|i| (0, kv_str_int("left", i))).collect(), ..Default::default() })),
+            (s_right, Box::new(|_: &WindowedValue, _: &SideInputs| Emit { outputs: (1..=5).map(|i| (0, kv_str_int("right", i * 100))).collect(), ..Default::default() })),
+            (
+                s_collect,
+                Box::new(move |wv: &WindowedValue, _: &SideInputs| {
+                    seen2.lock().unwrap().push(read_kv_str_int(&wv.value));
+                    Emit::default()
+                }),
+            ),
+        ];
+        let sdk = FakeSdk::new(graph.clone(), functions);
+        run(graph, sdk.clone(), config(workers, 4), no_cancel()).expect("job succeeds");
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort();
+        let mut expected: Vec<(String, i64)> = (1..=10).map(|i| ("left".to_string(), i)).collect();
+        expected.extend((1..=5).map(|i| ("right".to_string(), i * 100)));
+        expected.sort();
+        assert_eq!(seen, expected, "workers = {workers}");
+        assert_eq!(sdk.0.stats.bundle_sizes(s_collect).iter().sum::<usize>(), 15);
+        assert!(sdk.0.stats.bundle_sizes(s_collect).iter().all(|&n| n <= 4));
+    }
+}
+
+#[test]
+fn iterable_side_input_in_global_window() {
+    for workers in [1, 2] {
+        let mut g = GraphBuilder::default();
+        let imp = g.impulse();
+        let side = g.pc("side", Coder::VarInt);
+        let main = g.pc("main", Coder::VarInt);
+        let s_side = g.sdk("MakeSide", imp, vec![side], vec![]);
+        let s_main = g.sdk("MakeMain", imp, vec![main], vec![]);
+        let si = SideInput { transform_id: "add-transform".into(), local_name: "s".into(), pcollection: side, kind: SideInputKind::Iterable };
+        let s_add = g.sdk("AddSide", main, vec![], vec![si]);
+        let graph = g.build();
+
+        let seen: Arc<Mutex<Vec<(i64, Vec<i64>)>>> = Arc::default();
+        let seen2 = seen.clone();
+        let functions: Vec<(usize, StageFn)> = vec![
+            (s_side, Box::new(|_: &WindowedValue, _: &SideInputs| Emit { outputs: (1..=5).map(|i| (0, varint(i))).collect(), ..Default::default() })),
+            (s_main, Box::new(|_: &WindowedValue, _: &SideInputs| Emit { outputs: (0..12).map(|i| (0, varint(i * 1000))).collect(), ..Default::default() })),
+            (
+                s_add,
+                Box::new(move |wv: &WindowedValue, sides: &SideInputs| {
+                    // The global window encodes as no bytes.
+                    let bytes = sides.iterable("add-transform", "s", &[]).expect("the stage's side input is served");
+                    assert!(sides.iterable("add-transform", "other", &[]).is_none());
+                    let mut values = read_varints(&bytes);
+                    values.sort();
+                    let (x, _) = read_varint(&wv.value);
+                    seen2.lock().unwrap().push((x, values));
+                    Emit::default()
+                }),
+            ),
+        ];
+        let sdk = FakeSdk::new(graph.clone(), functions);
+        run(graph, sdk, config(workers, 5), no_cancel()).expect("job succeeds");
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort();
+        let expected: Vec<(i64, Vec<i64>)> = (0..12).map(|i| (i * 1000, vec![1, 2, 3, 4, 5])).collect();
+        assert_eq!(seen, expected, "every main element sees the whole side input (workers = {workers})");
+    }
+}
+
+#[test]
+fn sdf_residuals_are_resent_and_counted_once() {
+    for workers in [1, 2] {
+        let mut g = GraphBuilder::default();
+        let imp = g.impulse();
+        let work = g.pc("work", Coder::VarInt);
+        let done_pc = g.pc("done", Coder::VarInt);
+        let s_seed = g.sdk("Seed", imp, vec![work], vec![]);
+        let s_proc = g.sdk("Process", work, vec![done_pc], vec![]);
+        let s_collect = g.sdk("Collect", done_pc, vec![], vec![]);
+        let graph = g.build();
+
+        // Element v < 100 is "checkpointed" on its first pass: the bundle
+        // returns v + 100 as a residual and no output; the resumed element
+        // (>= 100) finishes and outputs v.
+        let residuals_returned = Arc::new(AtomicUsize::new(0));
+        let r2 = residuals_returned.clone();
+        let collected: Arc<Mutex<Vec<i64>>> = Arc::default();
+        let c2 = collected.clone();
+        let functions: Vec<(usize, StageFn)> = vec![
+            (s_seed, Box::new(|_: &WindowedValue, _: &SideInputs| Emit { outputs: (0..9).map(|i| (0, varint(i))).collect(), ..Default::default() })),
+            (
+                s_proc,
+                Box::new(move |wv: &WindowedValue, _: &SideInputs| {
+                    let (v, _) = read_varint(&wv.value);
+                    if v < 100 {
+                        r2.fetch_add(1, Ordering::SeqCst);
+                        Emit { residuals: vec![varint(v + 100)], ..Default::default() }
+                    } else {
+                        Emit::out(0, varint(v - 100))
+                    }
+                }),
+            ),
+            (
+                s_collect,
+                Box::new(move |wv: &WindowedValue, _: &SideInputs| {
+                    c2.lock().unwrap().push(read_varint(&wv.value).0);
+                    Emit::default()
+                }),
+            ),
+        ];
+        let sdk = FakeSdk::new(graph.clone(), functions);
+        run(graph, sdk.clone(), config(workers, 2), no_cancel()).expect("job succeeds");
+        let mut collected = collected.lock().unwrap().clone();
+        collected.sort();
+        assert_eq!(collected, (0..9).collect::<Vec<_>>(), "each element output exactly once (workers = {workers})");
+        assert_eq!(residuals_returned.load(Ordering::SeqCst), 9);
+        // Process saw every element twice: 9 originals and 9 residuals.
+        let sizes = sdk.0.stats.bundle_sizes(s_proc);
+        assert_eq!(sizes.iter().sum::<usize>(), 18, "Process bundle sizes {sizes:?}");
+        assert!(sizes.iter().all(|&n| n <= 2));
+    }
+}
+
+#[test]
+fn failing_bundle_fails_the_job_with_its_message() {
+    let mut g = GraphBuilder::default();
+    let imp = g.impulse();
+    let nums = g.pc("nums", Coder::VarInt);
+    let s_nums = g.sdk("Numbers", imp, vec![nums], vec![]);
+    let s_boom = g.sdk("Boom", nums, vec![], vec![]);
+    let graph = g.build();
+    let message = "Traceback (most recent call last):\nValueError: element 7 is cursed";
+    let functions: Vec<(usize, StageFn)> = vec![
+        (s_nums, Box::new(|_: &WindowedValue, _: &SideInputs| Emit { outputs: (0..20).map(|i| (0, varint(i))).collect(), ..Default::default() })),
+        (
+            s_boom,
+            Box::new(move |wv: &WindowedValue, _: &SideInputs| {
+                if read_varint(&wv.value).0 == 7 {
+                    Emit { error: Some(message.to_string()), ..Default::default() }
+                } else {
+                    Emit::default()
+                }
+            }),
+        ),
+    ];
+    let sdk = FakeSdk::new(graph.clone(), functions);
+    let err = run(graph, sdk, config(2, 3), no_cancel()).expect_err("the job must fail");
+    match &err {
+        EngineError::BundleFailed { stage, message: m } => {
+            assert_eq!(stage, "stage-2");
+            assert_eq!(m, message);
+        }
+        other => panic!("expected BundleFailed, got {other:?}"),
+    }
+    assert!(err.to_string().contains("ValueError: element 7 is cursed"), "{err}");
+}
+
+#[test]
+fn cancellation_stops_a_running_job() {
+    let mut g = GraphBuilder::default();
+    let imp = g.impulse();
+    let nums = g.pc("nums", Coder::VarInt);
+    let s_nums = g.sdk("Numbers", imp, vec![nums], vec![]);
+    let s_stuck = g.sdk("Stuck", nums, vec![], vec![]);
+    let graph = g.build();
+    let functions: Vec<(usize, StageFn)> = vec![
+        (s_nums, Box::new(|_: &WindowedValue, _: &SideInputs| Emit { outputs: (0..10).map(|i| (0, varint(i))).collect(), ..Default::default() })),
+        (s_stuck, Box::new(|_: &WindowedValue, _: &SideInputs| Emit::default())),
+    ];
+    let mut sdk = FakeSdk::new(graph.clone(), functions);
+    let (tx, rx) = mpsc::channel();
+    {
+        let inner = Arc::get_mut(&mut sdk.0).expect("not shared yet");
+        inner.hang = vec![s_stuck];
+        *inner.started.lock().unwrap() = Some(tx);
+    }
+    let cancel = no_cancel();
+    let c2 = cancel.clone();
+    // Cancel once a bundle of the stuck stage is in flight.
+    std::thread::spawn(move || {
+        while let Ok(stage) = rx.recv_timeout(Duration::from_secs(30)) {
+            if stage == s_stuck {
+                c2.store(true, Ordering::SeqCst);
+                return;
+            }
+        }
+    });
+    let started = std::time::Instant::now();
+    let err = run(graph, sdk.clone(), config(2, 3), cancel).expect_err("the job must be cancelled");
+    assert!(matches!(err, EngineError::Cancelled), "expected Cancelled, got {err:?}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    // Bundles stuck in the "harness" were started and never completed; completing them late is harmless.
+    let held: Vec<Completion> = std::mem::take(&mut *sdk.0.held.lock().unwrap());
+    assert!(!held.is_empty());
+    for done in held {
+        done(Ok(BundleResult::default()));
+    }
+}
+
+#[test]
+fn cancelled_before_start() {
+    let mut g = GraphBuilder::default();
+    let imp = g.impulse();
+    let s = g.sdk("Never", imp, vec![], vec![]);
+    let graph = g.build();
+    let mut sdk = FakeSdk::new(graph.clone(), vec![(s, Box::new(|_: &WindowedValue, _: &SideInputs| Emit::default()) as StageFn)]);
+    Arc::get_mut(&mut sdk.0).unwrap().hang = vec![s];
+    let err = run(graph, sdk, config(1, 10), Arc::new(AtomicBool::new(true))).expect_err("cancelled");
+    assert!(matches!(err, EngineError::Cancelled), "{err:?}");
+}
+
+/// Session windows merge per key in the GroupByKey, across workers.
+#[test]
+fn session_windows_merge_in_group_by_key() {
+    let gap = 10;
+    let sessions = Windowing { window_fn: WindowFn::Sessions { gap_ms: gap }, output_time: OutputTime::EndOfWindow };
+    for workers in [1, 3] {
+        let mut g = GraphBuilder::default();
+        let imp = g.impulse();
+        let stamped = g.pc_windowed("stamped", kv_coder(), Coder::IntervalWindow, sessions.clone());
+        let grouped = g.pc_windowed("grouped", grouped_coder(), Coder::IntervalWindow, sessions.clone());
+        let s_stamp = g.sdk("Stamp", imp, vec![stamped], vec![]);
+        g.stage("Group", StageKind::GroupByKey { input: stamped, output: grouped });
+        let s_collect = g.sdk("Collect", grouped, vec![], vec![]);
+        let graph = g.build();
+
+        // (key, timestamp): a@1, a@5, a@12 form one session [1, 22); a@40 another; b@3 its own.
+        let input = [("a", 1i64), ("a", 5), ("a", 12), ("a", 40), ("b", 3)];
+        let seen: Arc<Mutex<Vec<(String, i64, i64, i64, Vec<i64>)>>> = Arc::default();
+        let seen2 = seen.clone();
+        let sdk = FakeSdk::new(
+            graph.clone(),
+            vec![(s_collect, Box::new(move |wv: &WindowedValue, _: &SideInputs| {
+                let (k, mut values) = read_grouped(&wv.value);
+                values.sort();
+                let Window::Interval { start, end } = wv.windows[0].clone() else { panic!("not an interval window") };
+                seen2.lock().unwrap().push((k, start.0, end.0, wv.timestamp.0, values));
+                Emit::default()
+            }) as StageFn)],
+        );
+        // The Stamp stage emits elements with their own timestamps and session
+        // windows, as the SDK's WindowInto would; other stages go to the fake.
+        struct StampSdk {
+            inner: FakeSdk,
+            stage: usize,
+            elements: Vec<(&'static str, i64)>,
+            gap: i64,
+        }
+        impl BundleProcessor for StampSdk {
+            fn process_bundle(&self, request: BundleRequest, done: Completion) {
+                if request.stage != self.stage {
+                    return self.inner.process_bundle(request, done);
+                }
+                let mut out = Vec::new();
+                for (k, ts) in &self.elements {
+                    WindowedValue {
+                        timestamp: Timestamp(*ts),
+                        windows: vec![Window::Interval { start: Timestamp(*ts), end: Timestamp(ts + self.gap) }],
+                        pane: PaneInfo::NO_FIRING,
+                        value: kv_str_int(k, *ts),
+                    }
+                    .encode(&mut out);
+                }
+                std::thread::spawn(move || done(Ok(BundleResult { outputs: vec![out], ..Default::default() })));
+            }
+        }
+        let processor = StampSdk { inner: sdk, stage: s_stamp, elements: input.to_vec(), gap };
+        let (tx, rx) = mpsc::channel();
+        let g2 = graph.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(run_job(g2, Arc::new(processor), config(workers, 2), no_cancel()));
+        });
+        rx.recv_timeout(Duration::from_secs(60)).expect("job finishes").expect("job succeeds");
+
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort();
+        // Output timestamp: end of window = end - 1 ms.
+        let expected = vec![
+            ("a".to_string(), 1, 22, 21, vec![1, 5, 12]),
+            ("a".to_string(), 40, 50, 49, vec![40]),
+            ("b".to_string(), 3, 13, 12, vec![3]),
+        ];
+        assert_eq!(seen, expected, "workers = {workers}");
+    }
+}
