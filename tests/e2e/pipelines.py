@@ -84,9 +84,75 @@ def boom(p):
   return p | beam.Create([1, 2, 3]) | 'Explode' >> beam.Map(explode)
 
 
+def windowed(p):
+  """Timestamped KVs in fixed and in session windows, grouped; window bounds in the output."""
+  from apache_beam.transforms import window
+  events = [('k%d' % (i % 3), i, i * 7 % 100) for i in range(60)]
+  stamped = (
+      p
+      | 'Events' >> beam.Create(events)
+      | 'Stamp' >> beam.Map(lambda e: window.TimestampedValue((e[0], e[1]), e[2])))
+
+  def fmt(kind):
+    def f(kv, w=beam.DoFn.WindowParam, t=beam.DoFn.TimestampParam):
+      return '%s %s [%s, %s) @%s: %s' % (kind, kv[0], w.start, w.end, t, sorted(kv[1]))
+    return f
+
+  fixed = (stamped
+           | 'Fixed' >> beam.WindowInto(window.FixedWindows(10))
+           | 'GroupFixed' >> beam.GroupByKey()
+           | 'FormatFixed' >> beam.Map(fmt('fixed')))
+  sessions = (stamped
+              | 'Sessions' >> beam.WindowInto(window.Sessions(5))
+              | 'GroupSessions' >> beam.GroupByKey()
+              | 'FormatSessions' >> beam.Map(fmt('session')))
+  return (fixed, sessions) | 'Both' >> beam.Flatten()
+
+
+def multimap_side_input(p):
+  """A side input read as a multimap (beam.pvalue.AsMultiMap)."""
+  side = p | 'Side' >> beam.Create([('a', 1), ('b', 2), ('a', 3), ('c', 4)])
+  return (
+      p
+      | 'Main' >> beam.Create(['a', 'b', 'c', 'd'])
+      | 'Lookup' >> beam.Map(
+          lambda k, m: '%s: %s' % (k, sorted(m[k])), m=beam.pvalue.AsMultiMap(side)))
+
+
+def sdf_split(p):
+  """One large splittable restriction, slow enough for Weir to split it across SDK workers."""
+  import time
+  from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+  from apache_beam.transforms.core import RestrictionProvider
+
+  class Provider(RestrictionProvider):
+    def initial_restriction(self, element):
+      return OffsetRange(0, element)
+
+    def create_tracker(self, restriction):
+      return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, element, restriction):
+      return restriction.size()
+
+  class Count(beam.DoFn):
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(Provider())):
+      i = tracker.current_restriction().start
+      while tracker.try_claim(i):
+        time.sleep(0.002)
+        yield i
+        i += 1
+
+  return (p
+          | beam.Create([1500])
+          | beam.ParDo(Count())
+          | 'Format' >> beam.Map(lambda i: 'n%d' % i))
+
+
 PIPELINES = {
     f.__name__: f
-    for f in (gbk, flatten, side_input, combine_per_key, good, boom)
+    for f in (gbk, flatten, side_input, combine_per_key, good, boom, windowed,
+              multimap_side_input, sdf_split)
 }
 
 

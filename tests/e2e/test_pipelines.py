@@ -8,7 +8,8 @@ import pytest
 
 from conftest import ENVIRONMENTS
 
-PIPELINES = ('gbk', 'flatten', 'side_input', 'combine_per_key')
+PIPELINES = ('gbk', 'flatten', 'side_input', 'combine_per_key', 'windowed',
+             'multimap_side_input', 'sdf_split')
 
 _direct_cache = {}
 
