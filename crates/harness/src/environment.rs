@@ -22,6 +22,13 @@ pub struct StartedWorkers {
     pub workers: HashMap<String, Vec<Arc<Worker>>>,
     children: Vec<tokio::process::Child>,
     pool_workers: Vec<(String, String)>,
+    /// Semi-persistent folders of PROCESS workers, removed at stop.
+    dirs: Vec<std::path::PathBuf>,
+}
+
+/// The semi-persistent folder (artifacts, pickled main session) of a PROCESS worker.
+fn worker_dir(worker_id: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join("weir-workers").join(worker_id)
 }
 
 fn env_error(env_id: &str, urn: &str, message: impl Into<String>) -> HarnessError {
@@ -87,7 +94,7 @@ pub async fn start(
     log: LogSink,
 ) -> Result<StartedWorkers> {
     let url = fn_api.url.clone();
-    let mut started = StartedWorkers { workers: HashMap::new(), children: vec![], pool_workers: vec![] };
+    let mut started = StartedWorkers { workers: HashMap::new(), children: vec![], pool_workers: vec![], dirs: vec![] };
     let mut env_ids: Vec<_> = environments.keys().cloned().collect();
     env_ids.sort();
     for env_id in env_ids {
@@ -143,6 +150,9 @@ pub async fn start(
                         let program = words.next().unwrap_or_default();
                         let mut args: Vec<String> = words.collect();
                         args.extend(flags.clone());
+                        let dir = worker_dir(&worker_id);
+                        args.push(format!("--semi_persistent_directory={}", dir.display()));
+                        started.dirs.push(dir);
                         (program, args, p.env)
                     } else {
                         let p = beam::DockerPayload::decode(env.payload.as_slice()).map_err(|e| env_error(&env_id, &env.urn, e.to_string()))?;
@@ -199,6 +209,9 @@ impl StartedWorkers {
             for w in workers {
                 fn_api.remove_worker(&w.id);
             }
+        }
+        for dir in self.dirs.drain(..) {
+            let _ = tokio::fs::remove_dir_all(dir).await;
         }
     }
 }
