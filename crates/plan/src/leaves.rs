@@ -112,16 +112,22 @@ pub(crate) fn pardo_payload(id: &str, t: &beam::PTransform) -> Result<beam::ParD
 
 /// Leaf transform ids reachable from the roots, in discovery order. A
 /// transform with subtransforms is a composite and is replaced by its leaves.
-pub(crate) fn collect(pipeline: &beam::Pipeline, c: &beam::Components) -> Result<Vec<String>> {
+/// Liftable `combine_per_key` composites are replaced by their lifted form.
+pub(crate) fn collect(pipeline: &beam::Pipeline, c: &mut beam::Components) -> Result<Vec<String>> {
     let mut out = Vec::new();
-    let mut stack: Vec<&String> = pipeline.root_transform_ids.iter().rev().collect();
+    let mut stack: Vec<String> = pipeline.root_transform_ids.iter().rev().cloned().collect();
     while let Some(id) = stack.pop() {
+        let id = &id;
+        if let Some(lifted) = crate::combiner_lifting::lift(c, id)? {
+            out.extend(lifted);
+            continue;
+        }
         let t = c
             .transforms
             .get(id)
             .ok_or_else(|| PlanError::Invalid(format!("unknown transform id {id:?}")))?;
         if !t.subtransforms.is_empty() {
-            stack.extend(t.subtransforms.iter().rev());
+            stack.extend(t.subtransforms.iter().rev().cloned());
             continue;
         }
         if urn_of(t).is_empty() && t.inputs.is_empty() && t.outputs.is_empty() {

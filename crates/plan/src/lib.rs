@@ -7,6 +7,7 @@
 //! [`StageGraph`]; the harness consumes the descriptors.
 
 mod coders;
+mod combiner_lifting;
 mod descriptor;
 pub mod error;
 mod fusion;
@@ -52,7 +53,7 @@ pub struct Plan {
 pub fn plan(pipeline: &beam::Pipeline, options: &PlanOptions) -> Result<Plan> {
     leaves::check_requirements(pipeline)?;
     let mut components = pipeline.components.clone().unwrap_or_default();
-    let mut leaf_ids = leaves::collect(pipeline, &components)?;
+    let mut leaf_ids = leaves::collect(pipeline, &mut components)?;
     sdf::expand(&mut components, &mut leaf_ids)?;
     transcode::insert(&mut components, &mut leaf_ids)?;
     let fused = fusion::fuse(&components, &leaf_ids)?;
