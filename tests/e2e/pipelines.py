@@ -149,10 +149,24 @@ def sdf_split(p):
           | 'Format' >> beam.Map(lambda i: 'n%d' % i))
 
 
+def large_elements(p):
+  """Elements of 6 MiB through a GroupByKey and a side input (over tonic's 4 MiB default)."""
+  big = 6 * 1024 * 1024
+  side = p | 'Side' >> beam.Create(['s' * big])
+  return (
+      p
+      | 'Big' >> beam.Create([('k', 'x' * big), ('k', 'y' * big), ('j', 'z' * big)])
+      | beam.GroupByKey()
+      | 'Sizes' >> beam.Map(
+          lambda kv, s: '%s: %s side=%d' % (
+              kv[0], sorted((v[0], len(v)) for v in kv[1]), len(s[0])),
+          s=beam.pvalue.AsList(side)))
+
+
 PIPELINES = {
     f.__name__: f
     for f in (gbk, flatten, side_input, combine_per_key, good, boom, windowed,
-              multimap_side_input, sdf_split)
+              multimap_side_input, sdf_split, large_elements)
 }
 
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import ENVIRONMENTS
 
 PIPELINES = ('gbk', 'flatten', 'side_input', 'combine_per_key', 'windowed',
-             'multimap_side_input', 'sdf_split')
+             'multimap_side_input', 'sdf_split', 'large_elements')
 
 _direct_cache = {}
 

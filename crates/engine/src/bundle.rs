@@ -11,12 +11,11 @@ pub struct BundleRequest {
     pub stage_id: String,
     /// Stage name for messages.
     pub stage_name: String,
-    /// The bundle's main-input elements, concatenated encoded windowed values.
-    pub input: Vec<u8>,
+    /// The bundle's main-input elements, each an encoded windowed value.
+    /// (The Fn API data plane never splits an element across messages.)
+    pub input: Vec<Vec<u8>>,
     /// Materialized side inputs of the stage, served over the State API.
     pub side_inputs: Arc<SideInputs>,
-    /// Number of elements in `input`.
-    pub element_count: usize,
     /// Hands residuals of a split of the running bundle (encoded windowed
     /// values of the stage input) back to the engine before the bundle ends.
     pub on_split: Arc<dyn Fn(Vec<Vec<u8>>) + Send + Sync>,

@@ -368,12 +368,11 @@ fn sdk_stage<'s>(
                     let _ = split_activator.activate();
                 });
                 let request = BundleRequest {
-                    element_count: elements.len(),
                     on_split,
                     stage: stage_index,
                     stage_id: ctx.graph.stages[stage_index].id.clone(),
                     stage_name: name.clone(),
-                    input: elements.concat(),
+                    input: elements,
                     side_inputs: side_inputs.clone(),
                 };
                 ctx.processor.process_bundle(

@@ -13,7 +13,8 @@ use weir_proto::beam;
 use crate::metrics::JobMetrics;
 use crate::registry::{BundleState, FnApi, Worker};
 
-/// Largest `Elements.Data` chunk Weir sends to an SDK harness.
+/// Target size of one `Elements.Data` message to an SDK harness (a larger
+/// element travels alone: elements are never split across messages).
 const DATA_CHUNK_BYTES: usize = 1 << 20;
 /// How often a running splittable bundle is checked for splitting.
 const SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(500);
@@ -128,7 +129,7 @@ impl Inner {
         mut response: tokio::sync::oneshot::Receiver<beam::InstructionResponse>,
     ) -> Result<beam::InstructionResponse, String> {
         let gone = || format!("SDK harness {} went away", worker.id);
-        if !stage.splittable || request.element_count != 1 {
+        if !stage.splittable || request.input.len() != 1 {
             return response.await.map_err(|_| gone());
         }
         let mut splits = 0u32;
@@ -176,7 +177,7 @@ impl Inner {
                 .iter()
                 .any(|c| c.transform_id == stage.input_transform_id && c.first_residual_element == 0);
             if element_returned {
-                residuals.push(request.input.clone());
+                residuals.push(request.input[0].clone());
             }
             if !residuals.is_empty() {
                 tracing::info!(worker = %worker.id, bundle = %instruction_id, "split off {} residual(s)", residuals.len());
@@ -214,8 +215,17 @@ impl Inner {
         if tokio::time::timeout(OUTPUT_DRAIN_TIMEOUT, data_ready.wait_for(|c| *c)).await.is_err() {
             return Err(format!("SDK harness {} never opened its data stream", worker.id));
         }
-        for chunk in request.input.chunks(DATA_CHUNK_BYTES) {
-            worker.send_data(data(chunk, false))?;
+        // Whole elements only in each Data message, about DATA_CHUNK_BYTES each.
+        let mut chunk = Vec::new();
+        for element in &request.input {
+            if !chunk.is_empty() && chunk.len() + element.len() > DATA_CHUNK_BYTES {
+                worker.send_data(data(&chunk, false))?;
+                chunk.clear();
+            }
+            chunk.extend_from_slice(element);
+        }
+        if !chunk.is_empty() {
+            worker.send_data(data(&chunk, false))?;
         }
         worker.send_data(data(&[], true))?;
 
