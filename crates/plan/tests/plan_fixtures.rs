@@ -367,11 +367,34 @@ fn wordcount_stages() {
         other => panic!("sized coder {other:?}"),
     }
 
-    // The combiner's GroupByKey between the precombine and the merge.
+    // The combiner's GroupByKey between the precombine and the merge. Weir
+    // lifts the `combine_per_key` composite itself (not the SDK's lifted
+    // subtransforms), under the composite's names.
+    let combine = "ref_AppliedPTransform_GroupAndSum_10";
     let StageKind::GroupByKey { input, output } = p.graph.stages[3].kind else { unreachable!() };
     assert_eq!(s2.outputs, [input]);
-    assert_eq!(pc_id(&p, input), "pcollection");
-    assert_eq!(pc_id(&p, output), "pcollection_1");
+    assert_eq!(pc_id(&p, input), format!("{combine}/weir:lifted-precombined"));
+    assert_eq!(pc_id(&p, output), format!("{combine}/weir:lifted-grouped"));
+    let d2 = descriptor(&p, 2);
+    let pre = &d2.transforms[&format!("{combine}/weir:lifted-Precombine")];
+    assert_eq!(pre.unique_name, "GroupAndSum/Precombine");
+    assert_eq!(pre.inputs.values().collect::<Vec<_>>(), ["ref_PCollection_PCollection_5"]);
+    let d4 = descriptor(&p, 4);
+    assert_eq!(sdk(&p, 4).residual_transform_ids, [format!("{combine}/weir:lifted-Merge")]);
+    assert_eq!(urn_of(&d4.transforms[&format!("{combine}/weir:lifted-Merge")]), "beam:transform:combine_per_key_merge_accumulators:v1");
+    assert_eq!(
+        urn_of(&d4.transforms[&format!("{combine}/weir:lifted-ExtractOutputs")]),
+        "beam:transform:combine_per_key_extract_outputs:v1"
+    );
+    // The grouping key is Python's deterministic key coder, length-prefixed.
+    let key_coder = |d: &beam::ProcessBundleDescriptor, pc: &str| {
+        let kv = &d.coders[&d.pcollections[pc].coder_id];
+        let lp = &d.coders[&kv.component_coder_ids[0]];
+        assert_eq!(lp.spec.as_ref().unwrap().urn, LENGTH_PREFIX);
+        let inner = &d.coders[&lp.component_coder_ids[0]];
+        String::from_utf8_lossy(&inner.spec.as_ref().unwrap().payload).into_owned()
+    };
+    assert!(key_coder(d2, &format!("{combine}/weir:lifted-precombined")).contains("DeterministicFastPrimitivesCoder"));
     let gbk_in = &p.graph.pcollections[input];
     assert!(matches!(&gbk_in.value_coder, Coder::Kv(k, v) if is_lp_pickled(k) && is_lp_pickled(v)), "{:?}", gbk_in.value_coder);
     assert!(matches!(&p.graph.pcollections[output].value_coder, Coder::Kv(k, v) if is_lp_pickled(k) && matches!(v.as_ref(), Coder::Iterable(e) if is_lp_pickled(e))));
@@ -675,23 +698,66 @@ fn sessions_windowing_reaches_the_gbk() {
     assert_eq!(urn_of(&d.transforms["ref_AppliedPTransform_Window_15"]), "beam:transform:window_into:v1");
 }
 
+/// A DoFn with a `BagStateSpec`. Weir rejected user state until stateful
+/// processing landed; either way the answer must be precise: a rejection
+/// names the stateful requirement or the state, and a plan runs the DoFn in a
+/// stage of its own (its input is routed by key) flagged stateful.
 #[test]
-fn stateful_dofn_is_rejected() {
-    let mut pipeline = load("stateful_dofn");
+fn stateful_dofn_bag_state() {
+    let pipeline = load("stateful_dofn");
     assert_eq!(pipeline.requirements, ["beam:requirement:pardo:stateful:v1"]);
-    let e = plan_err(&pipeline);
-    let (_, urn, feature) = unsupported(&e);
-    assert_eq!(urn, "beam:requirement:pardo:stateful:v1");
-    assert!(feature.contains("beam:requirement:pardo:stateful:v1"), "{feature}");
-    assert!(e.to_string().contains("stateful"), "{e}");
+    match plan(&pipeline, &options()) {
+        Err(e) => {
+            let (_, urn, feature) = unsupported(&e);
+            assert_eq!(urn, "beam:requirement:pardo:stateful:v1");
+            assert!(feature.contains("beam:requirement:pardo:stateful:v1"), "{feature}");
+            // Without the requirement, the DoFn's state spec is still caught.
+            let mut stripped = pipeline.clone();
+            stripped.requirements.clear();
+            let e = plan_err(&stripped);
+            let (transform, urn, feature) = unsupported(&e);
+            assert_eq!(urn, PAR_DO);
+            assert!(transform.contains("ref_AppliedPTransform_Buffer_14 (Buffer)"), "{transform}");
+            assert!(feature.contains("user state"), "{feature}");
+        }
+        Ok(p) => {
+            check_invariants(&p);
+            assert_eq!(kinds(&p), ["Impulse", "Sdk", "GroupByKey", "Sdk", "Sdk"]);
+            let [a, b, c, d] = create_stage_names("Create");
+            assert_eq!(names(&p), [a, b, c, d, "Buffer".to_string()]);
+            let buffer = sdk(&p, 4);
+            assert_eq!(buffer.input, sdk(&p, 3).outputs[0]);
+            assert_eq!(p.graph.pcollections[buffer.input].value_coder, kv(Coder::StringUtf8, Coder::VarInt));
+            assert!(format!("{buffer:?}").contains("stateful: true"), "{buffer:?}");
+            assert!(format!("{:?}", sdk(&p, 3)).contains("stateful: false"));
+            let t = &descriptor(&p, 4).transforms["ref_AppliedPTransform_Buffer_14"];
+            let payload = beam::ParDoPayload::decode(t.spec.as_ref().unwrap().payload.as_slice()).unwrap();
+            assert_eq!(payload.state_specs.keys().collect::<Vec<_>>(), ["buffer"]);
+        }
+    }
+}
 
-    // Without the requirement, the DoFn's state spec is still caught.
-    pipeline.requirements.clear();
+/// `OrderedListStateSpec`: not implemented, whether or not bag state is.
+#[test]
+fn ordered_list_state_is_rejected() {
+    let pipeline = load("ordered_list_state");
     let e = plan_err(&pipeline);
     let (transform, urn, feature) = unsupported(&e);
+    if urn == "beam:requirement:pardo:stateful:v1" {
+        assert!(feature.contains("stateful"), "{feature}");
+    } else {
+        assert_eq!(urn, PAR_DO);
+        assert!(transform.contains("ref_AppliedPTransform_Ordered_14 (Ordered)"), "{transform}");
+        assert!(feature.contains("state") && feature.contains("events"), "names the state: {feature}");
+    }
+    // The DoFn itself is refused even when the pipeline does not declare the requirement.
+    let mut stripped = pipeline.clone();
+    stripped.requirements.clear();
+    let e = plan_err(&stripped);
+    let (transform, urn, feature) = unsupported(&e);
     assert_eq!(urn, PAR_DO);
-    assert!(transform.contains("ref_AppliedPTransform_Buffer_14") && transform.contains("Buffer"), "{transform}");
-    assert!(feature.contains("user state"), "{feature}");
+    assert!(transform.contains("ref_AppliedPTransform_Ordered_14 (Ordered)"), "{transform}");
+    assert!(feature.contains("state"), "{feature}");
 }
 
 #[test]
