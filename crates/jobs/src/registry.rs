@@ -22,6 +22,9 @@ pub struct Job {
     /// The pipeline; after staging, environment dependencies point at Weir's copies.
     pub pipeline: Mutex<beam::Pipeline>,
     pub options: prost_types::Struct,
+    /// The checked, typed view of `options`: labels, element processing
+    /// timeout, ... (see [`crate::options::validate`]).
+    pub validated: crate::options::JobOptions,
     /// Set to cancel a running job.
     pub cancel: Arc<AtomicBool>,
     /// Folder of this job's staged artifacts.
@@ -124,16 +127,19 @@ impl JobRegistry {
         Arc::new(JobRegistry { jobs: Mutex::default(), staged_files: Mutex::default(), fn_api, config, url })
     }
 
-    /// Creates a job in state STOPPED.
+    /// Creates a job in state STOPPED. Options that break Dataflow's rules
+    /// leave `validated` at its default (Prepare refuses them before this).
     pub fn create(&self, name: String, pipeline: beam::Pipeline, options: prost_types::Struct) -> Arc<Job> {
         let id = format!("job-{}", uuid::Uuid::new_v4().simple());
         let name = if name.is_empty() { id.clone() } else { name };
+        let validated = crate::options::validate(&options).unwrap_or_default();
         let job = Arc::new(Job {
             staging_dir: self.config.staging_root.join(&id),
             id: id.clone(),
             name,
             pipeline: Mutex::new(pipeline),
             options,
+            validated,
             cancel: Arc::new(AtomicBool::new(false)),
             metrics: Arc::default(),
             state: Mutex::new(JobState::Stopped),

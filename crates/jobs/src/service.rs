@@ -9,6 +9,7 @@ use futures::Stream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use weir_proto::beam;
+use weir_proto::beam::job_message::MessageImportance;
 use weir_proto::beam::job_messages_response::Response as Event;
 use weir_proto::beam::job_state::Enum as JobState;
 
@@ -82,20 +83,22 @@ impl beam::job_service_server::JobService for JobService {
     ) -> Result<tonic::Response<beam::PrepareJobResponse>, tonic::Status> {
         let req = request.into_inner();
         let pipeline = req.pipeline.ok_or_else(|| tonic::Status::invalid_argument("PrepareJobRequest has no pipeline"))?;
+        let options = req.pipeline_options.unwrap_or_default();
+        let validated = crate::options::validate(&options).map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
         let plan = weir_plan::plan(&pipeline, &weir_plan::PlanOptions { fn_api_url: self.0.url.clone() })
             .map_err(|e| plan_status(&e))?;
         for (id, env) in &plan.environments {
             weir_harness::environment::validate(id, env).map_err(|e| tonic::Status::unimplemented(e.to_string()))?;
         }
-        let options = req.pipeline_options.unwrap_or_default();
-        for rejected in ["disable_portable_runner", "disable_runner_v2", "enable_streaming_java_runner"] {
-            if crate::options::has_experiment(&options, rejected) {
-                return Err(tonic::Status::invalid_argument(format!(
-                    "--experiments={rejected}: Weir is a Portable Runner (Runner v2); it cannot run the legacy runner"
-                )));
-            }
+        // Python always sends the placeholder name "job"; --job_name says more.
+        let name = match validated.job_name {
+            Some(name) if req.job_name.is_empty() || req.job_name == "job" => name,
+            _ => req.job_name,
+        };
+        let job = self.0.create(name, pipeline, options);
+        for note in &validated.notes {
+            job.message(MessageImportance::JobMessageBasic, note.clone());
         }
-        let job = self.0.create(req.job_name, pipeline, options);
         tracing::info!(job = %job.id, name = %job.name, stages = plan.graph.stages.len(), "prepared");
         Ok(tonic::Response::new(beam::PrepareJobResponse {
             preparation_id: job.id.clone(),
@@ -192,19 +195,6 @@ impl beam::job_service_server::JobService for JobService {
         &self,
         _: tonic::Request<beam::DescribePipelineOptionsRequest>,
     ) -> Result<tonic::Response<beam::DescribePipelineOptionsResponse>, tonic::Status> {
-        let d = |name: &str, description: &str, ty: beam::pipeline_option_type::Enum| beam::PipelineOptionDescriptor {
-            name: name.into(),
-            description: description.into(),
-            r#type: ty as i32,
-            default_value: String::new(),
-            group: "weir".into(),
-        };
-        use beam::pipeline_option_type::Enum as T;
-        Ok(tonic::Response::new(beam::DescribePipelineOptionsResponse {
-            options: vec![
-                d("job_name", "Name of the job, shown in job listings", T::String),
-                d("experiments", "Experiments; no_use_multiple_sdk_containers runs one SDK harness per environment instead of one per core", T::Array),
-            ],
-        }))
+        Ok(tonic::Response::new(beam::DescribePipelineOptionsResponse { options: crate::options::descriptors() }))
     }
 }
