@@ -16,6 +16,9 @@ pub struct BundleRequest {
     pub input: Vec<Vec<u8>>,
     /// Materialized side inputs of the stage, served over the State API.
     pub side_inputs: Arc<SideInputs>,
+    /// Timers to deliver, per timer family of the stage (same order as
+    /// `SdkStage::timer_families`): concatenated encoded `beam:coder:timer:v1` values.
+    pub timers: Vec<Vec<u8>>,
     /// Hands residuals of a split of the running bundle (encoded windowed
     /// values of the stage input) back to the engine before the bundle ends.
     pub on_split: Arc<dyn Fn(Vec<Vec<u8>>) + Send + Sync>,
@@ -28,6 +31,8 @@ pub struct BundleResult {
     pub outputs: Vec<Vec<u8>>,
     /// Residual elements (SDF checkpoints), each an encoded windowed value of the stage input.
     pub residuals: Vec<Vec<u8>>,
+    /// Timers the bundle set or cleared, per timer family (concatenated encoded timers).
+    pub timers: Vec<Vec<u8>>,
 }
 
 /// Completion callback; called exactly once, from any thread.

@@ -25,6 +25,7 @@ use crate::bundle::{BundleProcessor, BundleRequest, BundleResult};
 use crate::elements::{impulse_element, split_elements};
 use crate::group_by_key::GroupByKeyBuffer;
 use crate::side_input::{SideInputSpec, SideInputs};
+use crate::timers::TimerStore;
 use crate::{EngineConfig, EngineError, Result};
 
 type Element = Vec<u8>;
@@ -65,28 +66,45 @@ pub fn run_job(
     config: EngineConfig,
     cancel: Arc<AtomicBool>,
 ) -> Result<()> {
-    let ctx = JobContext { graph, processor, config: config.clone(), failure: Arc::new(Mutex::new(None)), stop: Arc::new(AtomicBool::new(false)) };
+    let ctx = JobContext {
+        graph,
+        processor,
+        config: config.clone(),
+        failure: Arc::new(Mutex::new(None)),
+        stop: Arc::new(AtomicBool::new(false)),
+    };
     let worker_ctx = ctx.clone();
-    let guards = timely::execute(timely::Config::process(config.workers.max(1)), move |worker| {
-        let ctx = worker_ctx.clone();
-        let probe = ProbeHandle::new();
-        let peers = worker.peers();
-        let index = worker.index();
-        worker.dataflow::<u64, _, _>(|scope| build(scope, &ctx, &probe, index, peers));
-        while !probe.done() {
-            if cancel.load(Ordering::SeqCst) {
-                ctx.fail(EngineError::Cancelled);
+    let guards = timely::execute(
+        timely::Config::process(config.workers.max(1)),
+        move |worker| {
+            let ctx = worker_ctx.clone();
+            let probe = ProbeHandle::new();
+            let peers = worker.peers();
+            let index = worker.index();
+            worker.dataflow::<u64, _, _>(|scope| build(scope, &ctx, &probe, index, peers));
+            while !probe.done() {
+                if cancel.load(Ordering::SeqCst) {
+                    ctx.fail(EngineError::Cancelled);
+                }
+                if ctx.stopped() {
+                    // A failed or cancelled job may still hold capabilities
+                    // (bundles that will never complete): drop the dataflow
+                    // rather than wait for it to drain.
+                    for id in worker.installed_dataflows() {
+                        worker.drop_dataflow(id);
+                    }
+                    break;
+                }
+                worker.step_or_park(Some(Duration::from_millis(20)));
             }
-            if ctx.stopped() {
-                break;
-            }
-            worker.step_or_park(Some(Duration::from_millis(20)));
-        }
-    })
+        },
+    )
     .map_err(EngineError::Internal)?;
     for r in guards.join() {
         if let Err(panic) = r {
-            ctx.fail(EngineError::Internal(format!("a timely worker panicked: {panic}")));
+            ctx.fail(EngineError::Internal(format!(
+                "a timely worker panicked: {panic}"
+            )));
         }
     }
     let failure = ctx.failure.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -102,20 +120,33 @@ fn hash_bytes(b: &[u8]) -> u64 {
     h.finish()
 }
 
-fn build<'s>(scope: Scope<'s, u64>, ctx: &JobContext, probe: &ProbeHandle<u64>, index: usize, _peers: usize) {
+fn build<'s>(
+    scope: Scope<'s, u64>,
+    ctx: &JobContext,
+    probe: &ProbeHandle<u64>,
+    index: usize,
+    _peers: usize,
+) {
     let graph = ctx.graph.clone();
     let mut streams: Vec<Option<Elements<'s>>> = vec![None; graph.pcollections.len()];
     let get = |streams: &Vec<Option<Elements<'s>>>, pc: usize| -> Elements<'s> {
-        streams[pc].clone().expect("stages are in topological order")
+        streams[pc]
+            .clone()
+            .expect("stages are in topological order")
     };
     for (stage_index, stage) in graph.stages.iter().enumerate() {
         match &stage.kind {
             StageKind::Impulse { output } => {
-                let data = if index == 0 { vec![impulse_element(&graph.pcollections[*output].value_coder)] } else { vec![] };
+                let data = if index == 0 {
+                    vec![impulse_element(&graph.pcollections[*output].value_coder)]
+                } else {
+                    vec![]
+                };
                 streams[*output] = Some(data.to_stream(scope));
             }
             StageKind::Flatten { inputs, output } => {
-                let s = scope.concatenate(inputs.iter().map(|&i| get(&streams, i)).collect::<Vec<_>>());
+                let s =
+                    scope.concatenate(inputs.iter().map(|&i| get(&streams, i)).collect::<Vec<_>>());
                 streams[*output] = Some(s);
             }
             StageKind::Reshuffle { input, output } => {
@@ -142,7 +173,9 @@ fn build<'s>(scope: Scope<'s, u64>, ctx: &JobContext, probe: &ProbeHandle<u64>, 
                     scope.concatenate(sides).broadcast()
                 };
                 let tagged = sdk_stage(scope, main, sides, ctx, stage_index, sdk).probe_with(probe);
-                let parts = tagged.partition(sdk.outputs.len().max(1) as u64, |(port, e)| (u64::from(port), e));
+                let parts = tagged.partition(sdk.outputs.len().max(1) as u64, |(port, e)| {
+                    (u64::from(port), e)
+                });
                 for (port, s) in parts.into_iter().enumerate() {
                     if let Some(&pc) = sdk.outputs.get(port) {
                         streams[pc] = Some(s);
@@ -153,17 +186,31 @@ fn build<'s>(scope: Scope<'s, u64>, ctx: &JobContext, probe: &ProbeHandle<u64>, 
     }
 }
 
-fn group_by_key<'s>(input: Elements<'s>, ctx: &JobContext, stage_index: usize, input_pc: usize, _output_pc: usize) -> Elements<'s> {
+fn group_by_key<'s>(
+    input: Elements<'s>,
+    ctx: &JobContext,
+    stage_index: usize,
+    input_pc: usize,
+    _output_pc: usize,
+) -> Elements<'s> {
     let graph = ctx.graph.clone();
     let info = &graph.pcollections[input_pc];
     let (vc, wc) = (info.value_coder.clone(), info.window_coder.clone());
-    let route = move |e: &Element| GroupByKeyBuffer::key_of(&vc, &wc, e).map(|k| hash_bytes(&k)).unwrap_or(0);
+    let route = move |e: &Element| {
+        GroupByKeyBuffer::key_of(&vc, &wc, e)
+            .map(|k| hash_bytes(&k))
+            .unwrap_or(0)
+    };
     let ctx = ctx.clone();
     let name = graph.stages[stage_index].name.clone();
     input.unary_frontier(Exchange::new(route), &name.clone(), move |cap, _info| {
         drop(cap);
         let info = &ctx.graph.pcollections[input_pc];
-        let mut buffer = GroupByKeyBuffer::new(info.value_coder.clone(), info.window_coder.clone(), info.windowing.clone());
+        let mut buffer = GroupByKeyBuffer::new(
+            info.value_coder.clone(),
+            info.window_coder.clone(),
+            info.windowing.clone(),
+        );
         let mut held: Option<Capability<u64>> = None;
         move |(input, frontier), output| {
             input.for_each(|cap, data| {
@@ -193,7 +240,8 @@ fn group_by_key<'s>(input: Elements<'s>, ctx: &JobContext, stage_index: usize, i
             }
             if buffer.is_empty() {
                 held = None;
-            } else if let (Some(cap), Some(min)) = (held.as_mut(), frontier.frontier().iter().min()) {
+            } else if let (Some(cap), Some(min)) = (held.as_mut(), frontier.frontier().iter().min())
+            {
                 if *min > *cap.time() {
                     cap.downgrade(min);
                 }
@@ -201,6 +249,9 @@ fn group_by_key<'s>(input: Elements<'s>, ctx: &JobContext, stage_index: usize, i
         }
     })
 }
+
+/// Most rounds of timer firings a stage may take before Weir calls it a loop.
+const MAX_TIMER_ROUNDS: u64 = 100_000;
 
 /// What the harness reports about a bundle in flight.
 enum BundleEvent {
@@ -217,6 +268,11 @@ struct SdkState {
     next_bundle: u64,
     side_data: Vec<Vec<Element>>,
     side_inputs: Option<Arc<SideInputs>>,
+    /// Pending timers (stateful stages), and the hold that keeps the stage
+    /// alive while any are pending.
+    timers: TimerStore,
+    timer_hold: Option<Capability<u64>>,
+    timer_rounds: u64,
 }
 
 fn sdk_stage<'s>(
@@ -231,10 +287,21 @@ fn sdk_stage<'s>(
     let ctx = ctx.clone();
     let sdk = sdk.clone();
     let name = ctx.graph.stages[stage_index].name.clone();
+    // Stateful stages route by key (state and timers of a key live with one
+    // operator); others spread elements round-robin.
     let mut round_robin = 0u64;
-    let route = move |_: &Element| {
-        round_robin = round_robin.wrapping_add(1);
-        round_robin
+    let keyed = sdk.stateful.then(|| {
+        let info = &ctx.graph.pcollections[sdk.input];
+        (info.value_coder.clone(), info.window_coder.clone())
+    });
+    let route = move |e: &Element| match &keyed {
+        Some((vc, wc)) => GroupByKeyBuffer::key_of(vc, wc, e)
+            .map(|k| hash_bytes(&k))
+            .unwrap_or(0),
+        None => {
+            round_robin = round_robin.wrapping_add(1);
+            round_robin
+        }
     };
     main.binary_frontier(sides, Exchange::new(route), Pipeline, &name.clone(), move |cap, info| {
         drop(cap);
@@ -246,8 +313,46 @@ fn sdk_stage<'s>(
             next_bundle: 0,
             side_data: vec![Vec::new(); sdk.side_inputs.len()],
             side_inputs: None,
+            timers: TimerStore::new(&sdk.timer_families),
+            timer_hold: None,
+            timer_rounds: 0,
         }));
-        move |(input, _frontier), (side_input, side_frontier), output| {
+        let submit_stage_id = ctx.graph.stages[stage_index].id.clone();
+        let submit_ctx = ctx.clone();
+        let submit_name = name.clone();
+        let submit_activator = activator.clone();
+        let submit_completions = completions.clone();
+        let submit = move |st: &mut SdkState, cap: Capability<u64>, elements: Vec<Element>, timers: Vec<Vec<u8>>| {
+            let (ctx, activator, completions) = (&submit_ctx, &submit_activator, &submit_completions);
+            let side_inputs = st.side_inputs.clone().unwrap_or_default();
+            let id = st.next_bundle;
+            st.next_bundle += 1;
+            st.in_flight.insert(id, cap);
+            let completions = completions.clone();
+            let activator = activator.clone();
+            let (split_completions, split_activator) = (completions.clone(), activator.clone());
+            let on_split = Arc::new(move |residuals: Vec<Element>| {
+                split_completions.lock().unwrap_or_else(|p| p.into_inner()).push((id, BundleEvent::Split(residuals)));
+            let _ = split_activator.activate();
+            });
+            let request = BundleRequest {
+                on_split,
+                stage: stage_index,
+                stage_id: submit_stage_id.clone(),
+                stage_name: submit_name.clone(),
+                input: elements,
+                side_inputs,
+                timers,
+            };
+            ctx.processor.process_bundle(
+                request,
+                Box::new(move |result| {
+                    completions.lock().unwrap_or_else(|p| p.into_inner()).push((id, BundleEvent::Done(result)));
+                let _ = activator.activate();
+                }),
+            );
+        };
+        move |(input, frontier), (side_input, side_frontier), output| {
             let mut st = state.borrow_mut();
             let st = &mut *st;
             side_input.for_each(|_cap, data| {
@@ -263,6 +368,7 @@ fn sdk_stage<'s>(
             if ctx.stopped() {
                 st.pending.clear();
                 st.in_flight.clear();
+                st.timer_hold = None;
                 return;
             }
             if st.side_inputs.is_none() && side_frontier.is_empty() {
@@ -314,6 +420,15 @@ fn sdk_stage<'s>(
                             }
                         }
                         drop(session);
+                        tracing::debug!(stage = %name, timers = ?r.timers.iter().map(|t| t.len()).collect::<Vec<_>>(), outputs = ?r.outputs.iter().map(|o| o.len()).collect::<Vec<_>>(), "bundle done");
+                        for (family, bytes) in r.timers.iter().enumerate() {
+                            if let Err(message) = st.timers.apply(family, bytes) {
+                                ctx.fail(EngineError::BadData { stage: name.clone(), pcollection: "timers".into(), message });
+                            }
+                        }
+                        if !st.timers.is_empty() && st.timer_hold.is_none() {
+                            st.timer_hold = Some(cap.clone());
+                        }
                         if !r.residuals.is_empty() {
                             st.pending.push_back((cap, r.residuals));
                         }
@@ -325,8 +440,36 @@ fn sdk_stage<'s>(
                 return;
             }
             // Start bundles while there is room.
-            let Some(side_inputs) = st.side_inputs.clone() else { return };
-            while st.in_flight.len() < ctx.config.max_bundles_in_flight {
+            if st.side_inputs.is_none() {
+                return;
+            }
+            // A stateful stage runs one bundle at a time, so bundles never race on a key's state.
+            let max_in_flight = if sdk.stateful { 1 } else { ctx.config.max_bundles_in_flight };
+            // Fire timers once the input before them is done: event-time timers
+            // when the watermark passes them, processing-time timers when the
+            // input is exhausted (batch).
+            if st.pending.is_empty() && st.in_flight.is_empty() && !st.timers.is_empty() {
+                let input_done = frontier.is_empty();
+                let fired = st.timers.take_ready(|event_time, fire| {
+                    if event_time { !frontier.less_equal(&fire.to_timely()) } else { input_done }
+                });
+                tracing::debug!(stage = %name, fired = fired.is_some(), hold = st.timer_hold.is_some(), "timer check");
+                if let (Some(timers), Some(cap)) = (fired, st.timer_hold.clone()) {
+                    st.timer_rounds += 1;
+                    if st.timer_rounds > MAX_TIMER_ROUNDS {
+                        ctx.fail(EngineError::BundleFailed {
+                            stage: ctx.graph.stages[stage_index].id.clone(),
+                            message: format!("timers kept re-arming for {MAX_TIMER_ROUNDS} rounds; giving up"),
+                        });
+                        return;
+                    }
+                    submit(st, cap, Vec::new(), timers);
+                }
+            }
+            if st.timers.is_empty() {
+                st.timer_hold = None;
+            }
+            while st.in_flight.len() < max_in_flight {
                 let Some((cap, first)) = st.pending.pop_front() else { break };
                 // Fill the bundle from consecutive chunks held at the same time.
                 let mut elements: Vec<Element> = Vec::new();
@@ -357,31 +500,7 @@ fn sdk_stage<'s>(
                 if elements.is_empty() {
                     continue;
                 }
-                let id = st.next_bundle;
-                st.next_bundle += 1;
-                st.in_flight.insert(id, cap);
-                let completions = completions.clone();
-                let activator = activator.clone();
-                let (split_completions, split_activator) = (completions.clone(), activator.clone());
-                let on_split = Arc::new(move |residuals: Vec<Element>| {
-                    split_completions.lock().unwrap_or_else(|p| p.into_inner()).push((id, BundleEvent::Split(residuals)));
-                    let _ = split_activator.activate();
-                });
-                let request = BundleRequest {
-                    on_split,
-                    stage: stage_index,
-                    stage_id: ctx.graph.stages[stage_index].id.clone(),
-                    stage_name: name.clone(),
-                    input: elements,
-                    side_inputs: side_inputs.clone(),
-                };
-                ctx.processor.process_bundle(
-                    request,
-                    Box::new(move |result| {
-                        completions.lock().unwrap_or_else(|p| p.into_inner()).push((id, BundleEvent::Done(result)));
-                        let _ = activator.activate();
-                    }),
-                );
+                submit(st, cap, elements, vec![]);
             }
         }
     })

@@ -6,11 +6,16 @@ use weir_model::{Coder, PaneInfo, Timestamp, Window, WindowedValue};
 ///
 /// # Errors
 /// A message when the bytes do not decode with the given coders.
-pub fn split_elements(value_coder: &Coder, window_coder: &Coder, bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+pub fn split_elements(
+    value_coder: &Coder,
+    window_coder: &Coder,
+    bytes: &[u8],
+) -> Result<Vec<Vec<u8>>, String> {
     let mut out = Vec::new();
     let mut pos = 0;
     while pos < bytes.len() {
-        let (_, used) = WindowedValue::decode(value_coder, window_coder, &bytes[pos..]).map_err(|e| e.to_string())?;
+        let (_, used) = WindowedValue::decode(value_coder, window_coder, &bytes[pos..])
+            .map_err(|e| e.to_string())?;
         out.push(bytes[pos..pos + used].to_vec());
         pos += used;
     }
@@ -26,7 +31,12 @@ pub fn impulse_element(value_coder: &Coder) -> Vec<u8> {
         Coder::LengthPrefix(_) => vec![1, 0],
         _ => vec![0],
     };
-    let wv = WindowedValue { timestamp: Timestamp::MIN, windows: vec![Window::Global], pane: PaneInfo::NO_FIRING, value };
+    let wv = WindowedValue {
+        timestamp: Timestamp::MIN,
+        windows: vec![Window::Global],
+        pane: PaneInfo::NO_FIRING,
+        value,
+    };
     let mut out = Vec::new();
     wv.encode(&mut out);
     out

@@ -8,7 +8,11 @@ pub enum EngineError {
     BundleFailed { stage: String, message: String },
     /// The runner could not decode data an SDK sent for a PCollection.
     #[error("stage {stage}: bad data for PCollection {pcollection}: {message}")]
-    BadData { stage: String, pcollection: String, message: String },
+    BadData {
+        stage: String,
+        pcollection: String,
+        message: String,
+    },
     /// The job was cancelled.
     #[error("job cancelled")]
     Cancelled,

@@ -16,7 +16,11 @@ struct Group {
 
 impl Group {
     fn new() -> Self {
-        Group { values: Vec::new(), min_ts: Timestamp::MAX, max_ts: Timestamp::MIN }
+        Group {
+            values: Vec::new(),
+            min_ts: Timestamp::MAX,
+            max_ts: Timestamp::MIN,
+        }
     }
     fn add(&mut self, ts: Timestamp, value: Vec<u8>) {
         self.values.push(value);
@@ -43,23 +47,37 @@ impl GroupByKeyBuffer {
     /// A buffer for input elements coded `WindowedValue<input_coder, window_coder>`
     /// (`input_coder` must be a KV coder) grouped under `windowing`.
     pub fn new(input_coder: Coder, window_coder: Coder, windowing: Windowing) -> Self {
-        GroupByKeyBuffer { input_coder, window_coder, windowing, groups: HashMap::new() }
+        GroupByKeyBuffer {
+            input_coder,
+            window_coder,
+            windowing,
+            groups: HashMap::new(),
+        }
     }
 
     /// The encoded key of an input element, for routing to a worker.
-    pub fn key_of<'a>(input_coder: &Coder, window_coder: &Coder, element: &'a [u8]) -> Result<Vec<u8>, String> {
-        let (wv, _) = WindowedValue::decode(input_coder, window_coder, element).map_err(|e| e.to_string())?;
+    pub fn key_of<'a>(
+        input_coder: &Coder,
+        window_coder: &Coder,
+        element: &'a [u8],
+    ) -> Result<Vec<u8>, String> {
+        let (wv, _) =
+            WindowedValue::decode(input_coder, window_coder, element).map_err(|e| e.to_string())?;
         let (k, _) = split_kv(input_coder, &wv.value).map_err(|e| e.to_string())?;
         Ok(k.to_vec())
     }
 
     /// Adds one input element (an encoded windowed KV).
     pub fn insert(&mut self, element: &[u8]) -> Result<(), String> {
-        let (wv, _) = WindowedValue::decode(&self.input_coder, &self.window_coder, element).map_err(|e| e.to_string())?;
+        let (wv, _) = WindowedValue::decode(&self.input_coder, &self.window_coder, element)
+            .map_err(|e| e.to_string())?;
         let (k, v) = split_kv(&self.input_coder, &wv.value).map_err(|e| e.to_string())?;
         let by_window = self.groups.entry(k.to_vec()).or_default();
         for w in wv.windows {
-            by_window.entry(w).or_insert_with(Group::new).add(wv.timestamp, v.to_vec());
+            by_window
+                .entry(w)
+                .or_insert_with(Group::new)
+                .add(wv.timestamp, v.to_vec());
         }
         if let WindowFn::Sessions { .. } = self.windowing.window_fn {
             merge_sessions(by_window);
@@ -78,21 +96,32 @@ impl GroupByKeyBuffer {
     pub fn take_complete(&mut self, complete: impl Fn(Timestamp) -> bool) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         self.groups.retain(|key, by_window| {
-            let ready: Vec<Window> = by_window.keys().filter(|w| complete(w.max_timestamp())).cloned().collect();
+            let ready: Vec<Window> = by_window
+                .keys()
+                .filter(|w| complete(w.max_timestamp()))
+                .cloned()
+                .collect();
             for w in ready {
                 let g = by_window.remove(&w).expect("present");
                 let timestamp = match self.windowing.output_time {
                     // Beam Python stamps global-window panes 1 ms before the
                     // Runner API's GLOBAL_WINDOW_MAX_TIMESTAMP (its max is 1 µs
                     // before the end, rounded down); Weir matches those bytes.
-                    OutputTime::EndOfWindow if w == Window::Global => Timestamp::PYTHON_END_OF_GLOBAL_WINDOW,
+                    OutputTime::EndOfWindow if w == Window::Global => {
+                        Timestamp::PYTHON_END_OF_GLOBAL_WINDOW
+                    }
                     OutputTime::EndOfWindow => w.max_timestamp(),
                     OutputTime::EarliestInPane => g.min_ts,
                     OutputTime::LatestInPane => g.max_ts,
                 };
                 let mut value = key.clone();
                 encode_iterable(g.values.iter().map(|v| v.as_slice()), &mut value);
-                let wv = WindowedValue { timestamp, windows: vec![w], pane: PaneInfo::ON_TIME_AND_ONLY_FIRING, value };
+                let wv = WindowedValue {
+                    timestamp,
+                    windows: vec![w],
+                    pane: PaneInfo::ON_TIME_AND_ONLY_FIRING,
+                    value,
+                };
                 let mut bytes = Vec::new();
                 wv.encode(&mut bytes);
                 out.push(bytes);
@@ -113,7 +142,9 @@ fn merge_sessions(by_window: &mut HashMap<Window, Group>) {
     });
     let mut merged: Vec<(Window, Vec<Window>)> = Vec::new();
     for w in windows {
-        let Window::Interval { start, end } = w else { continue };
+        let Window::Interval { start, end } = w else {
+            continue;
+        };
         if let Some((Window::Interval { end: cur_end, .. }, members)) = merged.last_mut() {
             if start < *cur_end {
                 *cur_end = (*cur_end).max(end);
@@ -146,7 +177,13 @@ mod tests {
         v.extend_from_slice(key.as_bytes());
         v.push(value);
         let mut out = Vec::new();
-        WindowedValue { timestamp: Timestamp(ts), windows: vec![window], pane: PaneInfo::NO_FIRING, value: v }.encode(&mut out);
+        WindowedValue {
+            timestamp: Timestamp(ts),
+            windows: vec![window],
+            pane: PaneInfo::NO_FIRING,
+            value: v,
+        }
+        .encode(&mut out);
         out
     }
 
@@ -156,26 +193,43 @@ mod tests {
 
     #[test]
     fn groups_by_key_and_fires_at_end_of_global_window() {
-        let windowing = Windowing { window_fn: WindowFn::Global, output_time: OutputTime::EndOfWindow };
+        let windowing = Windowing {
+            window_fn: WindowFn::Global,
+            output_time: OutputTime::EndOfWindow,
+        };
         let mut b = GroupByKeyBuffer::new(coder(), Coder::GlobalWindow, windowing);
         for (k, v) in [("a", 1), ("b", 2), ("a", 3)] {
             b.insert(&kv(k, v, 5, Window::Global)).unwrap();
         }
-        assert!(b.take_complete(|t| t < Timestamp::END_OF_GLOBAL_WINDOW).is_empty());
+        assert!(b
+            .take_complete(|t| t < Timestamp::END_OF_GLOBAL_WINDOW)
+            .is_empty());
         let mut out = b.take_complete(|_| true);
         out.sort();
         let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
         // timestamp = end of global window, 1 window, pane 07, key "a", iterable [1, 3].
-        assert_eq!(hex(&out[0]), "8020c49ba0bcf7f6000000010701610000000201 03".replace(' ', ""));
-        assert_eq!(hex(&out[1]), "8020c49ba0bcf7f600000001070162000000010 2".replace(' ', ""));
+        assert_eq!(
+            hex(&out[0]),
+            "8020c49ba0bcf7f6000000010701610000000201 03".replace(' ', "")
+        );
+        assert_eq!(
+            hex(&out[1]),
+            "8020c49ba0bcf7f600000001070162000000010 2".replace(' ', "")
+        );
         assert!(b.is_empty());
     }
 
     #[test]
     fn merges_sessions() {
-        let windowing = Windowing { window_fn: WindowFn::Sessions { gap_ms: 10 }, output_time: OutputTime::EarliestInPane };
+        let windowing = Windowing {
+            window_fn: WindowFn::Sessions { gap_ms: 10 },
+            output_time: OutputTime::EarliestInPane,
+        };
         let mut b = GroupByKeyBuffer::new(coder(), Coder::IntervalWindow, windowing);
-        let w = |s: i64| Window::Interval { start: Timestamp(s), end: Timestamp(s + 10) };
+        let w = |s: i64| Window::Interval {
+            start: Timestamp(s),
+            end: Timestamp(s + 10),
+        };
         for (v, ts) in [(1, 0), (2, 5), (3, 30)] {
             b.insert(&kv("k", v, ts, w(ts))).unwrap();
         }
@@ -183,11 +237,31 @@ mod tests {
         let mut windows: Vec<(Window, Timestamp)> = out
             .iter()
             .map(|e| {
-                let (wv, _) = WindowedValue::decode(&Coder::Kv(Box::new(Coder::StringUtf8), Box::new(Coder::Iterable(Box::new(Coder::VarInt)))), &Coder::IntervalWindow, e).unwrap();
+                let (wv, _) = WindowedValue::decode(
+                    &Coder::Kv(
+                        Box::new(Coder::StringUtf8),
+                        Box::new(Coder::Iterable(Box::new(Coder::VarInt))),
+                    ),
+                    &Coder::IntervalWindow,
+                    e,
+                )
+                .unwrap();
                 (wv.windows[0].clone(), wv.timestamp)
             })
             .collect();
         windows.sort();
-        assert_eq!(windows, vec![(Window::Interval { start: Timestamp(0), end: Timestamp(15) }, Timestamp(0)), (w(30), Timestamp(30))]);
+        assert_eq!(
+            windows,
+            vec![
+                (
+                    Window::Interval {
+                        start: Timestamp(0),
+                        end: Timestamp(15)
+                    },
+                    Timestamp(0)
+                ),
+                (w(30), Timestamp(30))
+            ]
+        );
     }
 }

@@ -24,6 +24,7 @@ pub mod elements;
 pub mod error;
 pub mod group_by_key;
 pub mod side_input;
+pub mod timers;
 
 pub use bundle::{BundleProcessor, BundleRequest, BundleResult, Completion};
 pub use dataflow::run_job;
@@ -45,7 +46,9 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            workers: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            workers: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
             max_bundle_elements: 10_000,
             max_bundle_bytes: 8 << 20,
             max_bundles_in_flight: 2,

@@ -47,17 +47,26 @@ impl SideInputs {
         for (spec, elements) in specs.iter().zip(data) {
             let mut view = View::default();
             for e in elements {
-                let (wv, _) = WindowedValue::decode(spec.value_coder, spec.window_coder, e).map_err(|e| e.to_string())?;
+                let (wv, _) = WindowedValue::decode(spec.value_coder, spec.window_coder, e)
+                    .map_err(|e| e.to_string())?;
                 for w in &wv.windows {
                     let mut wb = Vec::new();
                     w.encode(&mut wb);
                     match spec.kind {
-                        SideInputKind::Iterable => view.iterable.entry(wb).or_default().extend_from_slice(&wv.value),
+                        SideInputKind::Iterable => view
+                            .iterable
+                            .entry(wb)
+                            .or_default()
+                            .extend_from_slice(&wv.value),
                         SideInputKind::Multimap => {
                             if !matches!(spec.value_coder, Coder::Kv(..)) {
-                                return Err(format!("multimap side input {} is not KV-coded", spec.local_name));
+                                return Err(format!(
+                                    "multimap side input {} is not KV-coded",
+                                    spec.local_name
+                                ));
                             }
-                            let (k, v) = split_kv(spec.value_coder, &wv.value).map_err(|e| e.to_string())?;
+                            let (k, v) =
+                                split_kv(spec.value_coder, &wv.value).map_err(|e| e.to_string())?;
                             let by_key = view.multimap.entry(wb.clone()).or_default();
                             let entry = by_key.entry(k.to_vec()).or_insert_with(|| {
                                 view.keys.entry(wb).or_default().push(k.to_vec());
@@ -69,13 +78,17 @@ impl SideInputs {
                     }
                 }
             }
-            views.insert((spec.transform_id.to_string(), spec.local_name.to_string()), view);
+            views.insert(
+                (spec.transform_id.to_string(), spec.local_name.to_string()),
+                view,
+            );
         }
         Ok(SideInputs { views })
     }
 
     fn view(&self, transform_id: &str, local_name: &str) -> Option<&View> {
-        self.views.get(&(transform_id.to_string(), local_name.to_string()))
+        self.views
+            .get(&(transform_id.to_string(), local_name.to_string()))
     }
 
     /// Concatenated values of an iterable side input in `window` (empty when
@@ -86,20 +99,42 @@ impl SideInputs {
     }
 
     /// Concatenated values for `key` (nested encoding) of a multimap side input in `window`.
-    pub fn multimap_values(&self, transform_id: &str, local_name: &str, window: &[u8], key: &[u8]) -> Option<Vec<u8>> {
+    pub fn multimap_values(
+        &self,
+        transform_id: &str,
+        local_name: &str,
+        window: &[u8],
+        key: &[u8],
+    ) -> Option<Vec<u8>> {
         let v = self.view(transform_id, local_name)?;
-        Some(v.multimap.get(window).and_then(|m| m.get(key)).map(|(b, _)| b.clone()).unwrap_or_default())
+        Some(
+            v.multimap
+                .get(window)
+                .and_then(|m| m.get(key))
+                .map(|(b, _)| b.clone())
+                .unwrap_or_default(),
+        )
     }
 
     /// Concatenated distinct keys (nested encoding) of a multimap side input in `window`.
-    pub fn multimap_keys(&self, transform_id: &str, local_name: &str, window: &[u8]) -> Option<Vec<u8>> {
+    pub fn multimap_keys(
+        &self,
+        transform_id: &str,
+        local_name: &str,
+        window: &[u8],
+    ) -> Option<Vec<u8>> {
         let v = self.view(transform_id, local_name)?;
         Some(v.keys.get(window).map(|ks| ks.concat()).unwrap_or_default())
     }
 
     /// Every key with its values, encoded as concatenated `KV<key, iterable<value>>`
     /// (`StateKey.MultimapKeysValuesSideInput`).
-    pub fn multimap_keys_values(&self, transform_id: &str, local_name: &str, window: &[u8]) -> Option<Vec<u8>> {
+    pub fn multimap_keys_values(
+        &self,
+        transform_id: &str,
+        local_name: &str,
+        window: &[u8],
+    ) -> Option<Vec<u8>> {
         let v = self.view(transform_id, local_name)?;
         let mut out = Vec::new();
         if let (Some(keys), Some(values)) = (v.keys.get(window), v.multimap.get(window)) {

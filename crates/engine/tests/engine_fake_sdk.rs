@@ -900,7 +900,6 @@ fn failing_bundle_fails_the_job_with_its_message() {
 /// it again, so the dataflow never completes and `run_job` never returns
 /// (timely keeps stepping a worker until its dataflows are done).
 #[test]
-#[ignore = "bug: run_job hangs when a bundle fails while later bundles of its stage are still queued (sdk_stage keeps their capabilities after ctx.stopped())"]
 fn failing_bundle_with_work_still_queued_ends_the_job() {
     let one_in_flight = EngineConfig {
         max_bundles_in_flight: 1,
@@ -994,7 +993,6 @@ fn cancellation_stops_a_running_job() {
 /// waiting for completions, nothing schedules it again after the stop, so it
 /// keeps its capabilities and `run_job` never returns.
 #[test]
-#[ignore = "bug: cancelling a job whose in-flight bundles never complete hangs run_job (idle sdk_stage operators are not re-activated to drop their capabilities)"]
 fn cancellation_with_stuck_bundles_returns() {
     let (graph, sdk, s_stuck, rx) = stuck_job();
     let cancel = no_cancel();

@@ -1,0 +1,188 @@
+//! Timers of stateful DoFns: set and cleared by bundles, fired by the runner.
+//!
+//! Timers travel on the data plane as `Elements.Timers` coded
+//! `beam:coder:timer:v1`: key, dynamic timer tag (string), windows
+//! (4-byte count, then windows), clear bit, and unless cleared the fire
+//! timestamp, hold timestamp (milliseconds, Beam's timestamp encoding) and pane.
+//! A later timer with the same (family, key, windows, tag) replaces an earlier one.
+
+use std::collections::BTreeMap;
+
+use weir_model::varint::decode_varint;
+use weir_model::{Coder, PaneInfo, Timestamp};
+use weir_plan::TimerFamily;
+
+/// Identity of a timer: (family index, key bytes, windows bytes, tag bytes).
+type TimerId = (usize, Vec<u8>, Vec<u8>, Vec<u8>);
+
+/// Pending timers of one stateful stage on one worker.
+pub struct TimerStore {
+    families: Vec<(Coder, Coder, bool)>,
+    timers: BTreeMap<TimerId, (Timestamp, Vec<u8>)>,
+}
+
+struct Parsed {
+    id_key: Vec<u8>,
+    windows: Vec<u8>,
+    tag: Vec<u8>,
+    fire: Option<Timestamp>,
+    len: usize,
+}
+
+fn parse(key_coder: &Coder, window_coder: &Coder, bytes: &[u8]) -> Result<Parsed, String> {
+    let err = |e: weir_model::Error| e.to_string();
+    let mut pos = key_coder.encoded_len(bytes).map_err(err)?;
+    let id_key = bytes[..pos].to_vec();
+    let (tag_len, used) = decode_varint(&bytes[pos..]).map_err(err)?;
+    let tag_start = pos + used;
+    pos = tag_start + tag_len as usize;
+    let tag = bytes
+        .get(tag_start..pos)
+        .ok_or("truncated timer tag")?
+        .to_vec();
+    let windows_start = pos;
+    let count = i32::from_be_bytes(
+        bytes
+            .get(pos..pos + 4)
+            .ok_or("truncated timer windows")?
+            .try_into()
+            .map_err(|_| "bad count")?,
+    );
+    pos += 4;
+    for _ in 0..count.max(0) {
+        pos += window_coder.encoded_len(&bytes[pos..]).map_err(err)?;
+    }
+    let windows = bytes[windows_start..pos].to_vec();
+    let clear = *bytes.get(pos).ok_or("truncated timer clear bit")? != 0;
+    pos += 1;
+    let fire = if clear {
+        None
+    } else {
+        let (fire, used) = Timestamp::decode(&bytes[pos..]).map_err(err)?;
+        pos += used;
+        let (_hold, used) = Timestamp::decode(&bytes[pos..]).map_err(err)?;
+        pos += used;
+        let (_pane, used) = PaneInfo::decode(&bytes[pos..]).map_err(err)?;
+        pos += used;
+        Some(fire)
+    };
+    Ok(Parsed {
+        id_key,
+        windows,
+        tag,
+        fire,
+        len: pos,
+    })
+}
+
+impl TimerStore {
+    /// A store for the stage's timer families.
+    pub fn new(families: &[TimerFamily]) -> Self {
+        TimerStore {
+            families: families
+                .iter()
+                .map(|f| (f.key_coder.clone(), f.window_coder.clone(), f.event_time))
+                .collect(),
+            timers: BTreeMap::new(),
+        }
+    }
+
+    /// Applies the timers a bundle wrote for family `family` (set or clear).
+    pub fn apply(&mut self, family: usize, mut bytes: &[u8]) -> Result<(), String> {
+        let (key_coder, window_coder, _) =
+            self.families.get(family).ok_or("unknown timer family")?;
+        while !bytes.is_empty() {
+            let p = parse(key_coder, window_coder, bytes)?;
+            let id = (family, p.id_key, p.windows, p.tag);
+            match p.fire {
+                Some(fire) => {
+                    self.timers.insert(id, (fire, bytes[..p.len].to_vec()));
+                }
+                None => {
+                    self.timers.remove(&id);
+                }
+            }
+            bytes = &bytes[p.len..];
+        }
+        Ok(())
+    }
+
+    /// True when no timer is pending.
+    pub fn is_empty(&self) -> bool {
+        self.timers.is_empty()
+    }
+
+    /// Removes the timers `ready(event_time, fire_timestamp)` accepts and
+    /// returns them per family, in fire-timestamp order; `None` if there are none.
+    pub fn take_ready(&mut self, ready: impl Fn(bool, Timestamp) -> bool) -> Option<Vec<Vec<u8>>> {
+        let mut due: Vec<(Timestamp, TimerId)> = self
+            .timers
+            .iter()
+            .filter(|(id, (fire, _))| ready(self.families[id.0].2, *fire))
+            .map(|(id, (fire, _))| (*fire, id.clone()))
+            .collect();
+        if due.is_empty() {
+            return None;
+        }
+        due.sort();
+        let mut out = vec![Vec::new(); self.families.len()];
+        for (_, id) in due {
+            if let Some((_, bytes)) = self.timers.remove(&id) {
+                out[id.0].extend_from_slice(&bytes);
+            }
+        }
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_model::Window;
+
+    fn timer(key: &str, tag: &str, fire: Option<i64>) -> Vec<u8> {
+        let mut b = vec![key.len() as u8];
+        b.extend_from_slice(key.as_bytes());
+        b.push(tag.len() as u8);
+        b.extend_from_slice(tag.as_bytes());
+        b.extend_from_slice(&1i32.to_be_bytes());
+        Window::Global.encode(&mut b);
+        match fire {
+            None => b.push(1),
+            Some(ts) => {
+                b.push(0);
+                Timestamp(ts).encode(&mut b);
+                Timestamp(ts).encode(&mut b);
+                PaneInfo::NO_FIRING.encode(&mut b);
+            }
+        }
+        b
+    }
+
+    fn family() -> TimerFamily {
+        TimerFamily {
+            transform_id: "t".into(),
+            family_id: "f".into(),
+            key_coder: Coder::StringUtf8,
+            window_coder: Coder::GlobalWindow,
+            event_time: true,
+        }
+    }
+
+    #[test]
+    fn later_set_replaces_and_clear_removes() {
+        let mut s = TimerStore::new(&[family()]);
+        let mut batch = timer("a", "", Some(10));
+        batch.extend(timer("b", "", Some(5)));
+        batch.extend(timer("a", "", Some(20)));
+        s.apply(0, &batch).unwrap();
+        s.apply(0, &timer("c", "x", Some(1))).unwrap();
+        s.apply(0, &timer("c", "x", None)).unwrap();
+        assert!(s.take_ready(|_, t| t < Timestamp(5)).is_none());
+        let fired = s.take_ready(|_, t| t <= Timestamp(20)).unwrap();
+        let mut expected = timer("b", "", Some(5));
+        expected.extend(timer("a", "", Some(20)));
+        assert_eq!(fired, vec![expected]);
+        assert!(s.is_empty());
+    }
+}
