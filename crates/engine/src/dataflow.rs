@@ -420,7 +420,7 @@ fn sdk_stage<'s>(
                             }
                         }
                         drop(session);
-                        tracing::debug!(stage = %name, timers = ?r.timers.iter().map(|t| t.len()).collect::<Vec<_>>(), outputs = ?r.outputs.iter().map(|o| o.len()).collect::<Vec<_>>(), "bundle done");
+                        tracing::debug!(stage = %name, timers = ?r.timers.iter().map(|t| t.iter().map(|b| format!("{b:02x}")).collect::<String>()).collect::<Vec<_>>(), outputs = ?r.outputs.iter().map(|o| o.len()).collect::<Vec<_>>(), "bundle done");
                         for (family, bytes) in r.timers.iter().enumerate() {
                             if let Err(message) = st.timers.apply(family, bytes) {
                                 ctx.fail(EngineError::BadData { stage: name.clone(), pcollection: "timers".into(), message });

@@ -11,7 +11,7 @@ use weir_plan::{StageGraph, StageKind};
 use weir_proto::beam;
 
 use crate::metrics::JobMetrics;
-use crate::registry::{BundleState, FnApi, Worker};
+use crate::registry::{BundleState, FnApi, UserState, Worker};
 
 /// Target size of one `Elements.Data` message to an SDK harness (a larger
 /// element travels alone: elements are never split across messages).
@@ -37,6 +37,7 @@ struct Inner {
     runtime: tokio::runtime::Handle,
     instruction_seq: Mutex<u64>,
     metrics: Arc<JobMetrics>,
+    user_state: Arc<UserState>,
 }
 
 impl JobWorkers {
@@ -50,7 +51,18 @@ impl JobWorkers {
         runtime: tokio::runtime::Handle,
         metrics: Arc<JobMetrics>,
     ) -> Self {
-        JobWorkers { inner: Arc::new(Inner { fn_api, job_id, graph, workers, runtime, instruction_seq: Mutex::new(0), metrics }) }
+        JobWorkers {
+            inner: Arc::new(Inner {
+                fn_api,
+                job_id,
+                graph,
+                workers,
+                runtime,
+                instruction_seq: Mutex::new(0),
+                metrics,
+                user_state: Arc::default(),
+            }),
+        }
     }
 
     /// The descriptor id of stage `stage_id` of job `job_id`, unique across jobs.
@@ -89,21 +101,48 @@ impl Inner {
         };
         let worker = self.pick(&stage.environment_id)?;
         let instruction_id = {
-            let mut seq = self.instruction_seq.lock().unwrap_or_else(|p| p.into_inner());
+            let mut seq = self
+                .instruction_seq
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             *seq += 1;
             format!("{}-bundle-{}", self.job_id, *seq)
         };
+        let sinks = stage.outputs.len();
+        let streams = sinks + stage.timer_families.len();
         let bundle = Arc::new(BundleState {
             side_inputs: request.side_inputs.clone(),
-            sink_index: stage.output_transform_ids.iter().enumerate().map(|(i, t)| (t.clone(), i)).collect(),
-            outputs: Mutex::new((vec![Vec::new(); stage.outputs.len()], stage.outputs.len())),
+            user_state: self.user_state.clone(),
+            sink_index: stage
+                .output_transform_ids
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.clone(), i))
+                .collect(),
+            timer_index: stage
+                .timer_families
+                .iter()
+                .enumerate()
+                .map(|(i, f)| ((f.transform_id.clone(), f.family_id.clone()), sinks + i))
+                .collect(),
+            outputs: Mutex::new((vec![Vec::new(); streams], streams)),
             all_last: tokio::sync::Notify::new(),
         });
-        self.fn_api.bundles.lock().unwrap_or_else(|p| p.into_inner()).insert(instruction_id.clone(), bundle.clone());
+        self.fn_api
+            .bundles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(instruction_id.clone(), bundle.clone());
         worker.in_flight.fetch_add(1, Ordering::Relaxed);
-        let result = self.exchange(&worker, &instruction_id, &request, stage, &bundle).await;
+        let result = self
+            .exchange(&worker, &instruction_id, &request, stage, &bundle, sinks)
+            .await;
         worker.in_flight.fetch_sub(1, Ordering::Relaxed);
-        self.fn_api.bundles.lock().unwrap_or_else(|p| p.into_inner()).remove(&instruction_id);
+        self.fn_api
+            .bundles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&instruction_id);
         result
     }
 
@@ -111,7 +150,11 @@ impl Inner {
     fn idle_worker(&self, env: &str, busy: &Worker) -> bool {
         self.workers
             .get(env)
-            .map(|ws| ws.iter().any(|w| w.id != busy.id && w.is_connected() && w.in_flight.load(Ordering::Relaxed) == 0))
+            .map(|ws| {
+                ws.iter().any(|w| {
+                    w.id != busy.id && w.is_connected() && w.in_flight.load(Ordering::Relaxed) == 0
+                })
+            })
             .unwrap_or(false)
     }
 
@@ -144,38 +187,46 @@ impl Inner {
             splits += 1;
             let split = worker.send(beam::InstructionRequest {
                 instruction_id: format!("{instruction_id}-split-{splits}"),
-                request: Some(beam::instruction_request::Request::ProcessBundleSplit(beam::ProcessBundleSplitRequest {
-                    instruction_id: instruction_id.to_string(),
-                    desired_splits: [(
-                        stage.input_transform_id.clone(),
-                        beam::process_bundle_split_request::DesiredSplit {
-                            fraction_of_remainder: 0.5,
-                            allowed_split_points: vec![],
-                            estimated_input_elements: 1,
-                        },
-                    )]
-                    .into_iter()
-                    .collect(),
-                })),
+                request: Some(beam::instruction_request::Request::ProcessBundleSplit(
+                    beam::ProcessBundleSplitRequest {
+                        instruction_id: instruction_id.to_string(),
+                        desired_splits: [(
+                            stage.input_transform_id.clone(),
+                            beam::process_bundle_split_request::DesiredSplit {
+                                fraction_of_remainder: 0.5,
+                                allowed_split_points: vec![],
+                                estimated_input_elements: 1,
+                            },
+                        )]
+                        .into_iter()
+                        .collect(),
+                    },
+                )),
             })?;
-            let Ok(split) = split.await else { return Err(gone()) };
-            let Some(beam::instruction_response::Response::ProcessBundleSplit(split)) = split.response else {
+            let Ok(split) = split.await else {
+                return Err(gone());
+            };
+            let Some(beam::instruction_response::Response::ProcessBundleSplit(split)) =
+                split.response
+            else {
                 continue; // the bundle finished first, or the SDK declined
             };
             let mut residuals = Vec::new();
             for r in split.residual_roots {
                 let app = r.application.unwrap_or_default();
                 if !stage.residual_transform_ids.contains(&app.transform_id) {
-                    return Err(format!("split residual for transform {} which does not read the stage input", app.transform_id));
+                    return Err(format!(
+                        "split residual for transform {} which does not read the stage input",
+                        app.transform_id
+                    ));
                 }
                 residuals.push(app.element);
             }
             // A split at the element boundary leaves the (single) input element
             // to the runner: schedule it again as a whole.
-            let element_returned = split
-                .channel_splits
-                .iter()
-                .any(|c| c.transform_id == stage.input_transform_id && c.first_residual_element == 0);
+            let element_returned = split.channel_splits.iter().any(|c| {
+                c.transform_id == stage.input_transform_id && c.first_residual_element == 0
+            });
             if element_returned {
                 residuals.push(request.input[0].clone());
             }
@@ -193,13 +244,19 @@ impl Inner {
         request: &BundleRequest,
         stage: &weir_plan::SdkStage,
         bundle: &BundleState,
+        sinks: usize,
     ) -> Result<BundleResult, String> {
         let response = worker.send(beam::InstructionRequest {
             instruction_id: instruction_id.to_string(),
-            request: Some(beam::instruction_request::Request::ProcessBundle(beam::ProcessBundleRequest {
-                process_bundle_descriptor_id: JobWorkers::descriptor_id(&self.job_id, &request.stage_id),
-                ..Default::default()
-            })),
+            request: Some(beam::instruction_request::Request::ProcessBundle(
+                beam::ProcessBundleRequest {
+                    process_bundle_descriptor_id: JobWorkers::descriptor_id(
+                        &self.job_id,
+                        &request.stage_id,
+                    ),
+                    ..Default::default()
+                },
+            )),
         })?;
         let data = |chunk: &[u8], is_last: bool| beam::Elements {
             data: vec![beam::elements::Data {
@@ -212,8 +269,14 @@ impl Inner {
         };
         // SDK harnesses open their data stream when their first bundle needs it.
         let mut data_ready = worker.data_connected.subscribe();
-        if tokio::time::timeout(OUTPUT_DRAIN_TIMEOUT, data_ready.wait_for(|c| *c)).await.is_err() {
-            return Err(format!("SDK harness {} never opened its data stream", worker.id));
+        if tokio::time::timeout(OUTPUT_DRAIN_TIMEOUT, data_ready.wait_for(|c| *c))
+            .await
+            .is_err()
+        {
+            return Err(format!(
+                "SDK harness {} never opened its data stream",
+                worker.id
+            ));
         }
         // Whole elements only in each Data message, about DATA_CHUNK_BYTES each.
         let mut chunk = Vec::new();
@@ -228,13 +291,60 @@ impl Inner {
             worker.send_data(data(&chunk, false))?;
         }
         worker.send_data(data(&[], true))?;
+        // Every timer family is an input stream of the bundle, ended by an
+        // empty is_last message (SDKs drop the payload of an is_last message).
+        if !stage.timer_families.is_empty() {
+            let timers = |is_last: bool| {
+                stage
+                    .timer_families
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| {
+                        is_last
+                            || request
+                                .timers
+                                .get(*i)
+                                .map(|t| !t.is_empty())
+                                .unwrap_or(false)
+                    })
+                    .map(|(i, f)| beam::elements::Timers {
+                        instruction_id: instruction_id.to_string(),
+                        transform_id: f.transform_id.clone(),
+                        timer_family_id: f.family_id.clone(),
+                        timers: if is_last {
+                            vec![]
+                        } else {
+                            request.timers[i].clone()
+                        },
+                        is_last,
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let fired = timers(false);
+            if !fired.is_empty() {
+                worker.send_data(beam::Elements {
+                    data: vec![],
+                    timers: fired,
+                })?;
+            }
+            worker.send_data(beam::Elements {
+                data: vec![],
+                timers: timers(true),
+            })?;
+        }
 
-        let response = self.await_response(worker, instruction_id, request, stage, response).await?;
+        let response = self
+            .await_response(worker, instruction_id, request, stage, response)
+            .await?;
         if !response.error.is_empty() {
             return Err(response.error);
         }
-        let Some(beam::instruction_response::Response::ProcessBundle(pb)) = response.response else {
-            return Err(format!("SDK harness {} answered a bundle with something else", worker.id));
+        let Some(beam::instruction_response::Response::ProcessBundle(pb)) = response.response
+        else {
+            return Err(format!(
+                "SDK harness {} answered a bundle with something else",
+                worker.id
+            ));
         };
         // Wait for every sink's is_last (the data stream may lag the control stream).
         loop {
@@ -242,8 +352,14 @@ impl Inner {
             if bundle.outputs.lock().unwrap_or_else(|p| p.into_inner()).1 == 0 {
                 break;
             }
-            if tokio::time::timeout(OUTPUT_DRAIN_TIMEOUT, notified).await.is_err() {
-                return Err(format!("SDK harness {} never finished sending outputs of bundle {instruction_id}", worker.id));
+            if tokio::time::timeout(OUTPUT_DRAIN_TIMEOUT, notified)
+                .await
+                .is_err()
+            {
+                return Err(format!(
+                    "SDK harness {} never finished sending outputs of bundle {instruction_id}",
+                    worker.id
+                ));
             }
         }
         let mut residuals = Vec::new();
@@ -264,20 +380,36 @@ impl Inner {
             // callback does not fail the job, as in Beam's other runners.
             let finalize = worker.send(beam::InstructionRequest {
                 instruction_id: format!("{instruction_id}-finalize"),
-                request: Some(beam::instruction_request::Request::FinalizeBundle(beam::FinalizeBundleRequest {
-                    instruction_id: instruction_id.to_string(),
-                })),
+                request: Some(beam::instruction_request::Request::FinalizeBundle(
+                    beam::FinalizeBundleRequest {
+                        instruction_id: instruction_id.to_string(),
+                    },
+                )),
             })?;
             match finalize.await {
                 Ok(r) if !r.error.is_empty() => {
                     tracing::warn!(worker = %worker.id, "bundle finalization of {instruction_id} failed: {}", r.error);
-                    (worker.log)(crate::WorkerLog::Warning, format!("bundle finalization callback failed: {}", r.error));
+                    (worker.log)(
+                        crate::WorkerLog::Warning,
+                        format!("bundle finalization callback failed: {}", r.error),
+                    );
                 }
                 Ok(_) => {}
-                Err(_) => return Err(format!("SDK harness {} went away during bundle finalization", worker.id)),
+                Err(_) => {
+                    return Err(format!(
+                        "SDK harness {} went away during bundle finalization",
+                        worker.id
+                    ))
+                }
             }
         }
-        let outputs = std::mem::take(&mut bundle.outputs.lock().unwrap_or_else(|p| p.into_inner()).0);
-        Ok(BundleResult { outputs, residuals })
+        let mut outputs =
+            std::mem::take(&mut bundle.outputs.lock().unwrap_or_else(|p| p.into_inner()).0);
+        let timers = outputs.split_off(sinks.min(outputs.len()));
+        Ok(BundleResult {
+            outputs,
+            residuals,
+            timers,
+        })
     }
 }

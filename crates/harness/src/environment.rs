@@ -32,11 +32,18 @@ fn worker_dir(worker_id: &str) -> std::path::PathBuf {
 }
 
 fn env_error(env_id: &str, urn: &str, message: impl Into<String>) -> HarnessError {
-    HarnessError::Environment { environment: env_id.to_string(), urn: urn.to_string(), message: message.into() }
+    HarnessError::Environment {
+        environment: env_id.to_string(),
+        urn: urn.to_string(),
+        message: message.into(),
+    }
 }
 
 fn descriptor(url: &str) -> Option<beam::ApiServiceDescriptor> {
-    Some(beam::ApiServiceDescriptor { url: url.to_string(), ..Default::default() })
+    Some(beam::ApiServiceDescriptor {
+        url: url.to_string(),
+        ..Default::default()
+    })
 }
 
 /// Checks that Weir can start `env` (before a job runs).
@@ -46,21 +53,36 @@ fn descriptor(url: &str) -> Option<beam::ApiServiceDescriptor> {
 pub fn validate(env_id: &str, env: &beam::Environment) -> Result<()> {
     match env.urn.as_str() {
         urns::env::EXTERNAL => {
-            let p = beam::ExternalPayload::decode(env.payload.as_slice()).map_err(|e| env_error(env_id, &env.urn, e.to_string()))?;
+            let p = beam::ExternalPayload::decode(env.payload.as_slice())
+                .map_err(|e| env_error(env_id, &env.urn, e.to_string()))?;
             if p.endpoint.map(|e| e.url).unwrap_or_default().is_empty() {
-                return Err(env_error(env_id, &env.urn, "ExternalPayload has no worker pool endpoint"));
+                return Err(env_error(
+                    env_id,
+                    &env.urn,
+                    "ExternalPayload has no worker pool endpoint",
+                ));
             }
         }
         urns::env::PROCESS => {
-            let p = beam::ProcessPayload::decode(env.payload.as_slice()).map_err(|e| env_error(env_id, &env.urn, e.to_string()))?;
+            let p = beam::ProcessPayload::decode(env.payload.as_slice())
+                .map_err(|e| env_error(env_id, &env.urn, e.to_string()))?;
             if p.command.trim().is_empty() {
-                return Err(env_error(env_id, &env.urn, "ProcessPayload has an empty command"));
+                return Err(env_error(
+                    env_id,
+                    &env.urn,
+                    "ProcessPayload has an empty command",
+                ));
             }
         }
         urns::env::DOCKER => {
-            let p = beam::DockerPayload::decode(env.payload.as_slice()).map_err(|e| env_error(env_id, &env.urn, e.to_string()))?;
+            let p = beam::DockerPayload::decode(env.payload.as_slice())
+                .map_err(|e| env_error(env_id, &env.urn, e.to_string()))?;
             if p.container_image.is_empty() {
-                return Err(env_error(env_id, &env.urn, "DockerPayload has no container image"));
+                return Err(env_error(
+                    env_id,
+                    &env.urn,
+                    "DockerPayload has no container image",
+                ));
             }
         }
         other => return Err(env_error(env_id, other, "unsupported environment type")),
@@ -94,7 +116,12 @@ pub async fn start(
     log: LogSink,
 ) -> Result<StartedWorkers> {
     let url = fn_api.url.clone();
-    let mut started = StartedWorkers { workers: HashMap::new(), children: vec![], pool_workers: vec![], dirs: vec![] };
+    let mut started = StartedWorkers {
+        workers: HashMap::new(),
+        children: vec![],
+        pool_workers: vec![],
+        dirs: vec![],
+    };
     let mut env_ids: Vec<_> = environments.keys().cloned().collect();
     env_ids.sort();
     for env_id in env_ids {
@@ -107,8 +134,13 @@ pub async fn start(
             info.artifact_endpoint = descriptor(&url);
             info.control_endpoint = descriptor(&url);
             info.dependencies = env.dependencies.clone();
-            let worker = fn_api.add_worker(worker_id.clone(), job_id.to_string(), info, log.clone());
-            started.workers.entry(env_id.clone()).or_default().push(worker);
+            let worker =
+                fn_api.add_worker(worker_id.clone(), job_id.to_string(), info, log.clone());
+            started
+                .workers
+                .entry(env_id.clone())
+                .or_default()
+                .push(worker);
             let flags = vec![
                 format!("--id={worker_id}"),
                 format!("--provision_endpoint={url}"),
@@ -118,9 +150,14 @@ pub async fn start(
             ];
             match env.urn.as_str() {
                 urns::env::EXTERNAL => {
-                    let p = beam::ExternalPayload::decode(env.payload.as_slice()).map_err(|e| env_error(&env_id, &env.urn, e.to_string()))?;
+                    let p = beam::ExternalPayload::decode(env.payload.as_slice())
+                        .map_err(|e| env_error(&env_id, &env.urn, e.to_string()))?;
                     let pool = p.endpoint.map(|e| e.url).unwrap_or_default();
-                    let addr = if pool.contains("://") { pool.clone() } else { format!("http://{pool}") };
+                    let addr = if pool.contains("://") {
+                        pool.clone()
+                    } else {
+                        format!("http://{pool}")
+                    };
                     let mut client = beam::beam_fn_external_worker_pool_client::BeamFnExternalWorkerPoolClient::connect(addr)
                         .await
                         .map_err(|e| env_error(&env_id, &env.urn, format!("cannot reach worker pool {pool}: {e}")))?
@@ -136,16 +173,27 @@ pub async fn start(
                             params: p.params.clone(),
                         })
                         .await
-                        .map_err(|e| env_error(&env_id, &env.urn, format!("StartWorker on {pool} failed: {e}")))?
+                        .map_err(|e| {
+                            env_error(
+                                &env_id,
+                                &env.urn,
+                                format!("StartWorker on {pool} failed: {e}"),
+                            )
+                        })?
                         .into_inner();
                     if !resp.error.is_empty() {
-                        return Err(env_error(&env_id, &env.urn, format!("worker pool {pool}: {}", resp.error)));
+                        return Err(env_error(
+                            &env_id,
+                            &env.urn,
+                            format!("worker pool {pool}: {}", resp.error),
+                        ));
                     }
                     started.pool_workers.push((pool, worker_id.clone()));
                 }
                 urns::env::PROCESS | urns::env::DOCKER => {
                     let (program, args, envs) = if env.urn == urns::env::PROCESS {
-                        let p = beam::ProcessPayload::decode(env.payload.as_slice()).map_err(|e| env_error(&env_id, &env.urn, e.to_string()))?;
+                        let p = beam::ProcessPayload::decode(env.payload.as_slice())
+                            .map_err(|e| env_error(&env_id, &env.urn, e.to_string()))?;
                         let mut words = p.command.split_whitespace().map(str::to_string);
                         let program = words.next().unwrap_or_default();
                         let mut args: Vec<String> = words.collect();
@@ -155,8 +203,14 @@ pub async fn start(
                         started.dirs.push(dir);
                         (program, args, p.env)
                     } else {
-                        let p = beam::DockerPayload::decode(env.payload.as_slice()).map_err(|e| env_error(&env_id, &env.urn, e.to_string()))?;
-                        let mut args = vec!["run".into(), "--rm".into(), "--network=host".into(), p.container_image];
+                        let p = beam::DockerPayload::decode(env.payload.as_slice())
+                            .map_err(|e| env_error(&env_id, &env.urn, e.to_string()))?;
+                        let mut args = vec![
+                            "run".into(),
+                            "--rm".into(),
+                            "--network=host".into(),
+                            p.container_image,
+                        ];
                         args.extend(flags.clone());
                         ("docker".to_string(), args, HashMap::new())
                     };
@@ -168,7 +222,9 @@ pub async fn start(
                         .stderr(Stdio::piped())
                         .kill_on_drop(true)
                         .spawn()
-                        .map_err(|e| env_error(&env_id, &env.urn, format!("cannot start {program:?}: {e}")))?;
+                        .map_err(|e| {
+                            env_error(&env_id, &env.urn, format!("cannot start {program:?}: {e}"))
+                        })?;
                     if let Some(out) = child.stdout.take() {
                         forward_output(out, worker_id.clone());
                     }
@@ -184,8 +240,14 @@ pub async fn start(
     for workers in started.workers.values() {
         for w in workers {
             let mut rx = w.connected.subscribe();
-            if tokio::time::timeout(CONNECT_TIMEOUT, rx.wait_for(|c| *c)).await.is_err() {
-                return Err(HarnessError::ConnectTimeout { worker_id: w.id.clone(), seconds: CONNECT_TIMEOUT.as_secs() });
+            if tokio::time::timeout(CONNECT_TIMEOUT, rx.wait_for(|c| *c))
+                .await
+                .is_err()
+            {
+                return Err(HarnessError::ConnectTimeout {
+                    worker_id: w.id.clone(),
+                    seconds: CONNECT_TIMEOUT.as_secs(),
+                });
             }
         }
     }
@@ -196,9 +258,22 @@ impl StartedWorkers {
     /// Stops every worker: StopWorker on pools, kill for processes.
     pub async fn stop(mut self, fn_api: &FnApi) {
         for (pool, worker_id) in self.pool_workers.drain(..) {
-            let addr = if pool.contains("://") { pool.clone() } else { format!("http://{pool}") };
-            if let Ok(mut client) = beam::beam_fn_external_worker_pool_client::BeamFnExternalWorkerPoolClient::connect(addr).await {
-                let _ = client.stop_worker(beam::StopWorkerRequest { worker_id: worker_id.clone() }).await;
+            let addr = if pool.contains("://") {
+                pool.clone()
+            } else {
+                format!("http://{pool}")
+            };
+            if let Ok(mut client) =
+                beam::beam_fn_external_worker_pool_client::BeamFnExternalWorkerPoolClient::connect(
+                    addr,
+                )
+                .await
+            {
+                let _ = client
+                    .stop_worker(beam::StopWorkerRequest {
+                        worker_id: worker_id.clone(),
+                    })
+                    .await;
             }
         }
         for mut child in self.children.drain(..) {

@@ -5,7 +5,11 @@
 pub enum HarnessError {
     /// The environment could not start an SDK harness (bad payload, command not found, pool refused).
     #[error("environment {environment} ({urn}): {message}")]
-    Environment { environment: String, urn: String, message: String },
+    Environment {
+        environment: String,
+        urn: String,
+        message: String,
+    },
     /// SDK harnesses did not connect in time.
     #[error("SDK harness {worker_id} did not connect within {seconds} s")]
     ConnectTimeout { worker_id: String, seconds: u64 },

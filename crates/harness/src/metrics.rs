@@ -67,7 +67,11 @@ fn combine(ty: &str, old: &[u8], new: &[u8]) -> Option<Vec<u8>> {
             encode(&[a[0] + b[0], a[1] + b[1], a[2].min(b[2]), a[3].max(b[3])])
         }
         m::TYPE_LATEST_INT64 => {
-            if varints(new, 2)?[0] >= varints(old, 2)?[0] { new.to_vec() } else { old.to_vec() }
+            if varints(new, 2)?[0] >= varints(old, 2)?[0] {
+                new.to_vec()
+            } else {
+                old.to_vec()
+            }
         }
         m::TYPE_SET_STRING => {
             let mut s = strings(old)?;
@@ -83,7 +87,14 @@ impl JobMetrics {
     pub fn add(&self, infos: &[beam::MonitoringInfo]) {
         let mut cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
         for info in infos {
-            let key = (info.urn.clone(), info.r#type.clone(), info.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+            let key = (
+                info.urn.clone(),
+                info.r#type.clone(),
+                info.labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            );
             match cells.get_mut(&key) {
                 Some(cell) => {
                     if let Some(p) = combine(&info.r#type, &cell.payload, &info.payload) {
@@ -99,7 +110,12 @@ impl JobMetrics {
 
     /// Every aggregated MonitoringInfo.
     pub fn snapshot(&self) -> Vec<beam::MonitoringInfo> {
-        self.cells.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+        self.cells
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
     }
 }
 
@@ -108,20 +124,37 @@ mod tests {
     use super::*;
 
     fn info(ty: &str, payload: Vec<u8>) -> beam::MonitoringInfo {
-        beam::MonitoringInfo { urn: "u".into(), r#type: ty.into(), payload, ..Default::default() }
+        beam::MonitoringInfo {
+            urn: "u".into(),
+            r#type: ty.into(),
+            payload,
+            ..Default::default()
+        }
     }
 
     #[test]
     fn aggregates_by_type() {
         let metrics = JobMetrics::default();
-        metrics.add(&[info(m::TYPE_SUM_INT64, encode(&[2])), info(m::TYPE_DISTRIBUTION_INT64, encode(&[1, 1, 1, 1]))]);
-        metrics.add(&[info(m::TYPE_SUM_INT64, encode(&[4])), info(m::TYPE_DISTRIBUTION_INT64, encode(&[1, 3, 3, 3]))]);
+        metrics.add(&[
+            info(m::TYPE_SUM_INT64, encode(&[2])),
+            info(m::TYPE_DISTRIBUTION_INT64, encode(&[1, 1, 1, 1])),
+        ]);
+        metrics.add(&[
+            info(m::TYPE_SUM_INT64, encode(&[4])),
+            info(m::TYPE_DISTRIBUTION_INT64, encode(&[1, 3, 3, 3])),
+        ]);
         let mut snap = metrics.snapshot();
         snap.sort_by(|a, b| a.r#type.cmp(&b.r#type));
         assert_eq!(snap[0].payload, encode(&[2, 4, 1, 3]));
         assert_eq!(snap[1].payload, encode(&[6]));
         let a: BTreeSet<String> = ["a".to_string()].into();
         let b: BTreeSet<String> = ["zzz".to_string(), "a".to_string()].into();
-        assert_eq!(strings(&combine(m::TYPE_SET_STRING, &encode_strings(&a), &encode_strings(&b)).unwrap()).unwrap(), b);
+        assert_eq!(
+            strings(
+                &combine(m::TYPE_SET_STRING, &encode_strings(&a), &encode_strings(&b)).unwrap()
+            )
+            .unwrap(),
+            b
+        );
     }
 }

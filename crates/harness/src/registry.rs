@@ -40,9 +40,15 @@ pub struct Worker {
 impl Worker {
     /// Sends an instruction and returns the receiver of its response.
     /// `Err` when the worker's control stream is not open.
-    pub(crate) fn send(&self, req: beam::InstructionRequest) -> Result<oneshot::Receiver<beam::InstructionResponse>, String> {
+    pub(crate) fn send(
+        &self,
+        req: beam::InstructionRequest,
+    ) -> Result<oneshot::Receiver<beam::InstructionResponse>, String> {
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().unwrap_or_else(|p| p.into_inner()).insert(req.instruction_id.clone(), tx);
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(req.instruction_id.clone(), tx);
         let control = self.control_tx.lock().unwrap_or_else(|p| p.into_inner());
         match control.as_ref() {
             Some(c) if c.send(req).is_ok() => Ok(rx),
@@ -62,7 +68,12 @@ impl Worker {
     pub(crate) fn disconnected(&self, why: &str) {
         *self.control_tx.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let _ = self.connected.send_replace(false);
-        let pending: Vec<_> = self.pending.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
+        let pending: Vec<_> = self
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .collect();
         for (id, tx) in pending {
             let _ = tx.send(beam::InstructionResponse {
                 instruction_id: id,
@@ -81,9 +92,56 @@ impl Worker {
 /// Output collection of one bundle in flight.
 pub(crate) struct BundleState {
     pub side_inputs: Arc<SideInputs>,
+    pub user_state: Arc<UserState>,
     pub sink_index: HashMap<String, usize>,
+    /// (transform id, timer family id) -> index into `outputs` (after the sinks).
+    pub timer_index: HashMap<(String, String), usize>,
     pub outputs: Mutex<(Vec<Vec<u8>>, usize)>,
     pub all_last: tokio::sync::Notify,
+}
+
+/// User state of one job (`StateKey.BagUserState`, beam_fn_api.proto): bags
+/// keyed by (transform id, state id, encoded window, encoded key). Value,
+/// combining and set state are bags too, for the Python SDK.
+#[derive(Default)]
+pub struct UserState {
+    bags: Mutex<HashMap<(String, String, Vec<u8>, Vec<u8>), Vec<u8>>>,
+}
+
+impl UserState {
+    fn key(k: &beam::state_key::BagUserState) -> (String, String, Vec<u8>, Vec<u8>) {
+        (
+            k.transform_id.clone(),
+            k.user_state_id.clone(),
+            k.window.clone(),
+            k.key.clone(),
+        )
+    }
+    /// The bag's concatenated encoded values (empty when unset).
+    pub fn get(&self, k: &beam::state_key::BagUserState) -> Vec<u8> {
+        self.bags
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&Self::key(k))
+            .cloned()
+            .unwrap_or_default()
+    }
+    /// Appends encoded values to the bag.
+    pub fn append(&self, k: &beam::state_key::BagUserState, data: &[u8]) {
+        self.bags
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(Self::key(k))
+            .or_default()
+            .extend_from_slice(data);
+    }
+    /// Empties the bag.
+    pub fn clear(&self, k: &beam::state_key::BagUserState) {
+        self.bags
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&Self::key(k));
+    }
 }
 
 /// Shared state of the Fn API services.
@@ -114,7 +172,13 @@ impl FnApi {
     }
 
     /// Registers a worker the runner is about to start.
-    pub fn add_worker(&self, id: String, job_id: String, provision: beam::ProvisionInfo, log: LogSink) -> Arc<Worker> {
+    pub fn add_worker(
+        &self,
+        id: String,
+        job_id: String,
+        provision: beam::ProvisionInfo,
+        log: LogSink,
+    ) -> Arc<Worker> {
         let w = Arc::new(Worker {
             id: id.clone(),
             job_id,
@@ -127,13 +191,21 @@ impl FnApi {
             data_connected: watch::channel(false).0,
             in_flight: AtomicUsize::new(0),
         });
-        self.workers.lock().unwrap_or_else(|p| p.into_inner()).insert(id, w.clone());
+        self.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, w.clone());
         w
     }
 
     /// Forgets a worker (its job ended).
     pub fn remove_worker(&self, id: &str) {
-        if let Some(w) = self.workers.lock().unwrap_or_else(|p| p.into_inner()).remove(id) {
+        if let Some(w) = self
+            .workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id)
+        {
             w.disconnected("its job ended");
             *w.data_tx.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
@@ -141,11 +213,18 @@ impl FnApi {
 
     /// The worker with this id, if registered.
     pub fn worker(&self, id: &str) -> Option<Arc<Worker>> {
-        self.workers.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+        self.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
     }
 
     /// Makes descriptors available to `GetProcessBundleDescriptor`.
-    pub fn add_descriptors(&self, descriptors: impl IntoIterator<Item = beam::ProcessBundleDescriptor>) {
+    pub fn add_descriptors(
+        &self,
+        descriptors: impl IntoIterator<Item = beam::ProcessBundleDescriptor>,
+    ) {
         let mut d = self.descriptors.lock().unwrap_or_else(|p| p.into_inner());
         for desc in descriptors {
             d.insert(desc.id.clone(), desc);
@@ -154,14 +233,25 @@ impl FnApi {
 
     /// Forgets descriptors whose id starts with `prefix` (a job's).
     pub fn remove_descriptors(&self, prefix: &str) {
-        self.descriptors.lock().unwrap_or_else(|p| p.into_inner()).retain(|k, _| !k.starts_with(prefix));
+        self.descriptors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|k, _| !k.starts_with(prefix));
     }
 
     pub(crate) fn descriptor(&self, id: &str) -> Option<beam::ProcessBundleDescriptor> {
-        self.descriptors.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+        self.descriptors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
     }
 
     pub(crate) fn bundle(&self, instruction_id: &str) -> Option<Arc<BundleState>> {
-        self.bundles.lock().unwrap_or_else(|p| p.into_inner()).get(instruction_id).cloned()
+        self.bundles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(instruction_id)
+            .cloned()
     }
 }

@@ -37,11 +37,22 @@ async fn next(inbound: &mut Inbound) -> Result<beam::ArtifactResponseWrapper, St
 
 fn staged_name(a: &beam::ArtifactInformation, n: usize) -> String {
     let name = if a.role_urn == urns::artifact::ROLE_STAGING_TO {
-        beam::ArtifactStagingToRolePayload::decode(a.role_payload.as_slice()).map(|p| p.staged_name).unwrap_or_default()
+        beam::ArtifactStagingToRolePayload::decode(a.role_payload.as_slice())
+            .map(|p| p.staged_name)
+            .unwrap_or_default()
     } else {
         String::new()
     };
-    let safe: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
     format!("{n}-{safe}")
 }
 
@@ -53,7 +64,14 @@ async fn stage(
     inbound: &mut Inbound,
     tx: &mpsc::Sender<Result<beam::ArtifactRequestWrapper, tonic::Status>>,
 ) -> Result<(), String> {
-    let mut environments = job.pipeline.lock().unwrap_or_else(|p| p.into_inner()).components.clone().unwrap_or_default().environments;
+    let mut environments = job
+        .pipeline
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .components
+        .clone()
+        .unwrap_or_default()
+        .environments;
     let mut env_ids: Vec<String> = environments.keys().cloned().collect();
     env_ids.sort();
     let mut n = 0;
@@ -65,7 +83,10 @@ async fn stage(
         let ask = |r| Ok(beam::ArtifactRequestWrapper { request: Some(r) });
         tx.send(ask(Ask::ResolveArtifact(beam::ResolveArtifactsRequest {
             artifacts: deps,
-            preferred_urns: vec![urns::artifact::TYPE_FILE.into(), urns::artifact::TYPE_EMBEDDED.into()],
+            preferred_urns: vec![
+                urns::artifact::TYPE_FILE.into(),
+                urns::artifact::TYPE_EMBEDDED.into(),
+            ],
         })))
         .await
         .map_err(|_| "client went away")?;
@@ -79,10 +100,14 @@ async fn stage(
                 staged.push(a);
                 continue;
             }
-            tx.send(ask(Ask::GetArtifact(beam::GetArtifactRequest { artifact: Some(a.clone()) })))
+            tx.send(ask(Ask::GetArtifact(beam::GetArtifactRequest {
+                artifact: Some(a.clone()),
+            })))
+            .await
+            .map_err(|_| "client went away")?;
+            tokio::fs::create_dir_all(&job.staging_dir)
                 .await
-                .map_err(|_| "client went away")?;
-            tokio::fs::create_dir_all(&job.staging_dir).await.map_err(|e| format!("cannot create {}: {e}", job.staging_dir.display()))?;
+                .map_err(|e| format!("cannot create {}: {e}", job.staging_dir.display()))?;
             n += 1;
             let path: PathBuf = job.staging_dir.join(staged_name(&a, n));
             let mut bytes = Vec::new();
@@ -95,11 +120,21 @@ async fn stage(
                     break;
                 }
             }
-            tokio::fs::write(&path, &bytes).await.map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-            registry.staged_files.lock().unwrap_or_else(|p| p.into_inner()).insert(path.clone());
+            tokio::fs::write(&path, &bytes)
+                .await
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            registry
+                .staged_files
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(path.clone());
             staged.push(beam::ArtifactInformation {
                 type_urn: urns::artifact::TYPE_FILE.into(),
-                type_payload: beam::ArtifactFilePayload { path: path.to_string_lossy().into_owned(), sha256: String::new() }.encode_to_vec(),
+                type_payload: beam::ArtifactFilePayload {
+                    path: path.to_string_lossy().into_owned(),
+                    sha256: String::new(),
+                }
+                .encode_to_vec(),
                 role_urn: a.role_urn,
                 role_payload: a.role_payload,
             });
@@ -125,18 +160,26 @@ impl beam::artifact_staging_service_server::ArtifactStagingService for StagingSe
         request: tonic::Request<Inbound>,
     ) -> Result<tonic::Response<Self::ReverseArtifactRetrievalServiceStream>, tonic::Status> {
         let mut inbound = request.into_inner();
-        let first = next(&mut inbound).await.map_err(tonic::Status::invalid_argument)?;
-        let job = self
-            .0
-            .get(&first.staging_token)
-            .ok_or_else(|| tonic::Status::not_found(format!("unknown staging token {:?}", first.staging_token)))?;
+        let first = next(&mut inbound)
+            .await
+            .map_err(tonic::Status::invalid_argument)?;
+        let job = self.0.get(&first.staging_token).ok_or_else(|| {
+            tonic::Status::not_found(format!("unknown staging token {:?}", first.staging_token))
+        })?;
         let (tx, rx) = mpsc::channel(16);
         let registry = self.0.clone();
         tokio::spawn(async move {
             if let Err(e) = stage(&registry, &job, &mut inbound, &tx).await {
                 tracing::warn!(job = %job.id, "artifact staging failed: {e}");
-                job.message(beam::job_message::MessageImportance::JobMessageError, format!("artifact staging failed: {e}"));
-                let _ = tx.send(Err(tonic::Status::internal(format!("artifact staging failed: {e}")))).await;
+                job.message(
+                    beam::job_message::MessageImportance::JobMessageError,
+                    format!("artifact staging failed: {e}"),
+                );
+                let _ = tx
+                    .send(Err(tonic::Status::internal(format!(
+                        "artifact staging failed: {e}"
+                    ))))
+                    .await;
             }
         });
         Ok(tonic::Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -145,13 +188,16 @@ impl beam::artifact_staging_service_server::ArtifactStagingService for StagingSe
 
 #[tonic::async_trait]
 impl beam::artifact_retrieval_service_server::ArtifactRetrievalService for RetrievalService {
-    type GetArtifactStream = Pin<Box<dyn Stream<Item = Result<beam::GetArtifactResponse, tonic::Status>> + Send>>;
+    type GetArtifactStream =
+        Pin<Box<dyn Stream<Item = Result<beam::GetArtifactResponse, tonic::Status>> + Send>>;
 
     async fn resolve_artifacts(
         &self,
         request: tonic::Request<beam::ResolveArtifactsRequest>,
     ) -> Result<tonic::Response<beam::ResolveArtifactsResponse>, tonic::Status> {
-        Ok(tonic::Response::new(beam::ResolveArtifactsResponse { replacements: request.into_inner().artifacts }))
+        Ok(tonic::Response::new(beam::ResolveArtifactsResponse {
+            replacements: request.into_inner().artifacts,
+        }))
     }
 
     async fn get_artifact(
@@ -161,26 +207,49 @@ impl beam::artifact_retrieval_service_server::ArtifactRetrievalService for Retri
         let a = request.into_inner().artifact.unwrap_or_default();
         let data = match a.type_urn.as_str() {
             urns::artifact::TYPE_FILE => {
-                let p = beam::ArtifactFilePayload::decode(a.type_payload.as_slice())
-                    .map_err(|e| tonic::Status::invalid_argument(format!("bad ArtifactFilePayload: {e}")))?;
+                let p =
+                    beam::ArtifactFilePayload::decode(a.type_payload.as_slice()).map_err(|e| {
+                        tonic::Status::invalid_argument(format!("bad ArtifactFilePayload: {e}"))
+                    })?;
                 let path = PathBuf::from(&p.path);
-                if !self.0.staged_files.lock().unwrap_or_else(|p| p.into_inner()).contains(&path) {
-                    return Err(tonic::Status::permission_denied(format!("{} was not staged with this server", p.path)));
+                if !self
+                    .0
+                    .staged_files
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains(&path)
+                {
+                    return Err(tonic::Status::permission_denied(format!(
+                        "{} was not staged with this server",
+                        p.path
+                    )));
                 }
-                tokio::fs::read(&path).await.map_err(|e| tonic::Status::not_found(format!("{}: {e}", p.path)))?
+                tokio::fs::read(&path)
+                    .await
+                    .map_err(|e| tonic::Status::not_found(format!("{}: {e}", p.path)))?
             }
             urns::artifact::TYPE_EMBEDDED => {
                 beam::EmbeddedFilePayload::decode(a.type_payload.as_slice())
-                    .map_err(|e| tonic::Status::invalid_argument(format!("bad EmbeddedFilePayload: {e}")))?
+                    .map_err(|e| {
+                        tonic::Status::invalid_argument(format!("bad EmbeddedFilePayload: {e}"))
+                    })?
                     .data
             }
-            other => return Err(tonic::Status::unimplemented(format!("artifact type {other} is not supported"))),
+            other => {
+                return Err(tonic::Status::unimplemented(format!(
+                    "artifact type {other} is not supported"
+                )))
+            }
         };
         let chunks: Vec<Result<beam::GetArtifactResponse, tonic::Status>> = if data.is_empty() {
             vec![Ok(beam::GetArtifactResponse { data })]
         } else {
-            data.chunks(CHUNK).map(|c| Ok(beam::GetArtifactResponse { data: c.to_vec() })).collect()
+            data.chunks(CHUNK)
+                .map(|c| Ok(beam::GetArtifactResponse { data: c.to_vec() }))
+                .collect()
         };
-        Ok(tonic::Response::new(Box::pin(futures::stream::iter(chunks))))
+        Ok(tonic::Response::new(Box::pin(futures::stream::iter(
+            chunks,
+        ))))
     }
 }

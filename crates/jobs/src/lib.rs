@@ -35,9 +35,16 @@ pub struct ServerConfig {
 ///
 /// # Errors
 /// The transport error when the server cannot run.
-pub async fn serve(listener: tokio::net::TcpListener, config: ServerConfig) -> Result<(), tonic::transport::Error> {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    config: ServerConfig,
+) -> Result<(), tonic::transport::Error> {
     let addr: SocketAddr = listener.local_addr().expect("bound listener");
-    let host = if addr.ip().is_unspecified() { "localhost".to_string() } else { addr.ip().to_string() };
+    let host = if addr.ip().is_unspecified() {
+        "localhost".to_string()
+    } else {
+        addr.ip().to_string()
+    };
     let url = format!("{host}:{}", addr.port());
     let fn_api = FnApi::new(url.clone());
     let registry = JobRegistry::new(fn_api.clone(), config, url);
@@ -48,16 +55,22 @@ pub async fn serve(listener: tokio::net::TcpListener, config: ServerConfig) -> R
                 .max_encoding_message_size(MAX),
         )
         .add_service(
-            beam::artifact_staging_service_server::ArtifactStagingServiceServer::new(artifacts::StagingService(registry.clone()))
-                .max_decoding_message_size(MAX)
-                .max_encoding_message_size(MAX),
+            beam::artifact_staging_service_server::ArtifactStagingServiceServer::new(
+                artifacts::StagingService(registry.clone()),
+            )
+            .max_decoding_message_size(MAX)
+            .max_encoding_message_size(MAX),
         )
         .add_service(
-            beam::artifact_retrieval_service_server::ArtifactRetrievalServiceServer::new(artifacts::RetrievalService(registry.clone()))
-                .max_decoding_message_size(MAX)
-                .max_encoding_message_size(MAX),
+            beam::artifact_retrieval_service_server::ArtifactRetrievalServiceServer::new(
+                artifacts::RetrievalService(registry.clone()),
+            )
+            .max_decoding_message_size(MAX)
+            .max_encoding_message_size(MAX),
         );
     let router = weir_harness::services::add_to(router, &fn_api);
     let _keep: Arc<JobRegistry> = registry;
-    router.serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)).await
+    router
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+        .await
 }

@@ -55,7 +55,9 @@ pub fn strings(options: &Struct, name: &str) -> Vec<String> {
 
 /// True when `experiments` contains `name` (alone or as `name=value`).
 pub fn has_experiment(options: &Struct, name: &str) -> bool {
-    strings(options, "experiments").iter().any(|e| e == name || e.starts_with(&format!("{name}=")))
+    strings(options, "experiments")
+        .iter()
+        .any(|e| e == name || e.starts_with(&format!("{name}=")))
 }
 
 /// How many SDK harnesses each environment gets: one per core (Dataflow's
@@ -64,19 +66,23 @@ pub fn sdk_workers_per_environment(options: &Struct) -> usize {
     if has_experiment(options, "no_use_multiple_sdk_containers") {
         return 1;
     }
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 /// The Go SDK's flags: `beam:option:go_options:v1` (older SDKs: `options`)
 /// holds `{"options": {flag: value}}`.
 fn go_options(options: &Struct) -> Option<&Struct> {
-    ["beam:option:go_options:v1", "options"].iter().find_map(|key| match &options.fields.get(*key)?.kind {
-        Some(Kind::StructValue(outer)) => match &outer.fields.get("options")?.kind {
-            Some(Kind::StructValue(inner)) => Some(inner),
+    ["beam:option:go_options:v1", "options"]
+        .iter()
+        .find_map(|key| match &options.fields.get(*key)?.kind {
+            Some(Kind::StructValue(outer)) => match &outer.fields.get("options")?.kind {
+                Some(Kind::StructValue(inner)) => Some(inner),
+                _ => None,
+            },
             _ => None,
-        },
-        _ => None,
-    })
+        })
 }
 
 // ------------------------------------------------------------------ validation
@@ -163,7 +169,10 @@ pub struct JobOptions {
 /// Lowercase ASCII letters and digits only: `jobName`, `job_name` and Java's
 /// `flex_r_s_goal` (from `flexRSGoal`) meet.
 fn normalize(name: &str) -> String {
-    name.chars().filter(char::is_ascii_alphanumeric).map(|c| c.to_ascii_lowercase()).collect()
+    name.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
 }
 
 fn index() -> &'static HashMap<String, usize> {
@@ -171,7 +180,10 @@ fn index() -> &'static HashMap<String, usize> {
     INDEX.get_or_init(|| {
         let mut map = HashMap::new();
         for (i, spec) in CATALOG.iter().enumerate() {
-            for spelling in [spec.name, spec.python, spec.java, spec.go].iter().chain(spec.aliases) {
+            for spelling in [spec.name, spec.python, spec.java, spec.go]
+                .iter()
+                .chain(spec.aliases)
+            {
                 if !spelling.is_empty() {
                     map.insert(normalize(spelling), i);
                 }
@@ -184,11 +196,15 @@ fn index() -> &'static HashMap<String, usize> {
 /// The Dataflow option spelled `name` (any SDK's spelling, with or without
 /// `beam:option:...:v1`).
 pub fn spec(name: &str) -> Option<&'static OptionSpec> {
-    index().get(&normalize(option_name(name))).map(|&i| &CATALOG[i])
+    index()
+        .get(&normalize(option_name(name)))
+        .map(|&i| &CATALOG[i])
 }
 
 fn option_name(key: &str) -> &str {
-    key.strip_prefix("beam:option:").and_then(|k| k.strip_suffix(":v1")).unwrap_or(key)
+    key.strip_prefix("beam:option:")
+        .and_then(|k| k.strip_suffix(":v1"))
+        .unwrap_or(key)
 }
 
 /// The Dataflow options present, by catalog index: the spelling used and
@@ -197,11 +213,19 @@ fn option_name(key: &str) -> &str {
 fn present(options: &Struct) -> HashMap<usize, (String, &Value)> {
     let mut top: Vec<(&String, &Value)> = options.fields.iter().collect();
     top.sort_by(|a, b| a.0.cmp(b.0));
-    let mut go: Vec<(&String, &Value)> = go_options(options).map(|g| g.fields.iter().collect()).unwrap_or_default();
+    let mut go: Vec<(&String, &Value)> = go_options(options)
+        .map(|g| g.fields.iter().collect())
+        .unwrap_or_default();
     go.sort_by(|a, b| a.0.cmp(b.0));
     let ranked = top
         .into_iter()
-        .map(|(k, v)| (u8::from(!(k.starts_with("beam:option:") && k.ends_with(":v1"))), k, v))
+        .map(|(k, v)| {
+            (
+                u8::from(!(k.starts_with("beam:option:") && k.ends_with(":v1"))),
+                k,
+                v,
+            )
+        })
         .chain(go.into_iter().map(|(k, v)| (2, k, v)));
     let mut found: HashMap<usize, (u8, String, &Value)> = HashMap::new();
     for (rank, key, value) in ranked {
@@ -209,20 +233,31 @@ fn present(options: &Struct) -> HashMap<usize, (String, &Value)> {
             continue;
         }
         let name = option_name(key);
-        let Some(&i) = index().get(&normalize(name)) else { continue };
+        let Some(&i) = index().get(&normalize(name)) else {
+            continue;
+        };
         if found.get(&i).map_or(true, |(r, _, _)| rank < *r) {
             found.insert(i, (rank, name.to_string(), value));
         }
     }
-    found.into_iter().map(|(i, (_, name, value))| (i, (name, value))).collect()
+    found
+        .into_iter()
+        .map(|(i, (_, name, value))| (i, (name, value)))
+        .collect()
 }
 
 fn catalog_index(name: &str) -> usize {
-    CATALOG.iter().position(|s| s.name == name).unwrap_or_else(|| panic!("{name} is not in the option catalog"))
+    CATALOG
+        .iter()
+        .position(|s| s.name == name)
+        .unwrap_or_else(|| panic!("{name} is not in the option catalog"))
 }
 
 fn err(option: &str, reason: impl Into<String>) -> OptionError {
-    OptionError { option: option.to_string(), reason: reason.into() }
+    OptionError {
+        option: option.to_string(),
+        reason: reason.into(),
+    }
 }
 
 /// Checks the Dataflow options in `options` and returns their typed view.
@@ -235,8 +270,18 @@ fn err(option: &str, reason: impl Into<String>) -> OptionError {
 /// The first option that breaks a rule, named as spelled in `options`.
 pub fn validate(options: &Struct) -> Result<JobOptions, OptionError> {
     let given = present(options);
-    let at = |name: &str| given.get(&catalog_index(name)).map(|(k, v)| (k.as_str(), *v));
-    let mut o = JobOptions { spellings: given.iter().map(|(&i, (k, _))| (CATALOG[i].name, k.clone())).collect(), ..JobOptions::default() };
+    let at = |name: &str| {
+        given
+            .get(&catalog_index(name))
+            .map(|(k, v)| (k.as_str(), *v))
+    };
+    let mut o = JobOptions {
+        spellings: given
+            .iter()
+            .map(|(&i, (k, _))| (CATALOG[i].name, k.clone()))
+            .collect(),
+        ..JobOptions::default()
+    };
 
     let string = |name: &str| -> Result<Option<String>, OptionError> {
         match at(name) {
@@ -251,14 +296,26 @@ pub fn validate(options: &Struct) -> Result<JobOptions, OptionError> {
         }
     };
     let count = |name: &str, min: i64| -> Result<Option<i64>, OptionError> {
-        let what = if min > 0 { "a positive integer" } else { "0 or more" };
+        let what = if min > 0 {
+            "a positive integer"
+        } else {
+            "0 or more"
+        };
         match at(name) {
             Some((k, v)) => values::integer_at_least(k, v, min, what),
             None => Ok(None),
         }
     };
     let to_u32 = |name: &str, n: Option<i64>| -> Result<Option<u32>, OptionError> {
-        n.map(|n| u32::try_from(n).map_err(|_| err(at(name).map_or(name, |(k, _)| k), format!("{n} is too large")))).transpose()
+        n.map(|n| {
+            u32::try_from(n).map_err(|_| {
+                err(
+                    at(name).map_or(name, |(k, _)| k),
+                    format!("{n} is too large"),
+                )
+            })
+        })
+        .transpose()
     };
 
     // Basic.
@@ -310,17 +367,28 @@ pub fn validate(options: &Struct) -> Result<JobOptions, OptionError> {
         o.autoscaling_algorithm = Some(match a.trim() {
             "THROUGHPUT_BASED" => AutoscalingAlgorithm::ThroughputBased,
             "NONE" => AutoscalingAlgorithm::None,
-            other => return Err(err(at("autoscaling_algorithm").expect("given").0, format!("{other:?}: use THROUGHPUT_BASED or NONE"))),
+            other => {
+                return Err(err(
+                    at("autoscaling_algorithm").expect("given").0,
+                    format!("{other:?}: use THROUGHPUT_BASED or NONE"),
+                ))
+            }
         });
     }
     if let Some(goal) = string("flexrs_goal")? {
         let bare = goal.trim().strip_prefix("FLEXRS_").unwrap_or(goal.trim());
         if !matches!(bare, "COST_OPTIMIZED" | "SPEED_OPTIMIZED" | "UNSPECIFIED") {
-            return Err(err(at("flexrs_goal").expect("given").0, format!("{goal:?}: use COST_OPTIMIZED or SPEED_OPTIMIZED")));
+            return Err(err(
+                at("flexrs_goal").expect("given").0,
+                format!("{goal:?}: use COST_OPTIMIZED or SPEED_OPTIMIZED"),
+            ));
         }
         o.flexrs_goal = Some(goal);
     }
-    o.number_of_worker_harness_threads = to_u32("number_of_worker_harness_threads", count("number_of_worker_harness_threads", 1)?)?;
+    o.number_of_worker_harness_threads = to_u32(
+        "number_of_worker_harness_threads",
+        count("number_of_worker_harness_threads", 1)?,
+    )?;
     o.max_cache_memory_usage_mb = count("max_cache_memory_usage_mb", 0)?.map(|n| n as u64);
 
     // Worker level.
@@ -332,23 +400,42 @@ pub fn validate(options: &Struct) -> Result<JobOptions, OptionError> {
     o.worker_zone = string("worker_zone")?;
     let spelled = |name: &str| at(name).map_or(name.to_string(), |(k, _)| k.to_string());
     if o.zone.is_some() && (o.worker_region.is_some() || o.worker_zone.is_some()) {
-        let other = if o.worker_region.is_some() { "worker_region" } else { "worker_zone" };
-        return Err(err(&spelled("zone"), format!("cannot be used with --{} (zone is deprecated: use worker_zone)", spelled(other))));
+        let other = if o.worker_region.is_some() {
+            "worker_region"
+        } else {
+            "worker_zone"
+        };
+        return Err(err(
+            &spelled("zone"),
+            format!(
+                "cannot be used with --{} (zone is deprecated: use worker_zone)",
+                spelled(other)
+            ),
+        ));
     }
     if o.worker_region.is_some() && o.worker_zone.is_some() {
         return Err(err(
             &spelled("worker_region"),
-            format!("cannot be used with --{}: they are mutually exclusive", spelled("worker_zone")),
+            format!(
+                "cannot be used with --{}: they are mutually exclusive",
+                spelled("worker_zone")
+            ),
         ));
     }
     if (o.worker_region.is_some() || o.worker_zone.is_some())
-        && o.experiments.iter().any(|e| e == "worker_region" || e.starts_with("worker_region="))
+        && o.experiments
+            .iter()
+            .any(|e| e == "worker_region" || e.starts_with("worker_region="))
     {
         return Err(err(
             &spelled("experiments"),
             format!(
                 "the deprecated experiment worker_region cannot be used with --{}",
-                spelled(if o.worker_region.is_some() { "worker_region" } else { "worker_zone" })
+                spelled(if o.worker_region.is_some() {
+                    "worker_region"
+                } else {
+                    "worker_zone"
+                })
             ),
         ));
     }
@@ -357,7 +444,10 @@ pub fn validate(options: &Struct) -> Result<JobOptions, OptionError> {
     o.use_public_ips = boolean("use_public_ips")?;
     if boolean("no_use_public_ips")? == Some(true) {
         if o.use_public_ips == Some(true) {
-            return Err(err(&spelled("no_use_public_ips"), format!("contradicts --{}=true", spelled("use_public_ips"))));
+            return Err(err(
+                &spelled("no_use_public_ips"),
+                format!("contradicts --{}=true", spelled("use_public_ips")),
+            ));
         }
         o.use_public_ips = Some(false);
     }
@@ -373,7 +463,12 @@ pub fn validate(options: &Struct) -> Result<JobOptions, OptionError> {
     o.enable_hot_key_logging = boolean("enable_hot_key_logging")?.unwrap_or(false);
     let minutes = match at("element_processing_timeout_minutes") {
         Some((k, v)) => match values::integer(k, v)? {
-            Some(m) if m < 1 => return Err(err(k, format!("must be at least 1 minute (Dataflow's minimum), got {m}"))),
+            Some(m) if m < 1 => {
+                return Err(err(
+                    k,
+                    format!("must be at least 1 minute (Dataflow's minimum), got {m}"),
+                ))
+            }
             Some(m) => Some(Duration::from_secs((m as u64).saturating_mul(60))),
             None => None,
         },
@@ -382,9 +477,13 @@ pub fn validate(options: &Struct) -> Result<JobOptions, OptionError> {
     let go = match at("element_processing_timeout") {
         Some((k, v)) => match values::string(k, v)? {
             Some(text) => {
-                let d = go_duration(&text).ok_or_else(|| err(k, format!("{text:?} is not a duration such as 3m30s")))?;
+                let d = go_duration(&text)
+                    .ok_or_else(|| err(k, format!("{text:?} is not a duration such as 3m30s")))?;
                 if d < MIN_ELEMENT_PROCESSING_TIMEOUT {
-                    return Err(err(k, format!("{text} is less than 1 minute (Dataflow's minimum)")));
+                    return Err(err(
+                        k,
+                        format!("{text} is less than 1 minute (Dataflow's minimum)"),
+                    ));
                 }
                 Some(d)
             }
@@ -396,12 +495,21 @@ pub fn validate(options: &Struct) -> Result<JobOptions, OptionError> {
         if m != g {
             return Err(err(
                 &spelled("element_processing_timeout"),
-                format!("{} disagrees with --{}={}", values::human(g), spelled("element_processing_timeout_minutes"), m.as_secs() / 60),
+                format!(
+                    "{} disagrees with --{}={}",
+                    values::human(g),
+                    spelled("element_processing_timeout_minutes"),
+                    m.as_secs() / 60
+                ),
             ));
         }
     }
     o.element_processing_timeout = minutes.or(go);
-    if let Some(e) = o.experiments.iter().find(|e| e.split_once('=').map_or(e.as_str(), |(n, _)| n) == TEST_TIMEOUT_EXPERIMENT) {
+    if let Some(e) = o
+        .experiments
+        .iter()
+        .find(|e| e.split_once('=').map_or(e.as_str(), |(n, _)| n) == TEST_TIMEOUT_EXPERIMENT)
+    {
         let k = spelled("experiments");
         let seconds = e
             .split_once('=')
@@ -417,7 +525,10 @@ pub fn validate(options: &Struct) -> Result<JobOptions, OptionError> {
     // Notes: what Weir does not act on.
     if let Some(name) = &o.job_name {
         static RE: OnceLock<regex::Regex> = OnceLock::new();
-        if !RE.get_or_init(|| regex::Regex::new(DATAFLOW_JOB_NAME).expect("job name pattern")).is_match(name) {
+        if !RE
+            .get_or_init(|| regex::Regex::new(DATAFLOW_JOB_NAME).expect("job name pattern"))
+            .is_match(name)
+        {
             o.notes.push(format!(
                 "--{}={name}: Dataflow would reject this job name (it wants [a-z]([-a-z0-9]*[a-z0-9])?); Weir accepts it",
                 spelled("job_name")
@@ -426,7 +537,11 @@ pub fn validate(options: &Struct) -> Result<JobOptions, OptionError> {
     }
     if !o.labels.is_empty() {
         let list: Vec<String> = o.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        o.notes.push(format!("--{}: recorded with the job: {}", spelled("labels"), list.join(", ")));
+        o.notes.push(format!(
+            "--{}: recorded with the job: {}",
+            spelled("labels"),
+            list.join(", ")
+        ));
     }
     let mut indices: Vec<usize> = given.keys().copied().collect();
     indices.sort_unstable();
@@ -438,15 +553,21 @@ pub fn validate(options: &Struct) -> Result<JobOptions, OptionError> {
         }
         let noteworthy = match spec.name {
             "enable_streaming_engine" => o.streaming && values::is_set(value),
-            "dataflow_endpoint" => values::string(key, value)?.is_some_and(|e| e.trim_end_matches('/') != PUBLIC_DATAFLOW_ENDPOINT),
+            "dataflow_endpoint" => values::string(key, value)?
+                .is_some_and(|e| e.trim_end_matches('/') != PUBLIC_DATAFLOW_ENDPOINT),
             "use_public_ips" => true,
             "element_processing_timeout_minutes" | "element_processing_timeout" => {
-                values::is_set(value) && !o.experiments.iter().any(|e| e.starts_with(TEST_TIMEOUT_EXPERIMENT))
+                values::is_set(value)
+                    && !o
+                        .experiments
+                        .iter()
+                        .any(|e| e.starts_with(TEST_TIMEOUT_EXPERIMENT))
             }
             _ => values::is_set(value),
         };
         if noteworthy {
-            o.notes.push(format!("--{key}={}: {}", values::display(value), spec.weir));
+            o.notes
+                .push(format!("--{key}={}: {}", values::display(value), spec.weir));
         }
     }
     Ok(o)
@@ -481,7 +602,11 @@ pub fn descriptors() -> Vec<beam::PipelineOptionDescriptor> {
                 description.push_str(spec.rule);
                 description.push(' ');
             }
-            let weir = if spec.handling == Handling::Recorded { format!("{} {}.", spec.name, spec.weir) } else { spec.weir.to_string() };
+            let weir = if spec.handling == Handling::Recorded {
+                format!("{} {}.", spec.name, spec.weir)
+            } else {
+                spec.weir.to_string()
+            };
             description.push_str(&weir);
             beam::PipelineOptionDescriptor {
                 name: spec.name.to_string(),
@@ -521,14 +646,28 @@ mod tests {
     #[test]
     fn every_spec_is_found_by_each_spelling() {
         for spec in CATALOG {
-            for s in [spec.name, spec.python, spec.java, spec.go].iter().chain(spec.aliases).filter(|s| !s.is_empty()) {
+            for s in [spec.name, spec.python, spec.java, spec.go]
+                .iter()
+                .chain(spec.aliases)
+                .filter(|s| !s.is_empty())
+            {
                 assert_eq!(spec_name(s), Some(spec.name), "{s}");
-                assert_eq!(spec_name(&format!("beam:option:{s}:v1")), Some(spec.name), "{s}");
+                assert_eq!(
+                    spec_name(&format!("beam:option:{s}:v1")),
+                    Some(spec.name),
+                    "{s}"
+                );
             }
         }
         // Java snake_cases camelCase letter by letter.
-        assert_eq!(spec_name("beam:option:flex_r_s_goal:v1"), Some("flexrs_goal"));
-        assert_eq!(spec_name("beam:option:dump_heap_on_o_o_m:v1"), Some("dump_heap_on_oom"));
+        assert_eq!(
+            spec_name("beam:option:flex_r_s_goal:v1"),
+            Some("flexrs_goal")
+        );
+        assert_eq!(
+            spec_name("beam:option:dump_heap_on_o_o_m:v1"),
+            Some("dump_heap_on_oom")
+        );
         assert_eq!(spec_name("beam:option:direct_num_workers:v1"), None);
     }
 
@@ -539,9 +678,18 @@ mod tests {
     #[test]
     fn recorded_options_say_what_happens() {
         for spec in CATALOG {
-            assert!(!spec.weir.is_empty() && !spec.description.is_empty(), "{}", spec.name);
+            assert!(
+                !spec.weir.is_empty() && !spec.description.is_empty(),
+                "{}",
+                spec.name
+            );
             if spec.handling == Handling::Recorded {
-                assert!(spec.weir.contains("recorded"), "{}: {}", spec.name, spec.weir);
+                assert!(
+                    spec.weir.contains("recorded"),
+                    "{}: {}",
+                    spec.name,
+                    spec.weir
+                );
             }
         }
     }

@@ -43,7 +43,14 @@ fn now() -> prost_types::Timestamp {
 
 /// True for DONE, FAILED, CANCELLED, DRAINED, UPDATED.
 pub fn is_terminal(s: JobState) -> bool {
-    matches!(s, JobState::Done | JobState::Failed | JobState::Cancelled | JobState::Drained | JobState::Updated)
+    matches!(
+        s,
+        JobState::Done
+            | JobState::Failed
+            | JobState::Cancelled
+            | JobState::Drained
+            | JobState::Updated
+    )
 }
 
 impl Job {
@@ -69,10 +76,12 @@ impl Job {
         }
         tracing::info!(job = %self.id, state = state.as_str_name(), "job state");
         self.publish(beam::JobMessagesResponse {
-            response: Some(beam::job_messages_response::Response::StateResponse(beam::JobStateEvent {
-                state: state as i32,
-                timestamp: Some(now()),
-            })),
+            response: Some(beam::job_messages_response::Response::StateResponse(
+                beam::JobStateEvent {
+                    state: state as i32,
+                    timestamp: Some(now()),
+                },
+            )),
         });
     }
 
@@ -84,17 +93,24 @@ impl Job {
             *n
         };
         self.publish(beam::JobMessagesResponse {
-            response: Some(beam::job_messages_response::Response::MessageResponse(beam::JobMessage {
-                message_id: format!("{}-{id}", self.id),
-                time: format!("{:?}", now()),
-                importance: importance as i32,
-                message_text: text.into(),
-            })),
+            response: Some(beam::job_messages_response::Response::MessageResponse(
+                beam::JobMessage {
+                    message_id: format!("{}-{id}", self.id),
+                    time: format!("{:?}", now()),
+                    importance: importance as i32,
+                    message_text: text.into(),
+                },
+            )),
         });
     }
 
     /// Everything published so far, and a receiver of what comes next.
-    pub fn subscribe(&self) -> (Vec<beam::JobMessagesResponse>, broadcast::Receiver<beam::JobMessagesResponse>) {
+    pub fn subscribe(
+        &self,
+    ) -> (
+        Vec<beam::JobMessagesResponse>,
+        broadcast::Receiver<beam::JobMessagesResponse>,
+    ) {
         let h = self.history.lock().unwrap_or_else(|p| p.into_inner());
         (h.clone(), self.events.subscribe())
     }
@@ -124,12 +140,23 @@ pub struct JobRegistry {
 impl JobRegistry {
     /// An empty registry.
     pub fn new(fn_api: Arc<FnApi>, config: ServerConfig, url: String) -> Arc<JobRegistry> {
-        Arc::new(JobRegistry { jobs: Mutex::default(), staged_files: Mutex::default(), fn_api, config, url })
+        Arc::new(JobRegistry {
+            jobs: Mutex::default(),
+            staged_files: Mutex::default(),
+            fn_api,
+            config,
+            url,
+        })
     }
 
     /// Creates a job in state STOPPED. Options that break Dataflow's rules
     /// leave `validated` at its default (Prepare refuses them before this).
-    pub fn create(&self, name: String, pipeline: beam::Pipeline, options: prost_types::Struct) -> Arc<Job> {
+    pub fn create(
+        &self,
+        name: String,
+        pipeline: beam::Pipeline,
+        options: prost_types::Struct,
+    ) -> Arc<Job> {
         let id = format!("job-{}", uuid::Uuid::new_v4().simple());
         let name = if name.is_empty() { id.clone() } else { name };
         let validated = crate::options::validate(&options).unwrap_or_default();
@@ -148,23 +175,38 @@ impl JobRegistry {
             next_message: Mutex::new(0),
         });
         job.publish(beam::JobMessagesResponse {
-            response: Some(beam::job_messages_response::Response::StateResponse(beam::JobStateEvent {
-                state: JobState::Stopped as i32,
-                timestamp: Some(now()),
-            })),
+            response: Some(beam::job_messages_response::Response::StateResponse(
+                beam::JobStateEvent {
+                    state: JobState::Stopped as i32,
+                    timestamp: Some(now()),
+                },
+            )),
         });
-        self.jobs.lock().unwrap_or_else(|p| p.into_inner()).insert(id, job.clone());
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, job.clone());
         job
     }
 
     /// The job with this id.
     pub fn get(&self, id: &str) -> Option<Arc<Job>> {
-        self.jobs.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
     }
 
     /// Every job, oldest first by id order.
     pub fn all(&self) -> Vec<Arc<Job>> {
-        let mut v: Vec<_> = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        let mut v: Vec<_> = self
+            .jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
         v.sort_by(|a, b| a.id.cmp(&b.id));
         v
     }

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use weir_engine::EngineConfig;
 use weir_harness::environment;
 use weir_harness::{JobWorkers, WorkerLog};
+use weir_proto::beam;
 use weir_proto::beam::job_message::MessageImportance as Importance;
 use weir_proto::beam::job_state::Enum as JobState;
-use weir_proto::beam;
 
 use crate::registry::{Job, JobRegistry};
 
@@ -15,12 +15,22 @@ use crate::registry::{Job, JobRegistry};
 pub(crate) async fn run(registry: Arc<JobRegistry>, job: Arc<Job>) {
     match execute(&registry, &job).await {
         Ok(()) => {
-            job.message(Importance::JobMessageBasic, format!("job {} finished", job.name));
+            job.message(
+                Importance::JobMessageBasic,
+                format!("job {} finished", job.name),
+            );
             job.set_state(JobState::Done);
         }
         Err((state, message)) => {
             tracing::warn!(job = %job.id, "{message}");
-            job.message(if state == JobState::Cancelled { Importance::JobMessageBasic } else { Importance::JobMessageError }, message);
+            job.message(
+                if state == JobState::Cancelled {
+                    Importance::JobMessageBasic
+                } else {
+                    Importance::JobMessageError
+                },
+                message,
+            );
             job.set_state(state);
         }
     }
@@ -29,15 +39,26 @@ pub(crate) async fn run(registry: Arc<JobRegistry>, job: Arc<Job>) {
 
 async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState, String)> {
     let fail = |m: String| (JobState::Failed, m);
-    let pipeline = job.pipeline.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let plan = weir_plan::plan(&pipeline, &weir_plan::PlanOptions { fn_api_url: registry.fn_api.url.clone() })
-        .map_err(|e| fail(e.to_string()))?;
+    let pipeline = job
+        .pipeline
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let plan = weir_plan::plan(
+        &pipeline,
+        &weir_plan::PlanOptions {
+            fn_api_url: registry.fn_api.url.clone(),
+        },
+    )
+    .map_err(|e| fail(e.to_string()))?;
     let prefix = format!("{}/", job.id);
-    registry.fn_api.add_descriptors(plan.descriptors.values().map(|d| {
-        let mut d = d.clone();
-        d.id = JobWorkers::descriptor_id(&job.id, &d.id);
-        d
-    }));
+    registry
+        .fn_api
+        .add_descriptors(plan.descriptors.values().map(|d| {
+            let mut d = d.clone();
+            d.id = JobWorkers::descriptor_id(&job.id, &d.id);
+            d
+        }));
 
     let log_job = job.clone();
     let log: weir_harness::LogSink = Arc::new(move |level, text| {
@@ -57,11 +78,21 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
     let per_env = crate::options::sdk_workers_per_environment(&job.options);
     job.message(
         Importance::JobMessageBasic,
-        format!("starting {per_env} SDK harness(es) per environment for {} stage(s)", plan.graph.stages.len()),
+        format!(
+            "starting {per_env} SDK harness(es) per environment for {} stage(s)",
+            plan.graph.stages.len()
+        ),
     );
-    let started = environment::start(&registry.fn_api, &job.id, &plan.environments, per_env, &provision, log)
-        .await
-        .map_err(|e| fail(e.to_string()));
+    let started = environment::start(
+        &registry.fn_api,
+        &job.id,
+        &plan.environments,
+        per_env,
+        &provision,
+        log,
+    )
+    .await
+    .map_err(|e| fail(e.to_string()));
     let started = match started {
         Ok(s) => s,
         Err(e) => {
@@ -80,17 +111,28 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         tokio::runtime::Handle::current(),
         job.metrics.clone(),
     );
-    let config = EngineConfig { workers: registry.config.engine_workers, ..EngineConfig::default() };
+    let config = EngineConfig {
+        workers: registry.config.engine_workers,
+        ..EngineConfig::default()
+    };
     let cancel = job.cancel.clone();
-    let result = tokio::task::spawn_blocking(move || weir_engine::run_job(graph, Arc::new(workers), config, cancel))
-        .await
-        .map_err(|e| fail(format!("the engine thread failed (this is a Weir bug): {e}")));
+    let result = tokio::task::spawn_blocking(move || {
+        weir_engine::run_job(graph, Arc::new(workers), config, cancel)
+    })
+    .await
+    .map_err(|e| {
+        fail(format!(
+            "the engine thread failed (this is a Weir bug): {e}"
+        ))
+    });
 
     started.stop(&registry.fn_api).await;
     registry.fn_api.remove_descriptors(&prefix);
     match result? {
         Ok(()) => Ok(()),
-        Err(weir_engine::EngineError::Cancelled) => Err((JobState::Cancelled, "job cancelled".into())),
+        Err(weir_engine::EngineError::Cancelled) => {
+            Err((JobState::Cancelled, "job cancelled".into()))
+        }
         Err(e) => Err(fail(format!("job {} failed: {e}", job.name))),
     }
 }

@@ -29,20 +29,23 @@ pub(crate) fn plan_status(e: &weir_plan::PlanError) -> tonic::Status {
 
 impl JobService {
     fn job(&self, id: &str) -> Result<Arc<Job>, tonic::Status> {
-        self.0.get(id).ok_or_else(|| tonic::Status::not_found(format!("unknown job id {id:?}")))
+        self.0
+            .get(id)
+            .ok_or_else(|| tonic::Status::not_found(format!("unknown job id {id:?}")))
     }
 }
 
 type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send>>;
 
 /// Streams a job's events through `map` (None = skip) until a terminal state has been sent.
-fn follow<T: Send + 'static>(job: Arc<Job>, map: fn(beam::JobMessagesResponse) -> Option<T>) -> EventStream<T> {
+fn follow<T: Send + 'static>(
+    job: Arc<Job>,
+    map: fn(beam::JobMessagesResponse) -> Option<T>,
+) -> EventStream<T> {
     let (tx, rx) = mpsc::channel(256);
     tokio::spawn(async move {
         let (history, mut live) = job.subscribe();
-        let terminal = |e: &beam::JobMessagesResponse| {
-            matches!(&e.response, Some(Event::StateResponse(s)) if JobState::try_from(s.state).map(is_terminal).unwrap_or(false))
-        };
+        let terminal = |e: &beam::JobMessagesResponse| matches!(&e.response, Some(Event::StateResponse(s)) if JobState::try_from(s.state).map(is_terminal).unwrap_or(false));
         for e in history {
             let end = terminal(&e);
             if let Some(m) = map(e) {
@@ -82,13 +85,22 @@ impl beam::job_service_server::JobService for JobService {
         request: tonic::Request<beam::PrepareJobRequest>,
     ) -> Result<tonic::Response<beam::PrepareJobResponse>, tonic::Status> {
         let req = request.into_inner();
-        let pipeline = req.pipeline.ok_or_else(|| tonic::Status::invalid_argument("PrepareJobRequest has no pipeline"))?;
+        let pipeline = req
+            .pipeline
+            .ok_or_else(|| tonic::Status::invalid_argument("PrepareJobRequest has no pipeline"))?;
         let options = req.pipeline_options.unwrap_or_default();
-        let validated = crate::options::validate(&options).map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
-        let plan = weir_plan::plan(&pipeline, &weir_plan::PlanOptions { fn_api_url: self.0.url.clone() })
-            .map_err(|e| plan_status(&e))?;
+        let validated = crate::options::validate(&options)
+            .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+        let plan = weir_plan::plan(
+            &pipeline,
+            &weir_plan::PlanOptions {
+                fn_api_url: self.0.url.clone(),
+            },
+        )
+        .map_err(|e| plan_status(&e))?;
         for (id, env) in &plan.environments {
-            weir_harness::environment::validate(id, env).map_err(|e| tonic::Status::unimplemented(e.to_string()))?;
+            weir_harness::environment::validate(id, env)
+                .map_err(|e| tonic::Status::unimplemented(e.to_string()))?;
         }
         // Python always sends the placeholder name "job"; --job_name says more.
         let name = match validated.job_name {
@@ -102,28 +114,50 @@ impl beam::job_service_server::JobService for JobService {
         tracing::info!(job = %job.id, name = %job.name, stages = plan.graph.stages.len(), "prepared");
         Ok(tonic::Response::new(beam::PrepareJobResponse {
             preparation_id: job.id.clone(),
-            artifact_staging_endpoint: Some(beam::ApiServiceDescriptor { url: self.0.url.clone(), ..Default::default() }),
+            artifact_staging_endpoint: Some(beam::ApiServiceDescriptor {
+                url: self.0.url.clone(),
+                ..Default::default()
+            }),
             staging_session_token: job.id.clone(),
         }))
     }
 
-    async fn run(&self, request: tonic::Request<beam::RunJobRequest>) -> Result<tonic::Response<beam::RunJobResponse>, tonic::Status> {
+    async fn run(
+        &self,
+        request: tonic::Request<beam::RunJobRequest>,
+    ) -> Result<tonic::Response<beam::RunJobResponse>, tonic::Status> {
         let job = self.job(&request.get_ref().preparation_id)?;
         if job.state() != JobState::Stopped {
-            return Err(tonic::Status::failed_precondition(format!("job {} was already run", job.id)));
+            return Err(tonic::Status::failed_precondition(format!(
+                "job {} was already run",
+                job.id
+            )));
         }
         job.set_state(JobState::Starting);
         tokio::spawn(crate::run::run(self.0.clone(), job.clone()));
-        Ok(tonic::Response::new(beam::RunJobResponse { job_id: job.id.clone() }))
+        Ok(tonic::Response::new(beam::RunJobResponse {
+            job_id: job.id.clone(),
+        }))
     }
 
-    async fn get_jobs(&self, _: tonic::Request<beam::GetJobsRequest>) -> Result<tonic::Response<beam::GetJobsResponse>, tonic::Status> {
-        Ok(tonic::Response::new(beam::GetJobsResponse { job_info: self.0.all().iter().map(|j| j.info()).collect() }))
+    async fn get_jobs(
+        &self,
+        _: tonic::Request<beam::GetJobsRequest>,
+    ) -> Result<tonic::Response<beam::GetJobsResponse>, tonic::Status> {
+        Ok(tonic::Response::new(beam::GetJobsResponse {
+            job_info: self.0.all().iter().map(|j| j.info()).collect(),
+        }))
     }
 
-    async fn get_state(&self, request: tonic::Request<beam::GetJobStateRequest>) -> Result<tonic::Response<beam::JobStateEvent>, tonic::Status> {
+    async fn get_state(
+        &self,
+        request: tonic::Request<beam::GetJobStateRequest>,
+    ) -> Result<tonic::Response<beam::JobStateEvent>, tonic::Status> {
         let job = self.job(&request.get_ref().job_id)?;
-        Ok(tonic::Response::new(beam::JobStateEvent { state: job.state() as i32, timestamp: Some(std::time::SystemTime::now().into()) }))
+        Ok(tonic::Response::new(beam::JobStateEvent {
+            state: job.state() as i32,
+            timestamp: Some(std::time::SystemTime::now().into()),
+        }))
     }
 
     async fn get_pipeline(
@@ -131,11 +165,20 @@ impl beam::job_service_server::JobService for JobService {
         request: tonic::Request<beam::GetJobPipelineRequest>,
     ) -> Result<tonic::Response<beam::GetJobPipelineResponse>, tonic::Status> {
         let job = self.job(&request.get_ref().job_id)?;
-        let pipeline = job.pipeline.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        Ok(tonic::Response::new(beam::GetJobPipelineResponse { pipeline: Some(pipeline) }))
+        let pipeline = job
+            .pipeline
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        Ok(tonic::Response::new(beam::GetJobPipelineResponse {
+            pipeline: Some(pipeline),
+        }))
     }
 
-    async fn cancel(&self, request: tonic::Request<beam::CancelJobRequest>) -> Result<tonic::Response<beam::CancelJobResponse>, tonic::Status> {
+    async fn cancel(
+        &self,
+        request: tonic::Request<beam::CancelJobRequest>,
+    ) -> Result<tonic::Response<beam::CancelJobResponse>, tonic::Status> {
         let job = self.job(&request.get_ref().job_id)?;
         match job.state() {
             JobState::Stopped => job.set_state(JobState::Cancelled),
@@ -145,10 +188,15 @@ impl beam::job_service_server::JobService for JobService {
                 job.set_state(JobState::Cancelling);
             }
         }
-        Ok(tonic::Response::new(beam::CancelJobResponse { state: job.state() as i32 }))
+        Ok(tonic::Response::new(beam::CancelJobResponse {
+            state: job.state() as i32,
+        }))
     }
 
-    async fn drain(&self, request: tonic::Request<beam::DrainJobRequest>) -> Result<tonic::Response<beam::DrainJobResponse>, tonic::Status> {
+    async fn drain(
+        &self,
+        request: tonic::Request<beam::DrainJobRequest>,
+    ) -> Result<tonic::Response<beam::DrainJobResponse>, tonic::Status> {
         Err(tonic::Status::unimplemented(format!(
             "Drain (job {}): Weir runs batch pipelines only so far; use Cancel",
             request.get_ref().job_id
@@ -187,7 +235,10 @@ impl beam::job_service_server::JobService for JobService {
         // Batch bundles are committed when the runner accepts their outputs,
         // so attempted and committed agree.
         Ok(tonic::Response::new(beam::GetJobMetricsResponse {
-            metrics: Some(beam::MetricResults { attempted: infos.clone(), committed: infos }),
+            metrics: Some(beam::MetricResults {
+                attempted: infos.clone(),
+                committed: infos,
+            }),
         }))
     }
 
@@ -195,6 +246,10 @@ impl beam::job_service_server::JobService for JobService {
         &self,
         _: tonic::Request<beam::DescribePipelineOptionsRequest>,
     ) -> Result<tonic::Response<beam::DescribePipelineOptionsResponse>, tonic::Status> {
-        Ok(tonic::Response::new(beam::DescribePipelineOptionsResponse { options: crate::options::descriptors() }))
+        Ok(tonic::Response::new(
+            beam::DescribePipelineOptionsResponse {
+                options: crate::options::descriptors(),
+            },
+        ))
     }
 }

@@ -21,8 +21,12 @@ fn to_value(json: &serde_json::Value) -> Value {
         serde_json::Value::Bool(b) => Kind::BoolValue(*b),
         serde_json::Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap()),
         serde_json::Value::String(s) => Kind::StringValue(s.clone()),
-        serde_json::Value::Array(a) => Kind::ListValue(ListValue { values: a.iter().map(to_value).collect() }),
-        serde_json::Value::Object(o) => Kind::StructValue(Struct { fields: o.iter().map(|(k, v)| (k.clone(), to_value(v))).collect() }),
+        serde_json::Value::Array(a) => Kind::ListValue(ListValue {
+            values: a.iter().map(to_value).collect(),
+        }),
+        serde_json::Value::Object(o) => Kind::StructValue(Struct {
+            fields: o.iter().map(|(k, v)| (k.clone(), to_value(v))).collect(),
+        }),
     };
     Value { kind: Some(kind) }
 }
@@ -43,7 +47,10 @@ fn ok(json: serde_json::Value) -> JobOptions {
 fn refused(json: serde_json::Value, option: &str, why: &str) -> OptionError {
     let e = options::validate(&opts(json.clone())).expect_err(&format!("{json} was accepted"));
     assert_eq!(e.option, option, "{json}: {e}");
-    assert!(e.to_string().contains(why), "{json}: {e:?} does not say {why:?}");
+    assert!(
+        e.to_string().contains(why),
+        "{json}: {e:?} does not say {why:?}"
+    );
     assert!(e.to_string().contains(&format!("--{option}")), "{e}");
     e
 }
@@ -57,7 +64,10 @@ fn one(name: &str, value: serde_json::Value) -> serde_json::Value {
 }
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 fn has_note(o: &JobOptions, start: &str) -> bool {
@@ -89,17 +99,33 @@ fn python_dataflow_options_are_typed_and_noted() {
     assert_eq!(o.temp_location.as_deref(), Some("gs://b/t"));
     assert_eq!(o.staging_location.as_deref(), Some("/tmp/s"));
     assert_eq!((o.num_workers, o.max_num_workers), (Some(2), Some(5)));
-    assert_eq!(o.autoscaling_algorithm, Some(AutoscalingAlgorithm::ThroughputBased));
+    assert_eq!(
+        o.autoscaling_algorithm,
+        Some(AutoscalingAlgorithm::ThroughputBased)
+    );
     assert_eq!(o.number_of_worker_harness_threads, Some(4));
     assert_eq!(o.disk_size_gb, Some(50));
     assert_eq!(o.use_public_ips, Some(false));
     assert_eq!(o.flexrs_goal.as_deref(), Some("COST_OPTIMIZED"));
-    assert_eq!(o.dataflow_service_options, vec!["enable_prime", "min_num_workers=2"]);
-    assert_eq!(o.experiments, vec!["use_runner_v2", "no_use_multiple_sdk_containers", "beam_fn_api"]);
+    assert_eq!(
+        o.dataflow_service_options,
+        vec!["enable_prime", "min_num_workers=2"]
+    );
+    assert_eq!(
+        o.experiments,
+        vec![
+            "use_runner_v2",
+            "no_use_multiple_sdk_containers",
+            "beam_fn_api"
+        ]
+    );
     assert_eq!(o.transform_name_mapping, labels(&[("a", "b")]));
     assert!(o.update && o.streaming);
     assert_eq!(o.element_processing_timeout, Some(Duration::from_secs(180)));
-    assert_eq!(o.spellings.get("worker_machine_type").map(String::as_str), Some("machine_type"));
+    assert_eq!(
+        o.spellings.get("worker_machine_type").map(String::as_str),
+        Some("machine_type")
+    );
     // Every option Weir does not act on is reported, in Python's spelling.
     for start in [
         "--project=proj: ",
@@ -124,13 +150,28 @@ fn python_dataflow_options_are_typed_and_noted() {
         "--streaming=true: ",
         "--enable_streaming_engine=true: ",
     ] {
-        assert!(has_note(&o, start), "no note starting {start:?} in {:#?}", o.notes);
+        assert!(
+            has_note(&o, start),
+            "no note starting {start:?} in {:#?}",
+            o.notes
+        );
     }
     // SDK-side and honoured options are not noted.
-    for quiet in ["--temp_location", "--sdk_container_image", "--experiments", "--job_name", "--gcp_oauth_scopes", "--dataflow_endpoint"] {
+    for quiet in [
+        "--temp_location",
+        "--sdk_container_image",
+        "--experiments",
+        "--job_name",
+        "--gcp_oauth_scopes",
+        "--dataflow_endpoint",
+    ] {
         assert!(!has_note(&o, quiet), "{quiet} noted: {:#?}", o.notes);
     }
-    assert!(o.notes.iter().all(|n| n.contains("recorded")), "{:#?}", o.notes);
+    assert!(
+        o.notes.iter().all(|n| n.contains("recorded")),
+        "{:#?}",
+        o.notes
+    );
 }
 
 #[test]
@@ -147,7 +188,8 @@ fn unknown_options_are_never_refused() {
 
 #[test]
 fn null_values_count_as_absent() {
-    let o = ok(serde_json::json!({ py("num_workers"): null, py("labels"): null, py("job_name"): "" }));
+    let o =
+        ok(serde_json::json!({ py("num_workers"): null, py("labels"): null, py("job_name"): "" }));
     assert_eq!((o.num_workers, o.job_name), (None, None));
 }
 
@@ -180,11 +222,28 @@ fn java_camel_case_spellings_in_both_key_forms() {
     assert!(has_note(&o, "--flex_r_s_goal=SPEED_OPTIMIZED: "));
     assert!(has_note(&o, "--dumpHeapOnOOM=true: "));
     // Java's snake_case translation of its names works too.
-    let o = ok(serde_json::json!({ py("job_name"): "j", py("max_num_workers"): 4, py("hot_key_logging_enabled"): true }));
-    assert_eq!((o.job_name.as_deref(), o.max_num_workers, o.enable_hot_key_logging), (Some("j"), Some(4), true));
+    let o = ok(
+        serde_json::json!({ py("job_name"): "j", py("max_num_workers"): 4, py("hot_key_logging_enabled"): true }),
+    );
+    assert_eq!(
+        (
+            o.job_name.as_deref(),
+            o.max_num_workers,
+            o.enable_hot_key_logging
+        ),
+        (Some("j"), Some(4), true)
+    );
     // Errors name the option as the user spelled it.
-    refused(serde_json::json!({ "numWorkers": 0 }), "numWorkers", "positive");
-    refused(serde_json::json!({ "beam:option:workerRegion:v1": "a", "beam:option:workerZone:v1": "b" }), "workerRegion", "--workerZone");
+    refused(
+        serde_json::json!({ "numWorkers": 0 }),
+        "numWorkers",
+        "positive",
+    );
+    refused(
+        serde_json::json!({ "beam:option:workerRegion:v1": "a", "beam:option:workerZone:v1": "b" }),
+        "workerRegion",
+        "--workerZone",
+    );
 }
 
 #[test]
@@ -215,19 +274,35 @@ fn go_flags_inside_go_options() {
     assert_eq!((o.num_workers, o.max_num_workers), (Some(2), Some(4)));
     assert_eq!(o.use_public_ips, Some(false));
     assert_eq!(o.element_processing_timeout, Some(Duration::from_secs(210)));
-    assert_eq!(o.dataflow_service_options, vec!["enable_prime", "min_num_workers=2"]);
+    assert_eq!(
+        o.dataflow_service_options,
+        vec!["enable_prime", "min_num_workers=2"]
+    );
     assert_eq!(o.experiments, vec!["beam_fn_api"]);
     assert!(!o.update);
     assert!(has_note(&o, "--worker_machine_type=e2-standard-4: "));
     assert!(has_note(&o, "--element_processing_timeout=3m30s: "));
-    refused(go(serde_json::json!({ "element_processing_timeout": "30s" })), "element_processing_timeout", "less than 1 minute");
-    refused(go(serde_json::json!({ "num_workers": "two" })), "num_workers", "expects an integer");
+    refused(
+        go(serde_json::json!({ "element_processing_timeout": "30s" })),
+        "element_processing_timeout",
+        "less than 1 minute",
+    );
+    refused(
+        go(serde_json::json!({ "num_workers": "two" })),
+        "num_workers",
+        "expects an integer",
+    );
     // beam:option: keys win over Go's flags.
-    let o = ok(serde_json::json!({ py("job_name"): "top", "beam:option:go_options:v1": {"options": {"job_name": "flag"}} }));
+    let o = ok(
+        serde_json::json!({ py("job_name"): "top", "beam:option:go_options:v1": {"options": {"job_name": "flag"}} }),
+    );
     assert_eq!(o.job_name.as_deref(), Some("top"));
     // The plain accessors see Go's flags too.
     let s = opts(go(serde_json::json!({ "temp_location": "/tmp/go" })));
-    assert_eq!(options::string(&s, "temp_location").as_deref(), Some("/tmp/go"));
+    assert_eq!(
+        options::string(&s, "temp_location").as_deref(),
+        Some("/tmp/go")
+    );
     assert!(options::has_experiment(&s, "beam_fn_api"));
 }
 
@@ -236,43 +311,133 @@ fn go_flags_inside_go_options() {
 #[test]
 fn label_forms() {
     // Python: repeated --labels, key=value or JSON per element; a bare key has an empty value.
-    let o = ok(one("labels", serde_json::json!(["env=prod", "{\"team\": \"data\", \"tier\": \"1\"}", "flag"])));
-    assert_eq!(o.labels, labels(&[("env", "prod"), ("flag", ""), ("team", "data"), ("tier", "1")]));
+    let o = ok(one(
+        "labels",
+        serde_json::json!(["env=prod", "{\"team\": \"data\", \"tier\": \"1\"}", "flag"]),
+    ));
+    assert_eq!(
+        o.labels,
+        labels(&[
+            ("env", "prod"),
+            ("flag", ""),
+            ("team", "data"),
+            ("tier", "1")
+        ])
+    );
     // Java / Go: a JSON object string.
-    let o = ok(one("labels", serde_json::json!("{\"env\": \"dev\", \"n\": 3}")));
+    let o = ok(one(
+        "labels",
+        serde_json::json!("{\"env\": \"dev\", \"n\": 3}"),
+    ));
     assert_eq!(o.labels, labels(&[("env", "dev"), ("n", "3")]));
     // A Python dict or Java Map: an object.
-    let o = ok(one("labels", serde_json::json!({"env": "qa", "unicode-ключ": "значение_1"})));
-    assert_eq!(o.labels, labels(&[("env", "qa"), ("unicode-ключ", "значение_1")]));
+    let o = ok(one(
+        "labels",
+        serde_json::json!({"env": "qa", "unicode-ключ": "значение_1"}),
+    ));
+    assert_eq!(
+        o.labels,
+        labels(&[("env", "qa"), ("unicode-ключ", "значение_1")])
+    );
     // A single key=value string; Python's --label alias.
-    assert_eq!(ok(one("labels", serde_json::json!("k=v"))).labels, labels(&[("k", "v")]));
-    assert_eq!(ok(one("label", serde_json::json!(["k=v"]))).labels, labels(&[("k", "v")]));
+    assert_eq!(
+        ok(one("labels", serde_json::json!("k=v"))).labels,
+        labels(&[("k", "v")])
+    );
+    assert_eq!(
+        ok(one("label", serde_json::json!(["k=v"]))).labels,
+        labels(&[("k", "v")])
+    );
     // 63-character keys and values are the longest allowed.
-    ok(one("labels", serde_json::json!([format!("{}={}", "k".repeat(63), "v".repeat(63))])));
+    ok(one(
+        "labels",
+        serde_json::json!([format!("{}={}", "k".repeat(63), "v".repeat(63))]),
+    ));
 }
 
 #[test]
 fn labels_breaking_dataflow_rules_are_refused() {
-    refused(one("labels", serde_json::json!(["Env=prod"])), "labels", "label key \"Env\"");
-    refused(one("labels", serde_json::json!(["1env=prod"])), "labels", "label key \"1env\"");
-    refused(one("labels", serde_json::json!(["_env=prod"])), "labels", "label key");
-    refused(one("labels", serde_json::json!(["env=Prod"])), "labels", "label value \"Prod\"");
-    refused(one("labels", serde_json::json!(["env=a.b"])), "labels", "label value");
-    refused(one("labels", serde_json::json!([format!("{}=v", "k".repeat(64))])), "labels", "at most 63");
-    refused(one("labels", serde_json::json!([format!("k={}", "v".repeat(64))])), "labels", "at most 63");
-    refused(one("labels", serde_json::json!({"env": {"nested": "x"}})), "labels", "must be a string");
-    refused(one("labels", serde_json::json!("{not json")), "labels", "not a JSON object");
-    refused(one("labels", serde_json::json!("[\"a\"]")), "labels", "label key");
+    refused(
+        one("labels", serde_json::json!(["Env=prod"])),
+        "labels",
+        "label key \"Env\"",
+    );
+    refused(
+        one("labels", serde_json::json!(["1env=prod"])),
+        "labels",
+        "label key \"1env\"",
+    );
+    refused(
+        one("labels", serde_json::json!(["_env=prod"])),
+        "labels",
+        "label key",
+    );
+    refused(
+        one("labels", serde_json::json!(["env=Prod"])),
+        "labels",
+        "label value \"Prod\"",
+    );
+    refused(
+        one("labels", serde_json::json!(["env=a.b"])),
+        "labels",
+        "label value",
+    );
+    refused(
+        one(
+            "labels",
+            serde_json::json!([format!("{}=v", "k".repeat(64))]),
+        ),
+        "labels",
+        "at most 63",
+    );
+    refused(
+        one(
+            "labels",
+            serde_json::json!([format!("k={}", "v".repeat(64))]),
+        ),
+        "labels",
+        "at most 63",
+    );
+    refused(
+        one("labels", serde_json::json!({"env": {"nested": "x"}})),
+        "labels",
+        "must be a string",
+    );
+    refused(
+        one("labels", serde_json::json!("{not json")),
+        "labels",
+        "not a JSON object",
+    );
+    refused(
+        one("labels", serde_json::json!("[\"a\"]")),
+        "labels",
+        "label key",
+    );
     let many: Vec<String> = (0..65).map(|i| format!("k{i}=v")).collect();
-    refused(one("labels", serde_json::json!(many)), "labels", "at most 64");
-    refused(serde_json::json!({ "beam:option:label:v1": ["BAD=x"] }), "label", "label key");
+    refused(
+        one("labels", serde_json::json!(many)),
+        "labels",
+        "at most 64",
+    );
+    refused(
+        serde_json::json!({ "beam:option:label:v1": ["BAD=x"] }),
+        "label",
+        "label key",
+    );
 }
 
 // ------------------------------------------------------------------ locations
 
 #[test]
 fn temp_and_staging_locations() {
-    for location in ["/tmp/weir", "relative/tmp", "file:///tmp/weir", "gs://bucket/tmp", "s3://bucket/tmp", "GS://bucket"] {
+    for location in [
+        "/tmp/weir",
+        "relative/tmp",
+        "file:///tmp/weir",
+        "gs://bucket/tmp",
+        "s3://bucket/tmp",
+        "GS://bucket",
+    ] {
         for name in ["temp_location", "staging_location", "gcp_temp_location"] {
             let o = ok(one(name, serde_json::json!(location)));
             let got = match name {
@@ -283,11 +448,31 @@ fn temp_and_staging_locations() {
             assert_eq!(got.as_deref(), Some(location));
         }
     }
-    refused(one("temp_location", serde_json::json!("hdfs://nn/tmp")), "temp_location", "scheme hdfs://");
-    refused(one("staging_location", serde_json::json!("http://host/stage")), "staging_location", "scheme http://");
-    refused(serde_json::json!({ "tempLocation": "azfs://acct/c" }), "tempLocation", "use a local path, file://, gs:// or s3://");
-    refused(serde_json::json!({ "beam:option:gcpTempLocation:v1": "gs://" }), "gcpTempLocation", "names no bucket");
-    refused(one("temp_location", serde_json::json!(["/a", "/b"])), "temp_location", "expects a string");
+    refused(
+        one("temp_location", serde_json::json!("hdfs://nn/tmp")),
+        "temp_location",
+        "scheme hdfs://",
+    );
+    refused(
+        one("staging_location", serde_json::json!("http://host/stage")),
+        "staging_location",
+        "scheme http://",
+    );
+    refused(
+        serde_json::json!({ "tempLocation": "azfs://acct/c" }),
+        "tempLocation",
+        "use a local path, file://, gs:// or s3://",
+    );
+    refused(
+        serde_json::json!({ "beam:option:gcpTempLocation:v1": "gs://" }),
+        "gcpTempLocation",
+        "names no bucket",
+    );
+    refused(
+        one("temp_location", serde_json::json!(["/a", "/b"])),
+        "temp_location",
+        "expects a string",
+    );
 }
 
 // ------------------------------------------------------------------ regions and zones
@@ -297,9 +482,21 @@ fn region_and_zone_combinations() {
     ok(serde_json::json!({ py("region"): "us-central1", py("zone"): "us-central1-a" }));
     ok(serde_json::json!({ py("region"): "us-central1", py("worker_region"): "us-east1" }));
     ok(serde_json::json!({ py("region"): "us-central1", py("worker_zone"): "us-east1-b" }));
-    refused(serde_json::json!({ py("zone"): "a", py("worker_region"): "b" }), "zone", "--worker_region");
-    refused(serde_json::json!({ py("zone"): "a", py("worker_zone"): "b" }), "zone", "--worker_zone");
-    refused(serde_json::json!({ py("worker_region"): "a", py("worker_zone"): "b" }), "worker_region", "mutually exclusive");
+    refused(
+        serde_json::json!({ py("zone"): "a", py("worker_region"): "b" }),
+        "zone",
+        "--worker_region",
+    );
+    refused(
+        serde_json::json!({ py("zone"): "a", py("worker_zone"): "b" }),
+        "zone",
+        "--worker_zone",
+    );
+    refused(
+        serde_json::json!({ py("worker_region"): "a", py("worker_zone"): "b" }),
+        "worker_region",
+        "mutually exclusive",
+    );
     refused(
         serde_json::json!({ py("worker_region"): "a", py("experiments"): ["worker_region=b"] }),
         "experiments",
@@ -320,12 +517,32 @@ fn legacy_runner_experiments_are_refused() {
         "disable_runner_v2_until_2023",
         "disable_prime_runner_v2",
     ] {
-        let err = refused(one("experiments", serde_json::json!(["beam_fn_api", e])), "experiments", "Weir is a Portable Runner");
+        let err = refused(
+            one("experiments", serde_json::json!(["beam_fn_api", e])),
+            "experiments",
+            "Weir is a Portable Runner",
+        );
         assert!(err.reason.contains(e), "{err}");
     }
-    refused(serde_json::json!({ "experiments": "a,disable_runner_v2" }), "experiments", "disable_runner_v2");
-    refused(serde_json::json!({ "beam:option:experiment:v1": ["disable_runner_v2=true"] }), "experiment", "Portable Runner");
-    let o = ok(one("experiments", serde_json::json!(["enable_portable_runner", "use_runner_v2", "use_unified_worker", "beam_fn_api"])));
+    refused(
+        serde_json::json!({ "experiments": "a,disable_runner_v2" }),
+        "experiments",
+        "disable_runner_v2",
+    );
+    refused(
+        serde_json::json!({ "beam:option:experiment:v1": ["disable_runner_v2=true"] }),
+        "experiment",
+        "Portable Runner",
+    );
+    let o = ok(one(
+        "experiments",
+        serde_json::json!([
+            "enable_portable_runner",
+            "use_runner_v2",
+            "use_unified_worker",
+            "beam_fn_api"
+        ]),
+    ));
     assert_eq!(o.experiments.len(), 4);
     assert!(o.notes.is_empty());
 }
@@ -334,41 +551,127 @@ fn legacy_runner_experiments_are_refused() {
 
 #[test]
 fn worker_counts() {
-    for bad in [serde_json::json!(0), serde_json::json!("0"), serde_json::json!(-3), serde_json::json!("-1")] {
-        refused(one("num_workers", bad.clone()), "num_workers", "must be a positive integer");
-        refused(one("max_num_workers", bad.clone()), "max_num_workers", "must be a positive integer");
-        refused(one("number_of_worker_harness_threads", bad), "number_of_worker_harness_threads", "must be a positive integer");
+    for bad in [
+        serde_json::json!(0),
+        serde_json::json!("0"),
+        serde_json::json!(-3),
+        serde_json::json!("-1"),
+    ] {
+        refused(
+            one("num_workers", bad.clone()),
+            "num_workers",
+            "must be a positive integer",
+        );
+        refused(
+            one("max_num_workers", bad.clone()),
+            "max_num_workers",
+            "must be a positive integer",
+        );
+        refused(
+            one("number_of_worker_harness_threads", bad),
+            "number_of_worker_harness_threads",
+            "must be a positive integer",
+        );
     }
-    refused(one("num_workers", serde_json::json!(1.5)), "num_workers", "expects an integer");
-    refused(one("num_workers", serde_json::json!("many")), "num_workers", "expects an integer");
-    refused(one("num_workers", serde_json::json!(true)), "num_workers", "expects an integer");
-    refused(serde_json::json!({ py("num_workers"): 5, py("max_num_workers"): 3 }), "max_num_workers", "less than --num_workers=5");
+    refused(
+        one("num_workers", serde_json::json!(1.5)),
+        "num_workers",
+        "expects an integer",
+    );
+    refused(
+        one("num_workers", serde_json::json!("many")),
+        "num_workers",
+        "expects an integer",
+    );
+    refused(
+        one("num_workers", serde_json::json!(true)),
+        "num_workers",
+        "expects an integer",
+    );
+    refused(
+        serde_json::json!({ py("num_workers"): 5, py("max_num_workers"): 3 }),
+        "max_num_workers",
+        "less than --num_workers=5",
+    );
     let o = ok(serde_json::json!({ py("num_workers"): "5", py("max_num_workers"): 5 }));
     assert_eq!((o.num_workers, o.max_num_workers), (Some(5), Some(5)));
-    assert_eq!(ok(one("number_of_worker_harness_threads", serde_json::json!(12))).number_of_worker_harness_threads, Some(12));
+    assert_eq!(
+        ok(one(
+            "number_of_worker_harness_threads",
+            serde_json::json!(12)
+        ))
+        .number_of_worker_harness_threads,
+        Some(12)
+    );
     // 0 keeps its Dataflow meaning where it has one.
-    assert_eq!(ok(one("max_cache_memory_usage_mb", serde_json::json!("0"))).max_cache_memory_usage_mb, Some(0));
-    assert_eq!(ok(one("disk_size_gb", serde_json::json!(0))).disk_size_gb, Some(0));
-    refused(one("max_cache_memory_usage_mb", serde_json::json!(-1)), "max_cache_memory_usage_mb", "0 or more");
-    refused(one("disk_size_gb", serde_json::json!("-10")), "disk_size_gb", "0 or more");
-    refused(one("disk_provisioned_iops", serde_json::json!(0)), "disk_provisioned_iops", "positive");
+    assert_eq!(
+        ok(one("max_cache_memory_usage_mb", serde_json::json!("0"))).max_cache_memory_usage_mb,
+        Some(0)
+    );
+    assert_eq!(
+        ok(one("disk_size_gb", serde_json::json!(0))).disk_size_gb,
+        Some(0)
+    );
+    refused(
+        one("max_cache_memory_usage_mb", serde_json::json!(-1)),
+        "max_cache_memory_usage_mb",
+        "0 or more",
+    );
+    refused(
+        one("disk_size_gb", serde_json::json!("-10")),
+        "disk_size_gb",
+        "0 or more",
+    );
+    refused(
+        one("disk_provisioned_iops", serde_json::json!(0)),
+        "disk_provisioned_iops",
+        "positive",
+    );
 }
 
 #[test]
 fn autoscaling_and_flexrs() {
-    assert_eq!(ok(one("autoscaling_algorithm", serde_json::json!("NONE"))).autoscaling_algorithm, Some(AutoscalingAlgorithm::None));
+    assert_eq!(
+        ok(one("autoscaling_algorithm", serde_json::json!("NONE"))).autoscaling_algorithm,
+        Some(AutoscalingAlgorithm::None)
+    );
     assert_eq!(
         ok(serde_json::json!({ "autoscalingAlgorithm": "THROUGHPUT_BASED" })).autoscaling_algorithm,
         Some(AutoscalingAlgorithm::ThroughputBased)
     );
-    refused(one("autoscaling_algorithm", serde_json::json!("BASIC")), "autoscaling_algorithm", "THROUGHPUT_BASED or NONE");
-    refused(one("autoscaling_algorithm", serde_json::json!("throughput_based")), "autoscaling_algorithm", "THROUGHPUT_BASED or NONE");
-    for goal in
-        ["COST_OPTIMIZED", "SPEED_OPTIMIZED", "FLEXRS_COST_OPTIMIZED", "FLEXRS_SPEED_OPTIMIZED", "FLEXRS_UNSPECIFIED", "UNSPECIFIED"]
-    {
-        assert_eq!(ok(one("flexrs_goal", serde_json::json!(goal))).flexrs_goal.as_deref(), Some(goal));
+    refused(
+        one("autoscaling_algorithm", serde_json::json!("BASIC")),
+        "autoscaling_algorithm",
+        "THROUGHPUT_BASED or NONE",
+    );
+    refused(
+        one(
+            "autoscaling_algorithm",
+            serde_json::json!("throughput_based"),
+        ),
+        "autoscaling_algorithm",
+        "THROUGHPUT_BASED or NONE",
+    );
+    for goal in [
+        "COST_OPTIMIZED",
+        "SPEED_OPTIMIZED",
+        "FLEXRS_COST_OPTIMIZED",
+        "FLEXRS_SPEED_OPTIMIZED",
+        "FLEXRS_UNSPECIFIED",
+        "UNSPECIFIED",
+    ] {
+        assert_eq!(
+            ok(one("flexrs_goal", serde_json::json!(goal)))
+                .flexrs_goal
+                .as_deref(),
+            Some(goal)
+        );
     }
-    refused(one("flexrs_goal", serde_json::json!("FAST")), "flexrs_goal", "COST_OPTIMIZED or SPEED_OPTIMIZED");
+    refused(
+        one("flexrs_goal", serde_json::json!("FAST")),
+        "flexrs_goal",
+        "COST_OPTIMIZED or SPEED_OPTIMIZED",
+    );
 }
 
 // ------------------------------------------------------------------ element processing timeout
@@ -376,26 +679,63 @@ fn autoscaling_and_flexrs() {
 #[test]
 fn element_processing_timeout() {
     assert_eq!(
-        ok(one("element_processing_timeout_minutes", serde_json::json!("1"))).element_processing_timeout,
+        ok(one(
+            "element_processing_timeout_minutes",
+            serde_json::json!("1")
+        ))
+        .element_processing_timeout,
         Some(Duration::from_secs(60))
     );
     assert_eq!(
-        ok(one("element_processing_timeout_minutes", serde_json::json!(90))).element_processing_timeout,
+        ok(one(
+            "element_processing_timeout_minutes",
+            serde_json::json!(90)
+        ))
+        .element_processing_timeout,
         Some(Duration::from_secs(5400))
     );
-    refused(one("element_processing_timeout_minutes", serde_json::json!("0")), "element_processing_timeout_minutes", "at least 1 minute");
-    refused(serde_json::json!({ "elementProcessingTimeoutMinutes": -2 }), "elementProcessingTimeoutMinutes", "at least 1 minute");
+    refused(
+        one("element_processing_timeout_minutes", serde_json::json!("0")),
+        "element_processing_timeout_minutes",
+        "at least 1 minute",
+    );
+    refused(
+        serde_json::json!({ "elementProcessingTimeoutMinutes": -2 }),
+        "elementProcessingTimeoutMinutes",
+        "at least 1 minute",
+    );
     // Go: a duration.
-    assert_eq!(ok(one("element_processing_timeout", serde_json::json!("1m"))).element_processing_timeout, Some(Duration::from_secs(60)));
     assert_eq!(
-        ok(one("element_processing_timeout", serde_json::json!("1h30m"))).element_processing_timeout,
+        ok(one("element_processing_timeout", serde_json::json!("1m"))).element_processing_timeout,
+        Some(Duration::from_secs(60))
+    );
+    assert_eq!(
+        ok(one(
+            "element_processing_timeout",
+            serde_json::json!("1h30m")
+        ))
+        .element_processing_timeout,
         Some(Duration::from_secs(5400))
     );
-    refused(one("element_processing_timeout", serde_json::json!("59s")), "element_processing_timeout", "less than 1 minute");
-    refused(one("element_processing_timeout", serde_json::json!("3 minutes")), "element_processing_timeout", "not a duration");
-    refused(one("element_processing_timeout", serde_json::json!("5")), "element_processing_timeout", "not a duration");
+    refused(
+        one("element_processing_timeout", serde_json::json!("59s")),
+        "element_processing_timeout",
+        "less than 1 minute",
+    );
+    refused(
+        one("element_processing_timeout", serde_json::json!("3 minutes")),
+        "element_processing_timeout",
+        "not a duration",
+    );
+    refused(
+        one("element_processing_timeout", serde_json::json!("5")),
+        "element_processing_timeout",
+        "not a duration",
+    );
     // Both spellings must agree.
-    ok(serde_json::json!({ py("element_processing_timeout_minutes"): 3, py("element_processing_timeout"): "3m" }));
+    ok(
+        serde_json::json!({ py("element_processing_timeout_minutes"): 3, py("element_processing_timeout"): "3m" }),
+    );
     refused(
         serde_json::json!({ py("element_processing_timeout_minutes"): 3, py("element_processing_timeout"): "4m" }),
         "element_processing_timeout",
@@ -407,14 +747,29 @@ fn element_processing_timeout() {
         py("element_processing_timeout_minutes"): 10,
     }));
     assert_eq!(o.element_processing_timeout, Some(Duration::from_secs(5)));
-    assert!(has_note(&o, "--experiments=weir_test_element_processing_timeout_seconds=5: test-only"), "{:?}", o.notes);
-    assert!(!has_note(&o, "--element_processing_timeout_minutes"), "{:?}", o.notes);
+    assert!(
+        has_note(
+            &o,
+            "--experiments=weir_test_element_processing_timeout_seconds=5: test-only"
+        ),
+        "{:?}",
+        o.notes
+    );
+    assert!(
+        !has_note(&o, "--element_processing_timeout_minutes"),
+        "{:?}",
+        o.notes
+    );
     for bad in [
         "weir_test_element_processing_timeout_seconds",
         "weir_test_element_processing_timeout_seconds=0",
         "weir_test_element_processing_timeout_seconds=x",
     ] {
-        refused(one("experiments", serde_json::json!([bad])), "experiments", "positive number of seconds");
+        refused(
+            one("experiments", serde_json::json!([bad])),
+            "experiments",
+            "positive number of seconds",
+        );
     }
 }
 
@@ -422,26 +777,66 @@ fn element_processing_timeout() {
 
 #[test]
 fn public_ips() {
-    assert_eq!(ok(one("use_public_ips", serde_json::json!(true))).use_public_ips, Some(true));
-    assert_eq!(ok(one("no_use_public_ips", serde_json::json!(true))).use_public_ips, Some(false));
-    assert_eq!(ok(one("no_use_public_ips", serde_json::json!(false))).use_public_ips, None);
+    assert_eq!(
+        ok(one("use_public_ips", serde_json::json!(true))).use_public_ips,
+        Some(true)
+    );
+    assert_eq!(
+        ok(one("no_use_public_ips", serde_json::json!(true))).use_public_ips,
+        Some(false)
+    );
+    assert_eq!(
+        ok(one("no_use_public_ips", serde_json::json!(false))).use_public_ips,
+        None
+    );
     refused(
         serde_json::json!({ py("use_public_ips"): true, py("no_use_public_ips"): "true" }),
         "no_use_public_ips",
         "--use_public_ips=true",
     );
-    refused(one("use_public_ips", serde_json::json!("sometimes")), "use_public_ips", "true or false");
+    refused(
+        one("use_public_ips", serde_json::json!("sometimes")),
+        "use_public_ips",
+        "true or false",
+    );
 }
 
 #[test]
 fn value_types_are_checked() {
-    refused(one("job_name", serde_json::json!(["a"])), "job_name", "expects a string");
-    refused(one("streaming", serde_json::json!("maybe")), "streaming", "true or false");
-    refused(one("update", serde_json::json!(1)), "update", "true or false");
-    refused(one("experiments", serde_json::json!({"a": 1})), "experiments", "list of strings");
-    refused(one("transform_name_mapping", serde_json::json!("oldname")), "transform_name_mapping", "expects a JSON object");
-    refused(one("transform_name_mapping", serde_json::json!(["a=b"])), "transform_name_mapping", "expects an object");
-    let o = ok(one("transform_name_mapping", serde_json::json!("{\"Old\": \"New\"}")));
+    refused(
+        one("job_name", serde_json::json!(["a"])),
+        "job_name",
+        "expects a string",
+    );
+    refused(
+        one("streaming", serde_json::json!("maybe")),
+        "streaming",
+        "true or false",
+    );
+    refused(
+        one("update", serde_json::json!(1)),
+        "update",
+        "true or false",
+    );
+    refused(
+        one("experiments", serde_json::json!({"a": 1})),
+        "experiments",
+        "list of strings",
+    );
+    refused(
+        one("transform_name_mapping", serde_json::json!("oldname")),
+        "transform_name_mapping",
+        "expects a JSON object",
+    );
+    refused(
+        one("transform_name_mapping", serde_json::json!(["a=b"])),
+        "transform_name_mapping",
+        "expects an object",
+    );
+    let o = ok(one(
+        "transform_name_mapping",
+        serde_json::json!("{\"Old\": \"New\"}"),
+    ));
     assert_eq!(o.transform_name_mapping, labels(&[("Old", "New")]));
 }
 
@@ -456,7 +851,11 @@ fn notes_only_for_options_that_are_set() {
         py("network"): "",
     }));
     assert_eq!(o.notes.len(), 1, "{:?}", o.notes);
-    assert!(o.notes[0].starts_with("--project=p: has no local meaning"), "{:?}", o.notes);
+    assert!(
+        o.notes[0].starts_with("--project=p: has no local meaning"),
+        "{:?}",
+        o.notes
+    );
     let o = ok(serde_json::json!({
         py("streaming"): true,
         py("enable_streaming_engine"): true,
@@ -479,11 +878,17 @@ fn notes_only_for_options_that_are_set() {
 
 #[test]
 fn job_names_dataflow_would_refuse_get_a_note() {
-    assert!(ok(one("job_name", serde_json::json!("wordcount-2024"))).notes.is_empty());
+    assert!(ok(one("job_name", serde_json::json!("wordcount-2024")))
+        .notes
+        .is_empty());
     for name in ["WordCount", "my_job", "job-", "1job"] {
         let o = ok(one("job_name", serde_json::json!(name)));
         assert_eq!(o.job_name.as_deref(), Some(name));
-        assert!(has_note(&o, &format!("--job_name={name}: Dataflow would reject")), "{:?}", o.notes);
+        assert!(
+            has_note(&o, &format!("--job_name={name}: Dataflow would reject")),
+            "{:?}",
+            o.notes
+        );
     }
 }
 
@@ -498,11 +903,22 @@ fn descriptors_cover_the_catalog() {
     names.sort_unstable();
     names.dedup();
     assert_eq!(names.len(), d.len(), "duplicate names");
-    let groups = ["basic", "resource_utilization", "debugging", "security_and_networking", "streaming_pipeline_management", "worker_level"];
+    let groups = [
+        "basic",
+        "resource_utilization",
+        "debugging",
+        "security_and_networking",
+        "streaming_pipeline_management",
+        "worker_level",
+    ];
     for g in groups {
         assert!(d.iter().any(|d| d.group == g), "no option in group {g}");
     }
-    let find = |n: &str| d.iter().find(|d| d.name == n).unwrap_or_else(|| panic!("{n} not described"));
+    let find = |n: &str| {
+        d.iter()
+            .find(|d| d.name == n)
+            .unwrap_or_else(|| panic!("{n} not described"))
+    };
     for (name, ty) in [
         ("job_name", T::String),
         ("labels", T::Object),
@@ -519,19 +935,38 @@ fn descriptors_cover_the_catalog() {
         assert_eq!(find(name).r#type, ty as i32, "{name}");
     }
     for desc in &d {
-        assert!(groups.contains(&desc.group.as_str()), "{}: {}", desc.name, desc.group);
+        assert!(
+            groups.contains(&desc.group.as_str()),
+            "{}: {}",
+            desc.name,
+            desc.group
+        );
         assert!(desc.description.contains("Weir:"), "{}", desc.description);
     }
     assert!(find("num_workers").description.contains("Java: numWorkers"));
-    assert!(find("experiments").description.contains("no_use_multiple_sdk_containers"));
+    assert!(find("experiments")
+        .description
+        .contains("no_use_multiple_sdk_containers"));
 }
 
 #[test]
 fn the_documentation_lists_every_option() {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/pipeline-options.md")).expect("docs/pipeline-options.md");
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/pipeline-options.md"
+    ))
+    .expect("docs/pipeline-options.md");
     for spec in CATALOG {
-        for spelling in [spec.python, spec.java, spec.go].into_iter().chain(spec.aliases.iter().copied()).filter(|s| !s.is_empty()) {
-            assert!(doc.contains(&format!("`{spelling}`")), "docs/pipeline-options.md does not mention {spelling} ({})", spec.name);
+        for spelling in [spec.python, spec.java, spec.go]
+            .into_iter()
+            .chain(spec.aliases.iter().copied())
+            .filter(|s| !s.is_empty())
+        {
+            assert!(
+                doc.contains(&format!("`{spelling}`")),
+                "docs/pipeline-options.md does not mention {spelling} ({})",
+                spec.name
+            );
         }
     }
 }
@@ -541,13 +976,24 @@ fn the_documentation_lists_every_option() {
 fn service() -> (JobService, std::sync::Arc<JobRegistry>) {
     let root = std::env::temp_dir().join(format!("weir-options-test-{}", std::process::id()));
     let url = "127.0.0.1:1".to_string();
-    let registry = JobRegistry::new(weir_harness::FnApi::new(url.clone()), ServerConfig { staging_root: root, engine_workers: 1 }, url);
+    let registry = JobRegistry::new(
+        weir_harness::FnApi::new(url.clone()),
+        ServerConfig {
+            staging_root: root,
+            engine_workers: 1,
+        },
+        url,
+    );
     (JobService(registry.clone()), registry)
 }
 
 fn wordcount() -> beam::Pipeline {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../plan/tests/fixtures/wordcount.pb");
-    beam::Pipeline::decode(std::fs::read(path).expect("wordcount fixture").as_slice()).expect("pipeline")
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../plan/tests/fixtures/wordcount.pb"
+    );
+    beam::Pipeline::decode(std::fs::read(path).expect("wordcount fixture").as_slice())
+        .expect("pipeline")
 }
 
 fn messages(registry: &JobRegistry, id: &str) -> Vec<String> {
@@ -566,12 +1012,28 @@ async fn prepare_refuses_invalid_options_with_invalid_argument() {
     let (svc, _) = service();
     for (json, option) in [
         (one("labels", serde_json::json!(["Bad=x"])), "--labels"),
-        (serde_json::json!({ "beam:option:numWorkers:v1": 0 }), "--numWorkers"),
-        (one("experiments", serde_json::json!(["disable_runner_v2"])), "Portable Runner"),
-        (serde_json::json!({ py("zone"): "a", py("worker_zone"): "b" }), "--zone"),
+        (
+            serde_json::json!({ "beam:option:numWorkers:v1": 0 }),
+            "--numWorkers",
+        ),
+        (
+            one("experiments", serde_json::json!(["disable_runner_v2"])),
+            "Portable Runner",
+        ),
+        (
+            serde_json::json!({ py("zone"): "a", py("worker_zone"): "b" }),
+            "--zone",
+        ),
     ] {
-        let req = beam::PrepareJobRequest { pipeline: Some(wordcount()), pipeline_options: Some(opts(json)), job_name: "job".into() };
-        let status = svc.prepare(tonic::Request::new(req)).await.expect_err("refused");
+        let req = beam::PrepareJobRequest {
+            pipeline: Some(wordcount()),
+            pipeline_options: Some(opts(json)),
+            job_name: "job".into(),
+        };
+        let status = svc
+            .prepare(tonic::Request::new(req))
+            .await
+            .expect_err("refused");
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
         assert!(status.message().contains(option), "{status:?}");
     }
@@ -581,26 +1043,65 @@ async fn prepare_refuses_invalid_options_with_invalid_argument() {
 async fn prepare_records_options_and_reports_notes() {
     let (svc, registry) = service();
     let options = opts(serde_json::from_str(PYTHON_DATAFLOW_OPTIONS).unwrap());
-    let req = beam::PrepareJobRequest { pipeline: Some(wordcount()), pipeline_options: Some(options.clone()), job_name: "job".into() };
-    let id = svc.prepare(tonic::Request::new(req)).await.expect("prepared").into_inner().preparation_id;
+    let req = beam::PrepareJobRequest {
+        pipeline: Some(wordcount()),
+        pipeline_options: Some(options.clone()),
+        job_name: "job".into(),
+    };
+    let id = svc
+        .prepare(tonic::Request::new(req))
+        .await
+        .expect("prepared")
+        .into_inner()
+        .preparation_id;
     let job = registry.get(&id).expect("job");
-    assert_eq!(job.name, "my-job", "--job_name replaces Python's placeholder");
-    assert_eq!(job.validated.labels, labels(&[("a", "b"), ("c", "d"), ("e", "")]));
-    assert_eq!(job.validated.element_processing_timeout, Some(Duration::from_secs(180)));
+    assert_eq!(
+        job.name, "my-job",
+        "--job_name replaces Python's placeholder"
+    );
+    assert_eq!(
+        job.validated.labels,
+        labels(&[("a", "b"), ("c", "d"), ("e", "")])
+    );
+    assert_eq!(
+        job.validated.element_processing_timeout,
+        Some(Duration::from_secs(180))
+    );
     assert_eq!(job.options, options, "options are kept as sent");
     let texts = messages(&registry, &id);
     assert_eq!(texts, options::validate(&options).unwrap().notes);
-    assert!(texts.iter().any(|t| t.starts_with("--project=proj: ")), "{texts:#?}");
+    assert!(
+        texts.iter().any(|t| t.starts_with("--project=proj: ")),
+        "{texts:#?}"
+    );
 
     // A name in the request wins over --job_name.
-    let req = beam::PrepareJobRequest { pipeline: Some(wordcount()), pipeline_options: Some(options), job_name: "explicit".into() };
-    let id = svc.prepare(tonic::Request::new(req)).await.expect("prepared").into_inner().preparation_id;
+    let req = beam::PrepareJobRequest {
+        pipeline: Some(wordcount()),
+        pipeline_options: Some(options),
+        job_name: "explicit".into(),
+    };
+    let id = svc
+        .prepare(tonic::Request::new(req))
+        .await
+        .expect("prepared")
+        .into_inner()
+        .preparation_id;
     assert_eq!(registry.get(&id).unwrap().name, "explicit");
 
     // Python's defaults: no notes at all.
     let defaults = opts(serde_json::from_str(PYTHON_DEFAULT_OPTIONS).unwrap());
-    let req = beam::PrepareJobRequest { pipeline: Some(wordcount()), pipeline_options: Some(defaults), job_name: String::new() };
-    let id = svc.prepare(tonic::Request::new(req)).await.expect("prepared").into_inner().preparation_id;
+    let req = beam::PrepareJobRequest {
+        pipeline: Some(wordcount()),
+        pipeline_options: Some(defaults),
+        job_name: String::new(),
+    };
+    let id = svc
+        .prepare(tonic::Request::new(req))
+        .await
+        .expect("prepared")
+        .into_inner()
+        .preparation_id;
     assert!(messages(&registry, &id).is_empty());
     assert_eq!(registry.get(&id).unwrap().name, id);
 }
@@ -608,7 +1109,11 @@ async fn prepare_records_options_and_reports_notes() {
 #[tokio::test]
 async fn describe_pipeline_options_serves_the_catalog() {
     let (svc, _) = service();
-    let d = svc.describe_pipeline_options(tonic::Request::new(beam::DescribePipelineOptionsRequest {})).await.unwrap().into_inner();
+    let d = svc
+        .describe_pipeline_options(tonic::Request::new(beam::DescribePipelineOptionsRequest {}))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(d.options, options::descriptors());
 }
 

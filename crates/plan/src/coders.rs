@@ -13,7 +13,12 @@ use weir_proto::{beam, urns};
 
 use crate::{PlanError, Result};
 
-const STRUCTURAL: &[&str] = &[urns::coder::KV, urns::coder::ITERABLE, urns::coder::NULLABLE];
+const STRUCTURAL: &[&str] = &[
+    urns::coder::KV,
+    urns::coder::ITERABLE,
+    urns::coder::NULLABLE,
+    urns::coder::TIMER,
+];
 const MEASURABLE_LEAVES: &[&str] = &[
     urns::coder::BYTES,
     urns::coder::STRING_UTF8,
@@ -26,7 +31,9 @@ const MEASURABLE_LEAVES: &[&str] = &[
 ];
 
 fn lookup<'a>(coders: &'a HashMap<String, beam::Coder>, id: &str) -> Result<&'a beam::Coder> {
-    coders.get(id).ok_or_else(|| PlanError::Invalid(format!("unknown coder id {id:?}")))
+    coders
+        .get(id)
+        .ok_or_else(|| PlanError::Invalid(format!("unknown coder id {id:?}")))
 }
 
 fn urn(c: &beam::Coder) -> &str {
@@ -57,17 +64,27 @@ pub(crate) fn wire_coder_id(coders: &mut HashMap<String, beam::Coder>, id: &str)
     }
     let new_id = format!("{id}/weir:lp");
     coders.entry(new_id.clone()).or_insert_with(|| beam::Coder {
-        spec: Some(beam::FunctionSpec { urn: urns::coder::LENGTH_PREFIX.into(), payload: vec![] }),
+        spec: Some(beam::FunctionSpec {
+            urn: urns::coder::LENGTH_PREFIX.into(),
+            payload: vec![],
+        }),
         component_coder_ids: vec![id.to_string()],
     });
     Ok(new_id)
 }
 
 /// Adds (or finds) `beam:coder:windowed_value:v1` of `value` and `window` coders.
-pub(crate) fn windowed_coder_id(coders: &mut HashMap<String, beam::Coder>, value: &str, window: &str) -> String {
+pub(crate) fn windowed_coder_id(
+    coders: &mut HashMap<String, beam::Coder>,
+    value: &str,
+    window: &str,
+) -> String {
     let id = format!("weir:wv({value},{window})");
     coders.entry(id.clone()).or_insert_with(|| beam::Coder {
-        spec: Some(beam::FunctionSpec { urn: urns::coder::WINDOWED_VALUE.into(), payload: vec![] }),
+        spec: Some(beam::FunctionSpec {
+            urn: urns::coder::WINDOWED_VALUE.into(),
+            payload: vec![],
+        }),
         component_coder_ids: vec![value.to_string(), window.to_string()],
     });
     id
@@ -82,5 +99,8 @@ pub(crate) fn to_model(coders: &HashMap<String, beam::Coder>, id: &str) -> Resul
         .map(|comp| to_model(coders, comp))
         .collect::<Result<Vec<_>>>()?;
     let payload = c.spec.as_ref().map(|s| s.payload.as_slice()).unwrap_or(&[]);
-    Coder::from_urn(urn(c), payload, comps).map_err(|source| PlanError::Coder { coder_id: id.to_string(), source })
+    Coder::from_urn(urn(c), payload, comps).map_err(|source| PlanError::Coder {
+        coder_id: id.to_string(),
+        source,
+    })
 }

@@ -15,7 +15,10 @@ use crate::{PlanError, Result};
 
 fn coder(c: &mut beam::Components, id: String, urn: &str, components: Vec<String>) -> String {
     c.coders.entry(id.clone()).or_insert_with(|| beam::Coder {
-        spec: Some(beam::FunctionSpec { urn: urn.into(), payload: vec![] }),
+        spec: Some(beam::FunctionSpec {
+            urn: urn.into(),
+            payload: vec![],
+        }),
         component_coder_ids: components,
     });
     id
@@ -24,15 +27,26 @@ fn coder(c: &mut beam::Components, id: String, urn: &str, components: Vec<String
 /// Lifts composite `id` if it is a liftable combine_per_key; returns the ids
 /// of the four new leaf transforms, or `None` to recurse into it as usual.
 pub(crate) fn lift(c: &mut beam::Components, id: &str) -> Result<Option<Vec<String>>> {
-    let Some(t) = c.transforms.get(id).cloned() else { return Ok(None) };
-    if urn_of(&t) != urns::transform::COMBINE_PER_KEY || t.inputs.len() != 1 || t.outputs.len() != 1 {
+    let Some(t) = c.transforms.get(id).cloned() else {
+        return Ok(None);
+    };
+    if urn_of(&t) != urns::transform::COMBINE_PER_KEY || t.inputs.len() != 1 || t.outputs.len() != 1
+    {
         return Ok(None);
     }
-    let payload = beam::CombinePayload::decode(t.spec.as_ref().map(|s| s.payload.as_slice()).unwrap_or(&[]))
-        .map_err(|e| PlanError::Invalid(format!("transform {id} ({}): bad CombinePayload: {e}", t.unique_name)))?;
+    let payload =
+        beam::CombinePayload::decode(t.spec.as_ref().map(|s| s.payload.as_slice()).unwrap_or(&[]))
+            .map_err(|e| {
+                PlanError::Invalid(format!(
+                    "transform {id} ({}): bad CombinePayload: {e}",
+                    t.unique_name
+                ))
+            })?;
     let input = t.inputs.values().next().cloned().unwrap_or_default();
     let output = t.outputs.values().next().cloned().unwrap_or_default();
-    let Some(in_pc) = c.pcollections.get(&input).cloned() else { return Ok(None) };
+    let Some(in_pc) = c.pcollections.get(&input).cloned() else {
+        return Ok(None);
+    };
     let default_trigger = c
         .windowing_strategies
         .get(&in_pc.windowing_strategy_id)
@@ -40,21 +54,45 @@ pub(crate) fn lift(c: &mut beam::Components, id: &str) -> Result<Option<Vec<Stri
         .map(|tr| matches!(tr.trigger, None | Some(beam::trigger::Trigger::Default(_))))
         .unwrap_or(true);
     let in_coder = c.coders.get(&in_pc.coder_id).cloned().unwrap_or_default();
-    let kv_input = in_coder.spec.as_ref().map(|s| s.urn == urns::coder::KV).unwrap_or(false) && in_coder.component_coder_ids.len() == 2;
+    let kv_input = in_coder
+        .spec
+        .as_ref()
+        .map(|s| s.urn == urns::coder::KV)
+        .unwrap_or(false)
+        && in_coder.component_coder_ids.len() == 2;
     if !default_trigger || !kv_input || payload.accumulator_coder_id.is_empty() {
         return Ok(None);
     }
     // The environment of the composite, or of the first subtransform that has one.
     let env = std::iter::once(t.environment_id.clone())
-        .chain(t.subtransforms.iter().filter_map(|s| c.transforms.get(s).map(|s| s.environment_id.clone())))
+        .chain(
+            t.subtransforms
+                .iter()
+                .filter_map(|s| c.transforms.get(s).map(|s| s.environment_id.clone())),
+        )
         .find(|e| !e.is_empty())
         .unwrap_or_default();
 
     let key = in_coder.component_coder_ids[0].clone();
     let acc = payload.accumulator_coder_id.clone();
-    let kv_acc = coder(c, format!("weir:kv({key},{acc})"), urns::coder::KV, vec![key.clone(), acc.clone()]);
-    let iter_acc = coder(c, format!("weir:iterable({acc})"), urns::coder::ITERABLE, vec![acc.clone()]);
-    let kv_iter_acc = coder(c, format!("weir:kv({key},{iter_acc})"), urns::coder::KV, vec![key, iter_acc]);
+    let kv_acc = coder(
+        c,
+        format!("weir:kv({key},{acc})"),
+        urns::coder::KV,
+        vec![key.clone(), acc.clone()],
+    );
+    let iter_acc = coder(
+        c,
+        format!("weir:iterable({acc})"),
+        urns::coder::ITERABLE,
+        vec![acc.clone()],
+    );
+    let kv_iter_acc = coder(
+        c,
+        format!("weir:kv({key},{iter_acc})"),
+        urns::coder::KV,
+        vec![key, iter_acc],
+    );
 
     let pc = |c: &mut beam::Components, suffix: &str, coder_id: &str| {
         let pid = format!("{id}/weir:lifted-{suffix}");
@@ -68,12 +106,40 @@ pub(crate) fn lift(c: &mut beam::Components, id: &str) -> Result<Option<Vec<Stri
     let grouped = pc(c, "grouped", &kv_iter_acc);
     let merged = pc(c, "merged", &kv_acc);
 
-    let spec_payload = t.spec.as_ref().map(|s| s.payload.clone()).unwrap_or_default();
+    let spec_payload = t
+        .spec
+        .as_ref()
+        .map(|s| s.payload.clone())
+        .unwrap_or_default();
     let steps = [
-        ("Precombine", urns::transform::COMBINE_PER_KEY_PRECOMBINE, &input, &precombined, true),
-        ("Group", urns::transform::GROUP_BY_KEY, &precombined, &grouped, false),
-        ("Merge", urns::transform::COMBINE_PER_KEY_MERGE_ACCUMULATORS, &grouped, &merged, true),
-        ("ExtractOutputs", urns::transform::COMBINE_PER_KEY_EXTRACT_OUTPUTS, &merged, &output, true),
+        (
+            "Precombine",
+            urns::transform::COMBINE_PER_KEY_PRECOMBINE,
+            &input,
+            &precombined,
+            true,
+        ),
+        (
+            "Group",
+            urns::transform::GROUP_BY_KEY,
+            &precombined,
+            &grouped,
+            false,
+        ),
+        (
+            "Merge",
+            urns::transform::COMBINE_PER_KEY_MERGE_ACCUMULATORS,
+            &grouped,
+            &merged,
+            true,
+        ),
+        (
+            "ExtractOutputs",
+            urns::transform::COMBINE_PER_KEY_EXTRACT_OUTPUTS,
+            &merged,
+            &output,
+            true,
+        ),
     ];
     let mut ids = Vec::new();
     for (name, urn, from, to, sdk) in steps {
@@ -82,7 +148,10 @@ pub(crate) fn lift(c: &mut beam::Components, id: &str) -> Result<Option<Vec<Stri
             tid.clone(),
             beam::PTransform {
                 unique_name: format!("{}/{name}", t.unique_name),
-                spec: Some(beam::FunctionSpec { urn: urn.into(), payload: if sdk { spec_payload.clone() } else { vec![] } }),
+                spec: Some(beam::FunctionSpec {
+                    urn: urn.into(),
+                    payload: if sdk { spec_payload.clone() } else { vec![] },
+                }),
                 inputs: [("in".to_string(), from.clone())].into_iter().collect(),
                 outputs: [("out".to_string(), to.clone())].into_iter().collect(),
                 environment_id: if sdk { env.clone() } else { String::new() },
@@ -102,7 +171,12 @@ mod tests {
     /// A pipeline: Impulse → ParDo (KV<string, varint>) → CombinePerKey composite (GBK + ParDo inside).
     fn pipeline() -> beam::Pipeline {
         let mut c = beam::Components::default();
-        let spec = |urn: &str, payload: Vec<u8>| Some(beam::FunctionSpec { urn: urn.into(), payload });
+        let spec = |urn: &str, payload: Vec<u8>| {
+            Some(beam::FunctionSpec {
+                urn: urn.into(),
+                payload,
+            })
+        };
         for (id, urn, comps) in [
             ("bytes", urns::coder::BYTES, vec![]),
             ("str", urns::coder::STRING_UTF8, vec![]),
@@ -112,21 +186,67 @@ mod tests {
             ("kv_iter", urns::coder::KV, vec!["str", "iter"]),
             ("gw", urns::coder::GLOBAL_WINDOW, vec![]),
         ] {
-            c.coders.insert(id.into(), beam::Coder { spec: spec(urn, vec![]), component_coder_ids: comps.into_iter().map(String::from).collect() });
+            c.coders.insert(
+                id.into(),
+                beam::Coder {
+                    spec: spec(urn, vec![]),
+                    component_coder_ids: comps.into_iter().map(String::from).collect(),
+                },
+            );
         }
         c.windowing_strategies.insert(
             "ws".into(),
-            beam::WindowingStrategy { window_fn: spec(urns::window_fn::GLOBAL, vec![]), window_coder_id: "gw".into(), ..Default::default() },
+            beam::WindowingStrategy {
+                window_fn: spec(urns::window_fn::GLOBAL, vec![]),
+                window_coder_id: "gw".into(),
+                ..Default::default()
+            },
         );
-        c.environments.insert("env".into(), beam::Environment { urn: urns::env::EXTERNAL.into(), ..Default::default() });
-        for (id, coder) in [("imp", "bytes"), ("kvs", "kv"), ("grouped", "kv_iter"), ("sums", "kv")] {
-            c.pcollections.insert(id.into(), beam::PCollection { coder_id: coder.into(), windowing_strategy_id: "ws".into(), ..Default::default() });
+        c.environments.insert(
+            "env".into(),
+            beam::Environment {
+                urn: urns::env::EXTERNAL.into(),
+                ..Default::default()
+            },
+        );
+        for (id, coder) in [
+            ("imp", "bytes"),
+            ("kvs", "kv"),
+            ("grouped", "kv_iter"),
+            ("sums", "kv"),
+        ] {
+            c.pcollections.insert(
+                id.into(),
+                beam::PCollection {
+                    coder_id: coder.into(),
+                    windowing_strategy_id: "ws".into(),
+                    ..Default::default()
+                },
+            );
         }
-        let pardo = beam::ParDoPayload { do_fn: spec("beam:dofn:pickled_python_info:v1", vec![]), ..Default::default() }.encode_to_vec();
-        let io = |i: &[&str], o: &[&str]| -> (std::collections::HashMap<String, String>, std::collections::HashMap<String, String>) {
-            (i.iter().map(|p| (p.to_string(), p.to_string())).collect(), o.iter().map(|p| (p.to_string(), p.to_string())).collect())
+        let pardo = beam::ParDoPayload {
+            do_fn: spec("beam:dofn:pickled_python_info:v1", vec![]),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let io = |i: &[&str],
+                  o: &[&str]|
+         -> (
+            std::collections::HashMap<String, String>,
+            std::collections::HashMap<String, String>,
+        ) {
+            (
+                i.iter().map(|p| (p.to_string(), p.to_string())).collect(),
+                o.iter().map(|p| (p.to_string(), p.to_string())).collect(),
+            )
         };
-        let mut add = |id: &str, urn: &str, payload: Vec<u8>, i: &[&str], o: &[&str], env: &str, subs: &[&str]| {
+        let mut add = |id: &str,
+                       urn: &str,
+                       payload: Vec<u8>,
+                       i: &[&str],
+                       o: &[&str],
+                       env: &str,
+                       subs: &[&str]| {
             let (inputs, outputs) = io(i, o);
             c.transforms.insert(
                 id.into(),
@@ -141,18 +261,72 @@ mod tests {
                 },
             );
         };
-        add("Impulse", urns::transform::IMPULSE, vec![], &[], &["imp"], "", &[]);
-        add("Pairs", urns::transform::PAR_DO, pardo.clone(), &["imp"], &["kvs"], "env", &[]);
-        let combine = beam::CombinePayload { combine_fn: spec("beam:combinefn:pickled_python:v1", vec![1, 2, 3]), accumulator_coder_id: "int".into() }.encode_to_vec();
-        add("Sum", urns::transform::COMBINE_PER_KEY, combine, &["kvs"], &["sums"], "", &["Sum/Group", "Sum/Combine"]);
-        add("Sum/Group", urns::transform::GROUP_BY_KEY, vec![], &["kvs"], &["grouped"], "", &[]);
-        add("Sum/Combine", urns::transform::PAR_DO, pardo, &["grouped"], &["sums"], "env", &[]);
-        beam::Pipeline { components: Some(c), root_transform_ids: vec!["Impulse".into(), "Pairs".into(), "Sum".into()], ..Default::default() }
+        add(
+            "Impulse",
+            urns::transform::IMPULSE,
+            vec![],
+            &[],
+            &["imp"],
+            "",
+            &[],
+        );
+        add(
+            "Pairs",
+            urns::transform::PAR_DO,
+            pardo.clone(),
+            &["imp"],
+            &["kvs"],
+            "env",
+            &[],
+        );
+        let combine = beam::CombinePayload {
+            combine_fn: spec("beam:combinefn:pickled_python:v1", vec![1, 2, 3]),
+            accumulator_coder_id: "int".into(),
+        }
+        .encode_to_vec();
+        add(
+            "Sum",
+            urns::transform::COMBINE_PER_KEY,
+            combine,
+            &["kvs"],
+            &["sums"],
+            "",
+            &["Sum/Group", "Sum/Combine"],
+        );
+        add(
+            "Sum/Group",
+            urns::transform::GROUP_BY_KEY,
+            vec![],
+            &["kvs"],
+            &["grouped"],
+            "",
+            &[],
+        );
+        add(
+            "Sum/Combine",
+            urns::transform::PAR_DO,
+            pardo,
+            &["grouped"],
+            &["sums"],
+            "env",
+            &[],
+        );
+        beam::Pipeline {
+            components: Some(c),
+            root_transform_ids: vec!["Impulse".into(), "Pairs".into(), "Sum".into()],
+            ..Default::default()
+        }
     }
 
     #[test]
     fn lifts_combine_per_key_into_precombine_gbk_merge_extract() {
-        let plan = plan(&pipeline(), &PlanOptions { fn_api_url: "localhost:1".into() }).unwrap();
+        let plan = plan(
+            &pipeline(),
+            &PlanOptions {
+                fn_api_url: "localhost:1".into(),
+            },
+        )
+        .unwrap();
         let kinds: Vec<String> = plan
             .graph
             .stages
@@ -164,19 +338,40 @@ mod tests {
                 other => format!("{other:?}"),
             })
             .collect();
-        assert_eq!(kinds, vec!["impulse", "sdk[Pairs+Sum/Precombine]", "gbk", "sdk[Sum/Merge+Sum/ExtractOutputs]"]);
+        assert_eq!(
+            kinds,
+            vec![
+                "impulse",
+                "sdk[Pairs+Sum/Precombine]",
+                "gbk",
+                "sdk[Sum/Merge+Sum/ExtractOutputs]"
+            ]
+        );
         // The accumulators cross the shuffle as KV<string, varint>, grouped into KV<string, iterable<varint>>.
-        let StageKind::GroupByKey { input, output } = plan.graph.stages[2].kind else { panic!() };
+        let StageKind::GroupByKey { input, output } = plan.graph.stages[2].kind else {
+            panic!()
+        };
         use weir_model::Coder;
-        assert_eq!(plan.graph.pcollections[input].value_coder, Coder::Kv(Box::new(Coder::StringUtf8), Box::new(Coder::VarInt)));
+        assert_eq!(
+            plan.graph.pcollections[input].value_coder,
+            Coder::Kv(Box::new(Coder::StringUtf8), Box::new(Coder::VarInt))
+        );
         assert_eq!(
             plan.graph.pcollections[output].value_coder,
-            Coder::Kv(Box::new(Coder::StringUtf8), Box::new(Coder::Iterable(Box::new(Coder::VarInt))))
+            Coder::Kv(
+                Box::new(Coder::StringUtf8),
+                Box::new(Coder::Iterable(Box::new(Coder::VarInt)))
+            )
         );
         // The lifted SDK transforms carry the CombinePayload.
         let d = &plan.descriptors[&plan.graph.stages[1].id];
-        let pre = d.transforms.values().find(|t| t.unique_name == "Sum/Precombine").unwrap();
-        let payload = beam::CombinePayload::decode(pre.spec.as_ref().unwrap().payload.as_slice()).unwrap();
+        let pre = d
+            .transforms
+            .values()
+            .find(|t| t.unique_name == "Sum/Precombine")
+            .unwrap();
+        let payload =
+            beam::CombinePayload::decode(pre.spec.as_ref().unwrap().payload.as_slice()).unwrap();
         assert_eq!(payload.combine_fn.unwrap().payload, vec![1, 2, 3]);
         assert_eq!(pre.environment_id, "env");
     }

@@ -29,7 +29,10 @@ struct Builder<'a> {
 
 impl Builder<'_> {
     fn pc(&self, id: &str) -> Result<&beam::PCollection> {
-        self.c.pcollections.get(id).ok_or_else(|| PlanError::Invalid(format!("unknown PCollection id {id:?}")))
+        self.c
+            .pcollections
+            .get(id)
+            .ok_or_else(|| PlanError::Invalid(format!("unknown PCollection id {id:?}")))
     }
 
     /// The wire element coder id of PCollection `id`.
@@ -49,8 +52,15 @@ impl Builder<'_> {
         }
         let pc = self.pc(id)?.clone();
         let wire = self.wire_of(id)?;
-        let windowing = windowing::parse(&self.c.windowing_strategies, &self.coders, &pc.windowing_strategy_id, id)?;
-        let window_coder_id = self.c.windowing_strategies[&pc.windowing_strategy_id].window_coder_id.clone();
+        let windowing = windowing::parse(
+            &self.c.windowing_strategies,
+            &self.coders,
+            &pc.windowing_strategy_id,
+            id,
+        )?;
+        let window_coder_id = self.c.windowing_strategies[&pc.windowing_strategy_id]
+            .window_coder_id
+            .clone();
         let info = PCollectionInfo {
             id: id.to_string(),
             value_coder: to_model(&self.coders, &wire)?,
@@ -58,7 +68,8 @@ impl Builder<'_> {
             windowing,
         };
         self.pcollections.push(info);
-        self.index.insert(id.to_string(), self.pcollections.len() - 1);
+        self.index
+            .insert(id.to_string(), self.pcollections.len() - 1);
         Ok(self.pcollections.len() - 1)
     }
 
@@ -76,17 +87,35 @@ impl Builder<'_> {
     }
 }
 
-fn single(t: &beam::PTransform, id: &str, what: &str, m: &HashMap<String, String>) -> Result<String> {
+fn single(
+    t: &beam::PTransform,
+    id: &str,
+    what: &str,
+    m: &HashMap<String, String>,
+) -> Result<String> {
     let mut v: Vec<_> = m.values().collect();
     v.dedup();
     match v.as_slice() {
         [one] => Ok((*one).clone()),
-        _ => Err(PlanError::Invalid(format!("transform {id} ({}) must have exactly one {what}", t.unique_name))),
+        _ => Err(PlanError::Invalid(format!(
+            "transform {id} ({}) must have exactly one {what}",
+            t.unique_name
+        ))),
     }
 }
 
-pub(crate) fn build(c: &beam::Components, fused: Vec<FusedStage>, options: &PlanOptions) -> Result<Plan> {
-    let mut b = Builder { c, coders: c.coders.clone(), index: HashMap::new(), pcollections: vec![], wire: HashMap::new() };
+pub(crate) fn build(
+    c: &beam::Components,
+    fused: Vec<FusedStage>,
+    options: &PlanOptions,
+) -> Result<Plan> {
+    let mut b = Builder {
+        c,
+        coders: c.coders.clone(),
+        index: HashMap::new(),
+        pcollections: vec![],
+        wire: HashMap::new(),
+    };
 
     // Leaf id -> fused stage number; PCollection id -> consuming leaves.
     let mut stage_of_leaf: HashMap<&str, usize> = HashMap::new();
@@ -118,13 +147,15 @@ pub(crate) fn build(c: &beam::Components, fused: Vec<FusedStage>, options: &Plan
             FusedStage::Runner { kind, transform_id } => {
                 let t = &c.transforms[transform_id];
                 let kind = match kind {
-                    LeafKind::Impulse => {
-                        StageKind::Impulse { output: b.index_of(&single(t, transform_id, "output", &t.outputs)?)? }
-                    }
+                    LeafKind::Impulse => StageKind::Impulse {
+                        output: b.index_of(&single(t, transform_id, "output", &t.outputs)?)?,
+                    },
                     LeafKind::GroupByKey | LeafKind::Reshuffle => {
                         let input = b.index_of(&single(t, transform_id, "input", &t.inputs)?)?;
                         let output = b.index_of(&single(t, transform_id, "output", &t.outputs)?)?;
-                        if !matches!(b.pcollections[input].value_coder, Coder::Kv(..)) && *kind == LeafKind::GroupByKey {
+                        if !matches!(b.pcollections[input].value_coder, Coder::Kv(..))
+                            && *kind == LeafKind::GroupByKey
+                        {
                             return Err(PlanError::Invalid(format!(
                                 "GroupByKey {transform_id} ({}) input {} is not KV-coded",
                                 t.unique_name, b.pcollections[input].id
@@ -139,14 +170,30 @@ pub(crate) fn build(c: &beam::Components, fused: Vec<FusedStage>, options: &Plan
                     LeafKind::Flatten => {
                         let mut names: Vec<_> = t.inputs.iter().collect();
                         names.sort();
-                        let inputs = names.into_iter().map(|(_, pc)| b.index_of(pc)).collect::<Result<Vec<_>>>()?;
-                        StageKind::Flatten { inputs, output: b.index_of(&single(t, transform_id, "output", &t.outputs)?)? }
+                        let inputs = names
+                            .into_iter()
+                            .map(|(_, pc)| b.index_of(pc))
+                            .collect::<Result<Vec<_>>>()?;
+                        StageKind::Flatten {
+                            inputs,
+                            output: b.index_of(&single(t, transform_id, "output", &t.outputs)?)?,
+                        }
                     }
-                    LeafKind::Sdk => return Err(PlanError::Internal("SDK leaf in a runner stage".into())),
+                    LeafKind::Sdk => {
+                        return Err(PlanError::Internal("SDK leaf in a runner stage".into()))
+                    }
                 };
-                stages.push(Stage { id: stage_id, name: t.unique_name.clone(), kind });
+                stages.push(Stage {
+                    id: stage_id,
+                    name: t.unique_name.clone(),
+                    kind,
+                });
             }
-            FusedStage::Sdk { environment_id, input, transforms } => {
+            FusedStage::Sdk {
+                environment_id,
+                input,
+                transforms,
+            } => {
                 let mut d = beam::ProcessBundleDescriptor {
                     id: stage_id.clone(),
                     state_api_service_descriptor: Some(beam::ApiServiceDescriptor {
@@ -161,6 +208,8 @@ pub(crate) fn build(c: &beam::Components, fused: Vec<FusedStage>, options: &Plan
                 let mut side_inputs = Vec::new();
                 let mut residual_transform_ids = Vec::new();
                 let mut splittable = false;
+                let mut stateful = false;
+                let mut timer_families = Vec::new();
                 let mut names = Vec::new();
                 for tid in transforms {
                     let t = &c.transforms[tid];
@@ -168,7 +217,10 @@ pub(crate) fn build(c: &beam::Components, fused: Vec<FusedStage>, options: &Plan
                     referenced.extend(t.inputs.values().cloned());
                     referenced.extend(t.outputs.values().cloned());
                     for pc in t.outputs.values() {
-                        let outside = consumers.get(pc.as_str()).map(|v| v.iter().any(|&st| st != n)).unwrap_or(false);
+                        let outside = consumers
+                            .get(pc.as_str())
+                            .map(|v| v.iter().any(|&st| st != n))
+                            .unwrap_or(false);
                         if outside {
                             outputs.insert(pc.clone());
                         }
@@ -176,12 +228,16 @@ pub(crate) fn build(c: &beam::Components, fused: Vec<FusedStage>, options: &Plan
                     let (main, side) = split_inputs(tid, t)?;
                     if main.first() == Some(input) {
                         residual_transform_ids.push(tid.clone());
-                        splittable |= crate::leaves::urn_of(t) == urns::transform::SDF_PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS;
+                        splittable |= crate::leaves::urn_of(t)
+                            == urns::transform::SDF_PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS;
                     }
                     if !side.is_empty() {
                         let payload = pardo_payload(tid, t)?;
                         for (local, pc) in side {
-                            let pattern = payload.side_inputs[&local].access_pattern.as_ref().map(|a| a.urn.as_str());
+                            let pattern = payload.side_inputs[&local]
+                                .access_pattern
+                                .as_ref()
+                                .map(|a| a.urn.as_str());
                             let kind = if pattern == Some(urns::side_input::MULTIMAP) {
                                 SideInputKind::Multimap
                             } else {
@@ -195,12 +251,55 @@ pub(crate) fn build(c: &beam::Components, fused: Vec<FusedStage>, options: &Plan
                             });
                         }
                     }
-                    d.transforms.insert(tid.clone(), t.clone());
+                    let mut t = t.clone();
+                    if crate::leaves::urn_of(&t) == urns::transform::PAR_DO {
+                        let mut payload = pardo_payload(tid, &t)?;
+                        if !payload.timer_family_specs.is_empty() {
+                            let mut families: Vec<_> =
+                                payload.timer_family_specs.iter_mut().collect();
+                            families.sort_by(|a, b| a.0.cmp(b.0));
+                            for (family_id, spec) in families {
+                                let wire =
+                                    wire_coder_id(&mut b.coders, &spec.timer_family_coder_id)?;
+                                let model = to_model(&b.coders, &wire)?;
+                                let Coder::Timer { key, window } = model else {
+                                    return Err(PlanError::Invalid(format!(
+                                        "timer family {family_id} of {tid} is not coded with beam:coder:timer:v1"
+                                    )));
+                                };
+                                timer_families.push(TimerFamily {
+                                    transform_id: tid.clone(),
+                                    family_id: family_id.clone(),
+                                    key_coder: *key,
+                                    window_coder: *window,
+                                    event_time: spec.time_domain
+                                        != beam::time_domain::Enum::ProcessingTime as i32,
+                                });
+                                spec.timer_family_coder_id = wire;
+                            }
+                            if let Some(spec) = t.spec.as_mut() {
+                                spec.payload = payload.encode_to_vec();
+                            }
+                        }
+                        if main.first() == Some(input) && crate::leaves::is_stateful(tid, &t)? {
+                            stateful = true;
+                        }
+                    }
+                    d.transforms.insert(tid.clone(), t);
+                }
+                if !timer_families.is_empty() {
+                    d.timer_api_service_descriptor = Some(beam::ApiServiceDescriptor {
+                        url: options.fn_api_url.clone(),
+                        ..Default::default()
+                    });
                 }
                 let _ = in_stage;
                 let source_id = format!("{stage_id}/source");
                 let port = |coder_id: String| beam::RemoteGrpcPort {
-                    api_service_descriptor: Some(beam::ApiServiceDescriptor { url: options.fn_api_url.clone(), ..Default::default() }),
+                    api_service_descriptor: Some(beam::ApiServiceDescriptor {
+                        url: options.fn_api_url.clone(),
+                        ..Default::default()
+                    }),
                     coder_id,
                 };
                 let source_port = port(b.windowed_wire(input)?);
@@ -208,7 +307,10 @@ pub(crate) fn build(c: &beam::Components, fused: Vec<FusedStage>, options: &Plan
                     source_id.clone(),
                     beam::PTransform {
                         unique_name: source_id.clone(),
-                        spec: Some(beam::FunctionSpec { urn: urns::transform::DATA_SOURCE.into(), payload: source_port.encode_to_vec() }),
+                        spec: Some(beam::FunctionSpec {
+                            urn: urns::transform::DATA_SOURCE.into(),
+                            payload: source_port.encode_to_vec(),
+                        }),
                         outputs: [("out".to_string(), input.clone())].into_iter().collect(),
                         ..Default::default()
                     },
@@ -222,7 +324,10 @@ pub(crate) fn build(c: &beam::Components, fused: Vec<FusedStage>, options: &Plan
                         sink_id.clone(),
                         beam::PTransform {
                             unique_name: sink_id.clone(),
-                            spec: Some(beam::FunctionSpec { urn: urns::transform::DATA_SINK.into(), payload: sink_port.encode_to_vec() }),
+                            spec: Some(beam::FunctionSpec {
+                                urn: urns::transform::DATA_SINK.into(),
+                                payload: sink_port.encode_to_vec(),
+                            }),
                             inputs: [("in".to_string(), pc.clone())].into_iter().collect(),
                             ..Default::default()
                         },
@@ -235,7 +340,12 @@ pub(crate) fn build(c: &beam::Components, fused: Vec<FusedStage>, options: &Plan
                     p.coder_id = b.wire_of(pc)?;
                     d.windowing_strategies
                         .entry(p.windowing_strategy_id.clone())
-                        .or_insert_with(|| c.windowing_strategies.get(&p.windowing_strategy_id).cloned().unwrap_or_default());
+                        .or_insert_with(|| {
+                            c.windowing_strategies
+                                .get(&p.windowing_strategy_id)
+                                .cloned()
+                                .unwrap_or_default()
+                        });
                     d.pcollections.insert(pc.clone(), p);
                 }
                 let input_index = b.index_of(input)?;
@@ -251,6 +361,8 @@ pub(crate) fn build(c: &beam::Components, fused: Vec<FusedStage>, options: &Plan
                         output_transform_ids,
                         residual_transform_ids,
                         splittable,
+                        stateful,
+                        timer_families,
                     }),
                 });
                 if let Some(env) = c.environments.get(environment_id) {
@@ -270,5 +382,12 @@ pub(crate) fn build(c: &beam::Components, fused: Vec<FusedStage>, options: &Plan
         d.coders = b.coders.clone();
         d.environments = c.environments.clone();
     }
-    Ok(Plan { graph: StageGraph { pcollections: b.pcollections, stages }, descriptors, environments })
+    Ok(Plan {
+        graph: StageGraph {
+            pcollections: b.pcollections,
+            stages,
+        },
+        descriptors,
+        environments,
+    })
 }

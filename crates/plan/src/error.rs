@@ -6,13 +6,20 @@
 pub enum PlanError {
     /// A feature Weir does not implement yet.
     #[error("unsupported: {feature} (transform {transform:?}, URN {urn})")]
-    Unsupported { transform: String, urn: String, feature: String },
+    Unsupported {
+        transform: String,
+        urn: String,
+        feature: String,
+    },
     /// The pipeline proto is malformed.
     #[error("invalid pipeline: {0}")]
     Invalid(String),
     /// A coder the runner must read is malformed.
     #[error("coder {coder_id}: {source}")]
-    Coder { coder_id: String, source: weir_model::Error },
+    Coder {
+        coder_id: String,
+        source: weir_model::Error,
+    },
     /// A Weir bug.
     #[error("internal error in Weir's planner (this is a Weir bug): {0}")]
     Internal(String),

@@ -2,25 +2,36 @@
 //! their main input, unless the environment differs, they read side inputs
 //! (the side input must be complete before the stage runs, and may itself be
 //! computed from this stage), or they are an SDF process step (so the runner
-//! can spread restrictions over workers). Runner transforms are stages alone.
+//! can spread restrictions over workers), or are stateful (their input must be
+//! routed by key). Runner transforms are stages alone.
 
 use std::collections::{BTreeSet, HashMap};
 
 use weir_proto::beam;
 
-use crate::leaves::{classify, pardo_payload, urn_of, LeafKind};
+use crate::leaves::{classify, is_stateful, pardo_payload, urn_of, LeafKind};
 use crate::sdf::PROCESS_SUFFIX;
 use crate::{PlanError, Result};
 
 /// A stage before descriptors are built, in terms of proto ids.
 #[derive(Debug)]
 pub(crate) enum FusedStage {
-    Runner { kind: LeafKind, transform_id: String },
-    Sdk { environment_id: String, input: String, transforms: Vec<String> },
+    Runner {
+        kind: LeafKind,
+        transform_id: String,
+    },
+    Sdk {
+        environment_id: String,
+        input: String,
+        transforms: Vec<String>,
+    },
 }
 
 /// The main and side input PCollection ids of a leaf.
-pub(crate) fn split_inputs(id: &str, t: &beam::PTransform) -> Result<(Vec<String>, Vec<(String, String)>)> {
+pub(crate) fn split_inputs(
+    id: &str,
+    t: &beam::PTransform,
+) -> Result<(Vec<String>, Vec<(String, String)>)> {
     let side_names: BTreeSet<String> = if urn_of(t) == weir_proto::urns::transform::PAR_DO
         || urn_of(t).starts_with("beam:transform:sdf_")
     {
@@ -85,7 +96,9 @@ fn topo_order(c: &beam::Components, leaves: &[String]) -> Result<Vec<String>> {
         }
     }
     if order.len() != leaves.len() {
-        return Err(PlanError::Invalid("the pipeline's transforms form a cycle".into()));
+        return Err(PlanError::Invalid(
+            "the pipeline's transforms form a cycle".into(),
+        ));
     }
     Ok(order)
 }
@@ -100,7 +113,10 @@ pub(crate) fn fuse(c: &beam::Components, leaves: &[String]) -> Result<Vec<FusedS
         let t = &c.transforms[&id];
         let kind = classify(&id, t)?;
         if kind != LeafKind::Sdk {
-            stages.push(FusedStage::Runner { kind, transform_id: id });
+            stages.push(FusedStage::Runner {
+                kind,
+                transform_id: id,
+            });
             continue;
         }
         let (main, side) = split_inputs(&id, t)?;
@@ -112,9 +128,12 @@ pub(crate) fn fuse(c: &beam::Components, leaves: &[String]) -> Result<Vec<FusedS
             });
         };
         let env = t.environment_id.clone();
+        // A stateful DoFn reads its input routed by key, so it starts a stage.
+        let stateful = is_stateful(&id, t)?;
         let fuse_into = sdk_stage_of.get(input).copied().filter(|&s| {
             side.is_empty()
                 && !id.ends_with(PROCESS_SUFFIX)
+                && !stateful
                 && matches!(&stages[s], FusedStage::Sdk { environment_id, .. } if *environment_id == env)
         });
         let stage = match fuse_into {
@@ -125,7 +144,11 @@ pub(crate) fn fuse(c: &beam::Components, leaves: &[String]) -> Result<Vec<FusedS
                 s
             }
             None => {
-                stages.push(FusedStage::Sdk { environment_id: env, input: input.clone(), transforms: vec![id.clone()] });
+                stages.push(FusedStage::Sdk {
+                    environment_id: env,
+                    input: input.clone(),
+                    transforms: vec![id.clone()],
+                });
                 stages.len() - 1
             }
         };

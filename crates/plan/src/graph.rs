@@ -72,11 +72,20 @@ pub enum StageKind {
     /// `beam:transform:impulse:v1`: one empty byte array in the global window at MIN timestamp.
     Impulse { output: PCollectionIndex },
     /// `beam:transform:group_by_key:v1`, executed by the runner.
-    GroupByKey { input: PCollectionIndex, output: PCollectionIndex },
+    GroupByKey {
+        input: PCollectionIndex,
+        output: PCollectionIndex,
+    },
     /// `beam:transform:flatten:v1`, executed by the runner.
-    Flatten { inputs: Vec<PCollectionIndex>, output: PCollectionIndex },
+    Flatten {
+        inputs: Vec<PCollectionIndex>,
+        output: PCollectionIndex,
+    },
     /// `beam:transform:reshuffle:v1` (and redistribute): an identity that redistributes elements.
-    Reshuffle { input: PCollectionIndex, output: PCollectionIndex },
+    Reshuffle {
+        input: PCollectionIndex,
+        output: PCollectionIndex,
+    },
     /// Fused SDK transforms run as bundles on an SDK harness.
     Sdk(SdkStage),
 }
@@ -96,10 +105,28 @@ pub struct SdkStage {
     pub output_transform_ids: Vec<String>,
     /// Transform ids whose residuals (SDF checkpoints / splits) re-enter this stage's input.
     pub residual_transform_ids: Vec<String>,
+    /// True when the stage's first transform is a stateful DoFn (user state
+    /// or timers): its input is routed by key and one bundle runs at a time.
+    pub stateful: bool,
+    /// Timer families of the stage's transforms (`ParDoPayload.timer_family_specs`).
+    pub timer_families: Vec<TimerFamily>,
     /// True when the stage input feeds an SDF process transform
     /// (`beam:transform:sdf_process_sized_element_and_restrictions:v1`), so a
     /// running bundle can be split inside its element (dynamic splitting).
     pub splittable: bool,
+}
+
+/// A timer family of a stateful DoFn: timers travel on the data plane as
+/// `Elements.Timers` coded `beam:coder:timer:v1` with these key and window coders.
+#[derive(Clone, Debug)]
+pub struct TimerFamily {
+    pub transform_id: String,
+    pub family_id: String,
+    pub key_coder: Coder,
+    pub window_coder: Coder,
+    /// Event-time timers fire with the watermark; processing-time timers fire
+    /// as soon as the stage's input is done (batch).
+    pub event_time: bool,
 }
 
 /// How a side input is read (`beam:side_input:iterable:v1` / `beam:side_input:multimap:v1`).
@@ -136,7 +163,9 @@ impl Stage {
     pub fn main_inputs(&self) -> Vec<PCollectionIndex> {
         match &self.kind {
             StageKind::Impulse { .. } => vec![],
-            StageKind::GroupByKey { input, .. } | StageKind::Reshuffle { input, .. } => vec![*input],
+            StageKind::GroupByKey { input, .. } | StageKind::Reshuffle { input, .. } => {
+                vec![*input]
+            }
             StageKind::Flatten { inputs, .. } => inputs.clone(),
             StageKind::Sdk(s) => vec![s.input],
         }

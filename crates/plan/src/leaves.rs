@@ -33,7 +33,11 @@ const SDK_URNS: &[&str] = &[
 ];
 
 /// Requirements (`Pipeline.requirements`) Weir can honour today.
-const SUPPORTED_REQUIREMENTS: &[&str] = &[urns::requirement::SPLITTABLE_DOFN, urns::requirement::BUNDLE_FINALIZATION];
+const SUPPORTED_REQUIREMENTS: &[&str] = &[
+    urns::requirement::SPLITTABLE_DOFN,
+    urns::requirement::BUNDLE_FINALIZATION,
+    urns::requirement::STATEFUL_PROCESSING,
+];
 
 /// Rejects a pipeline that declares a requirement Weir does not implement.
 pub(crate) fn check_requirements(pipeline: &beam::Pipeline) -> Result<()> {
@@ -65,25 +69,37 @@ pub(crate) fn classify(id: &str, t: &beam::PTransform) -> Result<LeafKind> {
     Ok(match urn {
         urns::transform::IMPULSE => LeafKind::Impulse,
         urns::transform::GROUP_BY_KEY => LeafKind::GroupByKey,
-        urns::transform::FLATTEN if id.contains(crate::transcode::TRANSCODE_MARKER) => LeafKind::Sdk,
+        urns::transform::FLATTEN if id.contains(crate::transcode::TRANSCODE_MARKER) => {
+            LeafKind::Sdk
+        }
         urns::transform::FLATTEN => LeafKind::Flatten,
         urns::transform::RESHUFFLE
         | urns::transform::REDISTRIBUTE_ARBITRARILY
         | urns::transform::REDISTRIBUTE_BY_KEY => LeafKind::Reshuffle,
-        urns::transform::TEST_STREAM => return Err(unsupported("TestStream (streaming is not implemented yet)")),
+        urns::transform::TEST_STREAM => {
+            return Err(unsupported("TestStream (streaming is not implemented yet)"))
+        }
         urns::transform::PAR_DO => {
             let payload = pardo_payload(id, t)?;
-            if !payload.state_specs.is_empty() {
-                return Err(unsupported("user state in a DoFn (stateful processing is not implemented yet)"));
+            for (name, spec) in &payload.state_specs {
+                use beam::state_spec::Spec;
+                match spec.spec {
+                    Some(Spec::ReadModifyWriteSpec(_)) | Some(Spec::BagSpec(_)) | Some(Spec::CombiningSpec(_)) | Some(Spec::SetSpec(_)) => {}
+                    _ => return Err(unsupported(&format!("user state {name} of this kind (map, multimap and ordered-list state are not implemented yet)"))),
+                }
             }
-            if !payload.timer_family_specs.is_empty() {
-                return Err(unsupported("timers in a DoFn (not implemented yet)"));
+            if !payload.on_window_expiration_timer_family_spec.is_empty() {
+                return Err(unsupported("OnWindowExpiration"));
             }
             if payload.requires_time_sorted_input {
                 return Err(unsupported("@RequiresTimeSortedInput"));
             }
             for (name, side) in &payload.side_inputs {
-                let pattern = side.access_pattern.as_ref().map(|a| a.urn.as_str()).unwrap_or("");
+                let pattern = side
+                    .access_pattern
+                    .as_ref()
+                    .map(|a| a.urn.as_str())
+                    .unwrap_or("");
                 if pattern != urns::side_input::ITERABLE && pattern != urns::side_input::MULTIMAP {
                     return Err(PlanError::Unsupported {
                         transform: format!("{id} ({})", t.unique_name),
@@ -95,18 +111,33 @@ pub(crate) fn classify(id: &str, t: &beam::PTransform) -> Result<LeafKind> {
             LeafKind::Sdk
         }
         u if SDK_URNS.contains(&u) => LeafKind::Sdk,
-        "" => return Err(PlanError::Invalid(format!(
-            "transform {id} ({}) has no URN and no subtransforms", t.unique_name
-        ))),
+        "" => {
+            return Err(PlanError::Invalid(format!(
+                "transform {id} ({}) has no URN and no subtransforms",
+                t.unique_name
+            )))
+        }
         _ => return Err(unsupported("unknown primitive transform")),
     })
+}
+
+/// True for a ParDo with user state or timers.
+pub(crate) fn is_stateful(id: &str, t: &beam::PTransform) -> Result<bool> {
+    if urn_of(t) != urns::transform::PAR_DO {
+        return Ok(false);
+    }
+    let p = pardo_payload(id, t)?;
+    Ok(!p.state_specs.is_empty() || !p.timer_family_specs.is_empty())
 }
 
 /// Decodes the `ParDoPayload` of a `beam:transform:pardo:v1` transform.
 pub(crate) fn pardo_payload(id: &str, t: &beam::PTransform) -> Result<beam::ParDoPayload> {
     let bytes = t.spec.as_ref().map(|s| s.payload.as_slice()).unwrap_or(&[]);
     beam::ParDoPayload::decode(bytes).map_err(|e| {
-        PlanError::Invalid(format!("transform {id} ({}): bad ParDoPayload: {e}", t.unique_name))
+        PlanError::Invalid(format!(
+            "transform {id} ({}): bad ParDoPayload: {e}",
+            t.unique_name
+        ))
     })
 }
 

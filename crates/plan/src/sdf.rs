@@ -37,23 +37,43 @@ pub(crate) fn expand(c: &mut beam::Components, leaves: &mut Vec<String>) -> Resu
             .keys()
             .find(|k| !payload.side_inputs.contains_key(*k))
             .cloned()
-            .ok_or_else(|| PlanError::Invalid(format!("SDF {id} ({}) has no main input", t.unique_name)))?;
+            .ok_or_else(|| {
+                PlanError::Invalid(format!("SDF {id} ({}) has no main input", t.unique_name))
+            })?;
         let main_input = t.inputs[&main_tag].clone();
-        let main_pc = c
-            .pcollections
-            .get(&main_input)
-            .cloned()
-            .ok_or_else(|| PlanError::Invalid(format!("transform {id}: unknown PCollection {main_input}")))?;
+        let main_pc = c.pcollections.get(&main_input).cloned().ok_or_else(|| {
+            PlanError::Invalid(format!("transform {id}: unknown PCollection {main_input}"))
+        })?;
 
-        c.coders.entry(DOUBLE_CODER_ID.into()).or_insert_with(|| coder(urns::coder::DOUBLE, vec![]));
+        c.coders
+            .entry(DOUBLE_CODER_ID.into())
+            .or_insert_with(|| coder(urns::coder::DOUBLE, vec![]));
         let paired_coder = format!("{id}/weir:paired-coder");
         let sized_coder = format!("{id}/weir:sized-coder");
-        c.coders.insert(paired_coder.clone(), coder(urns::coder::KV, vec![main_pc.coder_id.clone(), payload.restriction_coder_id.clone()]));
-        c.coders.insert(sized_coder.clone(), coder(urns::coder::KV, vec![paired_coder.clone(), DOUBLE_CODER_ID.into()]));
+        c.coders.insert(
+            paired_coder.clone(),
+            coder(
+                urns::coder::KV,
+                vec![
+                    main_pc.coder_id.clone(),
+                    payload.restriction_coder_id.clone(),
+                ],
+            ),
+        );
+        c.coders.insert(
+            sized_coder.clone(),
+            coder(
+                urns::coder::KV,
+                vec![paired_coder.clone(), DOUBLE_CODER_ID.into()],
+            ),
+        );
 
         let paired_pc = format!("{id}/weir:paired");
         let sized_pc = format!("{id}/weir:sized");
-        for (pc, coder_id, suffix) in [(&paired_pc, &paired_coder, "paired"), (&sized_pc, &sized_coder, "sized")] {
+        for (pc, coder_id, suffix) in [
+            (&paired_pc, &paired_coder, "paired"),
+            (&sized_pc, &sized_coder, "sized"),
+        ] {
             let mut p = main_pc.clone();
             p.coder_id = coder_id.clone();
             p.unique_name = format!("{}/{suffix}", main_pc.unique_name);
@@ -72,9 +92,27 @@ pub(crate) fn expand(c: &mut beam::Components, leaves: &mut Vec<String>) -> Resu
         };
         let single = |pc: &String| [("out".to_string(), pc.clone())].into_iter().collect();
         let steps = [
-            step("/weir:sdf-pair", "PairWithRestriction", urns::transform::SDF_PAIR_WITH_RESTRICTION, &main_input, single(&paired_pc)),
-            step("/weir:sdf-split", "SplitAndSizeRestriction", urns::transform::SDF_SPLIT_AND_SIZE_RESTRICTIONS, &paired_pc, single(&sized_pc)),
-            step(PROCESS_SUFFIX, "Process", urns::transform::SDF_PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS, &sized_pc, t.outputs.clone()),
+            step(
+                "/weir:sdf-pair",
+                "PairWithRestriction",
+                urns::transform::SDF_PAIR_WITH_RESTRICTION,
+                &main_input,
+                single(&paired_pc),
+            ),
+            step(
+                "/weir:sdf-split",
+                "SplitAndSizeRestriction",
+                urns::transform::SDF_SPLIT_AND_SIZE_RESTRICTIONS,
+                &paired_pc,
+                single(&sized_pc),
+            ),
+            step(
+                PROCESS_SUFFIX,
+                "Process",
+                urns::transform::SDF_PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS,
+                &sized_pc,
+                t.outputs.clone(),
+            ),
         ];
         for (new_id, n) in steps {
             c.transforms.insert(new_id.clone(), n);
@@ -87,7 +125,10 @@ pub(crate) fn expand(c: &mut beam::Components, leaves: &mut Vec<String>) -> Resu
 
 fn coder(urn: &str, components: Vec<String>) -> beam::Coder {
     beam::Coder {
-        spec: Some(beam::FunctionSpec { urn: urn.to_string(), payload: vec![] }),
+        spec: Some(beam::FunctionSpec {
+            urn: urn.to_string(),
+            payload: vec![],
+        }),
         component_coder_ids: components,
     }
 }

@@ -19,14 +19,23 @@ use crate::{PlanError, Result};
 pub(crate) const TRANSCODE_MARKER: &str = "/weir:transcode:";
 
 fn coder_urn<'a>(c: &'a beam::Components, id: &str) -> &'a str {
-    c.coders.get(id).and_then(|c| c.spec.as_ref()).map(|s| s.urn.as_str()).unwrap_or("")
+    c.coders
+        .get(id)
+        .and_then(|c| c.spec.as_ref())
+        .map(|s| s.urn.as_str())
+        .unwrap_or("")
 }
 
 /// Inserts transcoders; returns the new leaf list.
 pub(crate) fn insert(c: &mut beam::Components, leaves: &mut Vec<String>) -> Result<()> {
     let producer: HashMap<String, String> = leaves
         .iter()
-        .flat_map(|id| c.transforms[id].outputs.values().map(move |pc| (pc.clone(), id.clone())))
+        .flat_map(|id| {
+            c.transforms[id]
+                .outputs
+                .values()
+                .map(move |pc| (pc.clone(), id.clone()))
+        })
         .collect();
     let default_env = leaves
         .iter()
@@ -39,33 +48,62 @@ pub(crate) fn insert(c: &mut beam::Components, leaves: &mut Vec<String>) -> Resu
         let target_coder: Option<Box<dyn Fn(&str) -> Option<String>>> = match urn_of(&t) {
             urns::transform::FLATTEN => {
                 let out_pc = t.outputs.values().next().cloned().unwrap_or_default();
-                let out_coder = c.pcollections.get(&out_pc).map(|p| p.coder_id.clone()).unwrap_or_default();
-                Some(Box::new(move |in_coder: &str| (in_coder != out_coder).then(|| out_coder.clone())))
+                let out_coder = c
+                    .pcollections
+                    .get(&out_pc)
+                    .map(|p| p.coder_id.clone())
+                    .unwrap_or_default();
+                Some(Box::new(move |in_coder: &str| {
+                    (in_coder != out_coder).then(|| out_coder.clone())
+                }))
             }
             urns::transform::GROUP_BY_KEY => {
                 let out_pc = t.outputs.values().next().cloned().unwrap_or_default();
-                let out_coder_id = c.pcollections.get(&out_pc).map(|p| p.coder_id.clone()).unwrap_or_default();
+                let out_coder_id = c
+                    .pcollections
+                    .get(&out_pc)
+                    .map(|p| p.coder_id.clone())
+                    .unwrap_or_default();
                 let out_coder = c.coders.get(&out_coder_id).cloned().unwrap_or_default();
-                let kv = if coder_urn(c, &out_coder_id) == urns::coder::KV && out_coder.component_coder_ids.len() == 2 {
+                let kv = if coder_urn(c, &out_coder_id) == urns::coder::KV
+                    && out_coder.component_coder_ids.len() == 2
+                {
                     let iter_id = &out_coder.component_coder_ids[1];
                     let iter = c.coders.get(iter_id).cloned().unwrap_or_default();
-                    (coder_urn(c, iter_id) == urns::coder::ITERABLE && iter.component_coder_ids.len() == 1)
-                        .then(|| (out_coder.component_coder_ids[0].clone(), iter.component_coder_ids[0].clone()))
+                    (coder_urn(c, iter_id) == urns::coder::ITERABLE
+                        && iter.component_coder_ids.len() == 1)
+                        .then(|| {
+                            (
+                                out_coder.component_coder_ids[0].clone(),
+                                iter.component_coder_ids[0].clone(),
+                            )
+                        })
                 } else {
                     None
                 };
                 let kv_id = kv.map(|(k, v)| {
                     let id = format!("weir:kv({k},{v})");
                     c.coders.entry(id.clone()).or_insert_with(|| beam::Coder {
-                        spec: Some(beam::FunctionSpec { urn: urns::coder::KV.into(), payload: vec![] }),
+                        spec: Some(beam::FunctionSpec {
+                            urn: urns::coder::KV.into(),
+                            payload: vec![],
+                        }),
                         component_coder_ids: vec![k, v],
                     });
                     id
                 });
                 let coders = c.coders.clone();
                 Some(Box::new(move |in_coder: &str| {
-                    let is_kv = coders.get(in_coder).and_then(|c| c.spec.as_ref()).map(|s| s.urn == urns::coder::KV).unwrap_or(false);
-                    if is_kv { None } else { kv_id.clone() }
+                    let is_kv = coders
+                        .get(in_coder)
+                        .and_then(|c| c.spec.as_ref())
+                        .map(|s| s.urn == urns::coder::KV)
+                        .unwrap_or(false);
+                    if is_kv {
+                        None
+                    } else {
+                        kv_id.clone()
+                    }
                 }))
             }
             _ => None,
@@ -79,12 +117,12 @@ pub(crate) fn insert(c: &mut beam::Components, leaves: &mut Vec<String>) -> Resu
         names.sort();
         for (n, name) in names.into_iter().enumerate() {
             let input = t.inputs[&name].clone();
-            let pc = c
-                .pcollections
-                .get(&input)
-                .cloned()
-                .ok_or_else(|| PlanError::Invalid(format!("transform {id}: unknown PCollection {input}")))?;
-            let Some(coder) = target_coder(&pc.coder_id) else { continue };
+            let pc = c.pcollections.get(&input).cloned().ok_or_else(|| {
+                PlanError::Invalid(format!("transform {id}: unknown PCollection {input}"))
+            })?;
+            let Some(coder) = target_coder(&pc.coder_id) else {
+                continue;
+            };
             let new_pc = format!("{id}{TRANSCODE_MARKER}{n}");
             let mut p = pc.clone();
             p.coder_id = coder;
@@ -97,7 +135,10 @@ pub(crate) fn insert(c: &mut beam::Components, leaves: &mut Vec<String>) -> Resu
                 .unwrap_or_else(|| default_env.clone());
             let transcoder = beam::PTransform {
                 unique_name: format!("{}/Transcode{n}", t.unique_name),
-                spec: Some(beam::FunctionSpec { urn: urns::transform::FLATTEN.into(), payload: vec![] }),
+                spec: Some(beam::FunctionSpec {
+                    urn: urns::transform::FLATTEN.into(),
+                    payload: vec![],
+                }),
                 inputs: [("in".to_string(), input.clone())].into_iter().collect(),
                 outputs: [("out".to_string(), new_pc.clone())].into_iter().collect(),
                 environment_id: env,

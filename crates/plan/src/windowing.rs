@@ -17,9 +17,11 @@ pub(crate) fn parse(
     id: &str,
     pcollection: &str,
 ) -> Result<Windowing> {
-    let ws = strategies
-        .get(id)
-        .ok_or_else(|| PlanError::Invalid(format!("PCollection {pcollection}: unknown windowing strategy {id:?}")))?;
+    let ws = strategies.get(id).ok_or_else(|| {
+        PlanError::Invalid(format!(
+            "PCollection {pcollection}: unknown windowing strategy {id:?}"
+        ))
+    })?;
     let fn_urn = ws.window_fn.as_ref().map(|f| f.urn.as_str()).unwrap_or("");
     let unsupported = |urn: &str, feature: String| PlanError::Unsupported {
         transform: format!("producer of PCollection {pcollection}"),
@@ -31,28 +33,47 @@ pub(crate) fn parse(
         .and_then(|c| c.spec.as_ref())
         .map(|s| s.urn.as_str())
         .unwrap_or("");
-    if window_coder_urn != urns::coder::GLOBAL_WINDOW && window_coder_urn != urns::coder::INTERVAL_WINDOW {
-        return Err(unsupported(window_coder_urn, "custom window types (window coder)".into()));
+    if window_coder_urn != urns::coder::GLOBAL_WINDOW
+        && window_coder_urn != urns::coder::INTERVAL_WINDOW
+    {
+        return Err(unsupported(
+            window_coder_urn,
+            "custom window types (window coder)".into(),
+        ));
     }
     match ws.trigger.as_ref().and_then(|t| t.trigger.as_ref()) {
         // `Always` (Python's Reshuffle re-windows through it): in batch every
         // element is one firing at the end of the bundle; firing once when the
         // watermark passes the window gives the same elements, in fewer panes.
-        None | Some(beam::trigger::Trigger::Default(_)) | Some(beam::trigger::Trigger::Always(_)) => {}
+        None
+        | Some(beam::trigger::Trigger::Default(_))
+        | Some(beam::trigger::Trigger::Always(_)) => {}
         Some(other) => {
             let name = format!("{other:?}");
             let name = name.split('(').next().unwrap_or("").to_string();
-            return Err(unsupported(fn_urn, format!("trigger {name} (only the default trigger is implemented)")));
+            return Err(unsupported(
+                fn_urn,
+                format!("trigger {name} (only the default trigger is implemented)"),
+            ));
         }
     }
     let window_fn = match fn_urn {
         urns::window_fn::GLOBAL => WindowFn::Global,
         urns::window_fn::SESSIONS => {
-            let payload = ws.window_fn.as_ref().map(|f| f.payload.as_slice()).unwrap_or(&[]);
-            let p = beam::SessionWindowsPayload::decode(payload)
-                .map_err(|e| PlanError::Invalid(format!("windowing strategy {id}: bad SessionWindowsPayload: {e}")))?;
+            let payload = ws
+                .window_fn
+                .as_ref()
+                .map(|f| f.payload.as_slice())
+                .unwrap_or(&[]);
+            let p = beam::SessionWindowsPayload::decode(payload).map_err(|e| {
+                PlanError::Invalid(format!(
+                    "windowing strategy {id}: bad SessionWindowsPayload: {e}"
+                ))
+            })?;
             let gap = p.gap_size.unwrap_or_default();
-            WindowFn::Sessions { gap_ms: gap.seconds * 1000 + i64::from(gap.nanos) / 1_000_000 }
+            WindowFn::Sessions {
+                gap_ms: gap.seconds * 1000 + i64::from(gap.nanos) / 1_000_000,
+            }
         }
         _ if ws.merge_status == beam::merge_status::Enum::NeedsMerge as i32 => {
             return Err(unsupported(fn_urn, "custom merging WindowFn".into()))
@@ -64,5 +85,8 @@ pub(crate) fn parse(
         Ok(beam::output_time::Enum::LatestInPane) => OutputTime::LatestInPane,
         _ => OutputTime::EndOfWindow,
     };
-    Ok(Windowing { window_fn, output_time })
+    Ok(Windowing {
+        window_fn,
+        output_time,
+    })
 }

@@ -17,7 +17,11 @@ fn metadata() -> Value {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .unwrap_or_else(|e| panic!("running {cargo} metadata: {e}"));
-    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON")
 }
 
@@ -41,8 +45,14 @@ fn direct_deps(meta: &Value, package: &str) -> Vec<String> {
 }
 
 fn assert_none_of(package: &str, deps: &[String], forbidden: &[&str]) {
-    let bad: Vec<&String> = deps.iter().filter(|d| forbidden.contains(&d.as_str())).collect();
-    assert!(bad.is_empty(), "{package} must not depend directly on {bad:?} (its dependencies: {deps:?})");
+    let bad: Vec<&String> = deps
+        .iter()
+        .filter(|d| forbidden.contains(&d.as_str()))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{package} must not depend directly on {bad:?} (its dependencies: {deps:?})"
+    );
 }
 
 #[test]
@@ -52,8 +62,16 @@ fn plan_has_no_async_or_grpc_dependency() {
     // Not vacuous: the manifest was read.
     assert!(deps.iter().any(|d| d == "weir-proto"), "{deps:?}");
     assert!(deps.iter().any(|d| d == "weir-model"), "{deps:?}");
-    assert_none_of("weir-plan", &deps, &["tokio", "tokio-stream", "tonic", "timely"]);
-    assert_none_of("weir-plan", &deps, &["weir-engine", "weir-harness", "weir-jobs", "weir"]);
+    assert_none_of(
+        "weir-plan",
+        &deps,
+        &["tokio", "tokio-stream", "tonic", "timely"],
+    );
+    assert_none_of(
+        "weir-plan",
+        &deps,
+        &["weir-engine", "weir-harness", "weir-jobs", "weir"],
+    );
 }
 
 #[test]
@@ -62,6 +80,18 @@ fn engine_has_no_async_grpc_or_proto_dependency() {
     let deps = direct_deps(&meta, "weir-engine");
     assert!(deps.iter().any(|d| d == "timely"), "{deps:?}");
     assert!(deps.iter().any(|d| d == "weir-plan"), "{deps:?}");
-    assert_none_of("weir-engine", &deps, &["tokio", "tokio-stream", "tonic", "prost", "prost-types", "weir-proto", "beam-model-rs"]);
+    assert_none_of(
+        "weir-engine",
+        &deps,
+        &[
+            "tokio",
+            "tokio-stream",
+            "tonic",
+            "prost",
+            "prost-types",
+            "weir-proto",
+            "beam-model-rs",
+        ],
+    );
     assert_none_of("weir-engine", &deps, &["weir-harness", "weir-jobs", "weir"]);
 }

@@ -9,7 +9,10 @@
 use std::collections::{BTreeSet, HashMap};
 
 use weir_model::Coder;
-use weir_plan::{plan, OutputTime, Plan, PlanError, PlanOptions, SdkStage, SideInputKind, Stage, StageKind, WindowFn};
+use weir_plan::{
+    plan, OutputTime, Plan, PlanError, PlanOptions, SdkStage, SideInputKind, Stage, StageKind,
+    WindowFn,
+};
 use weir_proto::beam;
 use weir_proto::prost::Message;
 
@@ -34,7 +37,9 @@ fn load(name: &str) -> beam::Pipeline {
 }
 
 fn options() -> PlanOptions {
-    PlanOptions { fn_api_url: FN_API_URL.to_string() }
+    PlanOptions {
+        fn_api_url: FN_API_URL.to_string(),
+    }
 }
 
 /// Plans `pipeline` and checks the invariants every plan must satisfy.
@@ -50,7 +55,11 @@ fn plan_fixture(name: &str) -> Plan {
 
 fn plan_err(pipeline: &beam::Pipeline) -> PlanError {
     match plan(pipeline, &options()) {
-        Ok(p) => panic!("expected a planning error, got {} stages: {:?}", p.graph.stages.len(), names(&p)),
+        Ok(p) => panic!(
+            "expected a planning error, got {} stages: {:?}",
+            p.graph.stages.len(),
+            names(&p)
+        ),
         Err(e) => e,
     }
 }
@@ -76,7 +85,10 @@ fn names(p: &Plan) -> Vec<String> {
 fn sdk(p: &Plan, stage: usize) -> &SdkStage {
     match &p.graph.stages[stage].kind {
         StageKind::Sdk(s) => s,
-        other => panic!("stage {stage} ({}) is not an SDK stage: {other:?}", p.graph.stages[stage].name),
+        other => panic!(
+            "stage {stage} ({}) is not an SDK stage: {other:?}",
+            p.graph.stages[stage].name
+        ),
     }
 }
 
@@ -86,7 +98,9 @@ fn pc_id(p: &Plan, index: usize) -> &str {
 
 fn descriptor<'a>(p: &'a Plan, stage: usize) -> &'a beam::ProcessBundleDescriptor {
     let id = &p.graph.stages[stage].id;
-    p.descriptors.get(id).unwrap_or_else(|| panic!("no descriptor for stage {id}"))
+    p.descriptors
+        .get(id)
+        .unwrap_or_else(|| panic!("no descriptor for stage {id}"))
 }
 
 fn urn_of(t: &beam::PTransform) -> &str {
@@ -105,8 +119,14 @@ fn coder_urn<'a>(coders: &'a HashMap<String, beam::Coder>, id: &str) -> &'a str 
 
 /// The model coder of proto coder `id`, built independently of the planner.
 fn model(coders: &HashMap<String, beam::Coder>, id: &str) -> Coder {
-    let c = coders.get(id).unwrap_or_else(|| panic!("coder {id:?} is not in the descriptor"));
-    let comps = c.component_coder_ids.iter().map(|comp| model(coders, comp)).collect();
+    let c = coders
+        .get(id)
+        .unwrap_or_else(|| panic!("coder {id:?} is not in the descriptor"));
+    let comps = c
+        .component_coder_ids
+        .iter()
+        .map(|comp| model(coders, comp))
+        .collect();
     let spec = c.spec.clone().unwrap_or_default();
     Coder::from_urn(&spec.urn, &spec.payload, comps).unwrap_or_else(|e| panic!("coder {id}: {e}"))
 }
@@ -128,7 +148,10 @@ fn check_measurable(coders: &HashMap<String, beam::Coder>, id: &str, path: &str)
     let here = format!("{path} > {id} ({urn})");
     match urn {
         LENGTH_PREFIX => 1,
-        "beam:coder:kv:v1" | "beam:coder:iterable:v1" | "beam:coder:nullable:v1" | WINDOWED_VALUE => coders[id]
+        "beam:coder:kv:v1"
+        | "beam:coder:iterable:v1"
+        | "beam:coder:nullable:v1"
+        | WINDOWED_VALUE => coders[id]
             .component_coder_ids
             .iter()
             .map(|c| check_measurable(coders, c, &here))
@@ -147,11 +170,17 @@ fn check_measurable(coders: &HashMap<String, beam::Coder>, id: &str, path: &str)
 /// Decodes the RemoteGrpcPort of a source or sink transform and checks it.
 /// Returns the port's windowed coder id.
 fn port_coder(d: &beam::ProcessBundleDescriptor, transform_id: &str, expected_urn: &str) -> String {
-    let t = d.transforms.get(transform_id).unwrap_or_else(|| panic!("{} has no transform {transform_id}", d.id));
+    let t = d
+        .transforms
+        .get(transform_id)
+        .unwrap_or_else(|| panic!("{} has no transform {transform_id}", d.id));
     assert_eq!(urn_of(t), expected_urn, "transform {transform_id}");
     let payload = &t.spec.as_ref().unwrap().payload;
     let port = beam::RemoteGrpcPort::decode(payload.as_slice()).expect("RemoteGrpcPort payload");
-    assert_eq!(port.api_service_descriptor.as_ref().map(|a| a.url.as_str()), Some(FN_API_URL));
+    assert_eq!(
+        port.api_service_descriptor.as_ref().map(|a| a.url.as_str()),
+        Some(FN_API_URL)
+    );
     port.coder_id
 }
 
@@ -159,18 +188,49 @@ fn port_coder(d: &beam::ProcessBundleDescriptor, transform_id: &str, expected_ur
 /// in descriptor `d`, and that the engine's view of `pc_index` uses the same coders.
 fn check_port(p: &Plan, d: &beam::ProcessBundleDescriptor, wv_id: &str, pc_index: usize) {
     let pc = &p.graph.pcollections[pc_index];
-    assert_eq!(coder_urn(&d.coders, wv_id), WINDOWED_VALUE, "port coder {wv_id} of {}", d.id);
+    assert_eq!(
+        coder_urn(&d.coders, wv_id),
+        WINDOWED_VALUE,
+        "port coder {wv_id} of {}",
+        d.id
+    );
     let comps = &d.coders[wv_id].component_coder_ids;
     assert_eq!(comps.len(), 2, "windowed_value components of {wv_id}");
-    let in_descriptor = d.pcollections.get(&pc.id).unwrap_or_else(|| panic!("{} lacks PCollection {}", d.id, pc.id));
-    assert_eq!(comps[0], in_descriptor.coder_id, "port value coder vs PCollection {} coder in {}", pc.id, d.id);
+    let in_descriptor = d
+        .pcollections
+        .get(&pc.id)
+        .unwrap_or_else(|| panic!("{} lacks PCollection {}", d.id, pc.id));
+    assert_eq!(
+        comps[0], in_descriptor.coder_id,
+        "port value coder vs PCollection {} coder in {}",
+        pc.id, d.id
+    );
     let ws = d
         .windowing_strategies
         .get(&in_descriptor.windowing_strategy_id)
-        .unwrap_or_else(|| panic!("{} lacks windowing strategy {}", d.id, in_descriptor.windowing_strategy_id));
-    assert_eq!(comps[1], ws.window_coder_id, "port window coder of {}", pc.id);
-    assert_eq!(model(&d.coders, &comps[0]), pc.value_coder, "engine value coder of {}", pc.id);
-    assert_eq!(model(&d.coders, &comps[1]), pc.window_coder, "engine window coder of {}", pc.id);
+        .unwrap_or_else(|| {
+            panic!(
+                "{} lacks windowing strategy {}",
+                d.id, in_descriptor.windowing_strategy_id
+            )
+        });
+    assert_eq!(
+        comps[1], ws.window_coder_id,
+        "port window coder of {}",
+        pc.id
+    );
+    assert_eq!(
+        model(&d.coders, &comps[0]),
+        pc.value_coder,
+        "engine value coder of {}",
+        pc.id
+    );
+    assert_eq!(
+        model(&d.coders, &comps[1]),
+        pc.window_coder,
+        "engine window coder of {}",
+        pc.id
+    );
     check_measurable(&d.coders, wv_id, &d.id);
 }
 
@@ -179,45 +239,102 @@ fn check_invariants(p: &Plan) {
     let g = &p.graph;
     let mut producer: HashMap<usize, usize> = HashMap::new();
     for (i, s) in g.stages.iter().enumerate() {
-        assert_eq!(s.id, format!("stage-{i}"), "stage ids follow their position");
+        assert_eq!(
+            s.id,
+            format!("stage-{i}"),
+            "stage ids follow their position"
+        );
         let mut needed = s.main_inputs();
         if let StageKind::Sdk(sdk) = &s.kind {
             needed.extend(sdk.side_inputs.iter().map(|si| si.pcollection));
         }
         for pc in needed {
-            let by = producer.get(&pc).unwrap_or_else(|| panic!("stage {i} ({}) reads {} before it is produced", s.name, g.pcollections[pc].id));
+            let by = producer.get(&pc).unwrap_or_else(|| {
+                panic!(
+                    "stage {i} ({}) reads {} before it is produced",
+                    s.name, g.pcollections[pc].id
+                )
+            });
             assert!(*by < i);
         }
         for pc in s.outputs() {
             assert!(pc < g.pcollections.len());
             if let Some(prev) = producer.insert(pc, i) {
-                panic!("PCollection {} produced by stages {prev} and {i}", g.pcollections[pc].id);
+                panic!(
+                    "PCollection {} produced by stages {prev} and {i}",
+                    g.pcollections[pc].id
+                );
             }
         }
         if let StageKind::Flatten { inputs, output } = &s.kind {
             for &i in inputs {
-                assert_eq!(g.pcollections[i].value_coder, g.pcollections[*output].value_coder, "Flatten input {} must share the output coder", g.pcollections[i].id);
+                assert_eq!(
+                    g.pcollections[i].value_coder, g.pcollections[*output].value_coder,
+                    "Flatten input {} must share the output coder",
+                    g.pcollections[i].id
+                );
             }
         }
         if let StageKind::GroupByKey { input, .. } = &s.kind {
-            assert!(matches!(g.pcollections[*input].value_coder, Coder::Kv(..)), "GroupByKey input {} is not KV", g.pcollections[*input].id);
+            assert!(
+                matches!(g.pcollections[*input].value_coder, Coder::Kv(..)),
+                "GroupByKey input {} is not KV",
+                g.pcollections[*input].id
+            );
         }
     }
-    let sdk_stages: BTreeSet<&str> = g.stages.iter().filter(|s| matches!(s.kind, StageKind::Sdk(_))).map(|s| s.id.as_str()).collect();
-    assert_eq!(p.descriptors.keys().map(|k| k.as_str()).collect::<BTreeSet<_>>(), sdk_stages, "one descriptor per SDK stage");
+    let sdk_stages: BTreeSet<&str> = g
+        .stages
+        .iter()
+        .filter(|s| matches!(s.kind, StageKind::Sdk(_)))
+        .map(|s| s.id.as_str())
+        .collect();
+    assert_eq!(
+        p.descriptors
+            .keys()
+            .map(|k| k.as_str())
+            .collect::<BTreeSet<_>>(),
+        sdk_stages,
+        "one descriptor per SDK stage"
+    );
 
     for (i, s) in g.stages.iter().enumerate() {
-        let StageKind::Sdk(sdk) = &s.kind else { continue };
+        let StageKind::Sdk(sdk) = &s.kind else {
+            continue;
+        };
         let d = descriptor(p, i);
         assert_eq!(d.id, s.id);
-        assert_eq!(d.state_api_service_descriptor.as_ref().map(|a| a.url.as_str()), Some(FN_API_URL));
-        assert!(p.environments.contains_key(&sdk.environment_id), "environment {} of {}", sdk.environment_id, s.id);
+        assert_eq!(
+            d.state_api_service_descriptor
+                .as_ref()
+                .map(|a| a.url.as_str()),
+            Some(FN_API_URL)
+        );
+        assert!(
+            p.environments.contains_key(&sdk.environment_id),
+            "environment {} of {}",
+            sdk.environment_id,
+            s.id
+        );
 
         // Exactly one source, the stage's input transform, producing the stage input.
-        let sources: Vec<&String> = d.transforms.iter().filter(|(_, t)| urn_of(t) == SOURCE).map(|(id, _)| id).collect();
-        assert_eq!(sources, vec![&sdk.input_transform_id], "sources of {}", s.id);
+        let sources: Vec<&String> = d
+            .transforms
+            .iter()
+            .filter(|(_, t)| urn_of(t) == SOURCE)
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(
+            sources,
+            vec![&sdk.input_transform_id],
+            "sources of {}",
+            s.id
+        );
         let source = &d.transforms[&sdk.input_transform_id];
-        assert_eq!(source.outputs.values().collect::<Vec<_>>(), vec![pc_id(p, sdk.input)]);
+        assert_eq!(
+            source.outputs.values().collect::<Vec<_>>(),
+            vec![pc_id(p, sdk.input)]
+        );
         let wv = port_coder(d, &sdk.input_transform_id, SOURCE);
         check_port(p, d, &wv, sdk.input);
 
@@ -227,30 +344,54 @@ fn check_invariants(p: &Plan) {
         assert_eq!(sdk.output_transform_ids.len(), sdk.outputs.len());
         for (sink_id, &pc) in sdk.output_transform_ids.iter().zip(&sdk.outputs) {
             let sink = &d.transforms[sink_id];
-            assert_eq!(sink.inputs.values().collect::<Vec<_>>(), vec![pc_id(p, pc)], "sink {sink_id}");
+            assert_eq!(
+                sink.inputs.values().collect::<Vec<_>>(),
+                vec![pc_id(p, pc)],
+                "sink {sink_id}"
+            );
             let wv = port_coder(d, sink_id, SINK);
             check_port(p, d, &wv, pc);
         }
 
         // The residual transforms read the stage's input.
-        assert!(!sdk.residual_transform_ids.is_empty(), "{} has no transform reading its input", s.id);
+        assert!(
+            !sdk.residual_transform_ids.is_empty(),
+            "{} has no transform reading its input",
+            s.id
+        );
         for r in &sdk.residual_transform_ids {
-            let t = d.transforms.get(r).unwrap_or_else(|| panic!("residual transform {r} not in {}", s.id));
-            assert!(t.inputs.values().any(|pc| pc == pc_id(p, sdk.input)), "residual transform {r} does not read the input");
+            let t = d
+                .transforms
+                .get(r)
+                .unwrap_or_else(|| panic!("residual transform {r} not in {}", s.id));
+            assert!(
+                t.inputs.values().any(|pc| pc == pc_id(p, sdk.input)),
+                "residual transform {r} does not read the input"
+            );
         }
 
         // Side inputs are read by a transform of the stage, under that local name.
         for si in &sdk.side_inputs {
-            let t = d.transforms.get(&si.transform_id).unwrap_or_else(|| panic!("side input consumer {} not in {}", si.transform_id, s.id));
-            assert_eq!(t.inputs.get(&si.local_name).map(|s| s.as_str()), Some(pc_id(p, si.pcollection)));
+            let t = d.transforms.get(&si.transform_id).unwrap_or_else(|| {
+                panic!("side input consumer {} not in {}", si.transform_id, s.id)
+            });
+            assert_eq!(
+                t.inputs.get(&si.local_name).map(|s| s.as_str()),
+                Some(pc_id(p, si.pcollection))
+            );
         }
 
         // The descriptor is self-contained.
         for (tid, t) in &d.transforms {
             for pc in t.inputs.values().chain(t.outputs.values()) {
-                let info = d.pcollections.get(pc).unwrap_or_else(|| panic!("{}: transform {tid} uses unknown PCollection {pc}", s.id));
+                let info = d.pcollections.get(pc).unwrap_or_else(|| {
+                    panic!("{}: transform {tid} uses unknown PCollection {pc}", s.id)
+                });
                 model(&d.coders, &info.coder_id);
-                let ws = d.windowing_strategies.get(&info.windowing_strategy_id).unwrap_or_else(|| panic!("{}: unknown windowing strategy", s.id));
+                let ws = d
+                    .windowing_strategies
+                    .get(&info.windowing_strategy_id)
+                    .unwrap_or_else(|| panic!("{}: unknown windowing strategy", s.id));
                 model(&d.coders, &ws.window_coder_id);
             }
             if urn_of(t) != SOURCE && urn_of(t) != SINK {
@@ -262,13 +403,21 @@ fn check_invariants(p: &Plan) {
 
 fn unsupported(e: &PlanError) -> (&str, &str, &str) {
     match e {
-        PlanError::Unsupported { transform, urn, feature } => (transform, urn, feature),
+        PlanError::Unsupported {
+            transform,
+            urn,
+            feature,
+        } => (transform, urn, feature),
         other => panic!("expected PlanError::Unsupported, got {other:?}"),
     }
 }
 
 fn transform_urns(d: &beam::ProcessBundleDescriptor) -> Vec<String> {
-    let mut v: Vec<String> = d.transforms.values().map(|t| urn_of(t).to_string()).collect();
+    let mut v: Vec<String> = d
+        .transforms
+        .values()
+        .map(|t| urn_of(t).to_string())
+        .collect();
     v.sort();
     v
 }
@@ -294,7 +443,20 @@ fn wordcount_stages() {
     let p = plan_fixture("wordcount");
     assert_eq!(
         kinds(&p),
-        ["Impulse", "Sdk", "Sdk", "GroupByKey", "Sdk", "Impulse", "Sdk", "Sdk", "GroupByKey", "Sdk", "Sdk", "Sdk"]
+        [
+            "Impulse",
+            "Sdk",
+            "Sdk",
+            "GroupByKey",
+            "Sdk",
+            "Impulse",
+            "Sdk",
+            "Sdk",
+            "GroupByKey",
+            "Sdk",
+            "Sdk",
+            "Sdk"
+        ]
     );
     let sdf = "Read/Read/SDFBoundedSourceReader/ParDo(SDFBoundedSourceDoFn)";
     assert_eq!(
@@ -316,7 +478,9 @@ fn wordcount_stages() {
     );
 
     // Impulse feeds the SDF head stage; its element coder is plain bytes.
-    let StageKind::Impulse { output } = p.graph.stages[0].kind else { unreachable!() };
+    let StageKind::Impulse { output } = p.graph.stages[0].kind else {
+        unreachable!()
+    };
     assert_eq!(p.graph.pcollections[output].value_coder, Coder::Bytes);
     assert_eq!(sdk(&p, 1).input, output);
 
@@ -332,15 +496,32 @@ fn wordcount_stages() {
             "beam:transform:sdf_split_and_size_restrictions:v1",
         ]
     );
-    let sdf_id = "ref_AppliedPTransform_Read-Read-SDFBoundedSourceReader-ParDo-SDFBoundedSourceDoFn-_7";
+    let sdf_id =
+        "ref_AppliedPTransform_Read-Read-SDFBoundedSourceReader-ParDo-SDFBoundedSourceDoFn-_7";
     let sized = format!("{sdf_id}/weir:sized");
-    assert_eq!(sdk(&p, 1).outputs.iter().map(|&i| pc_id(&p, i)).collect::<Vec<_>>(), [sized.as_str()]);
-    assert_eq!(d1.transforms[&format!("{sdf_id}/weir:sdf-split")].outputs.values().collect::<Vec<_>>(), [&sized]);
+    assert_eq!(
+        sdk(&p, 1)
+            .outputs
+            .iter()
+            .map(|&i| pc_id(&p, i))
+            .collect::<Vec<_>>(),
+        [sized.as_str()]
+    );
+    assert_eq!(
+        d1.transforms[&format!("{sdf_id}/weir:sdf-split")]
+            .outputs
+            .values()
+            .collect::<Vec<_>>(),
+        [&sized]
+    );
 
     // SDF process: a new stage reading the sized restrictions, fused with Split, PairWithOne and the precombine.
     let s2 = sdk(&p, 2);
     assert_eq!(pc_id(&p, s2.input), sized);
-    assert_eq!(s2.residual_transform_ids, [format!("{sdf_id}/weir:sdf-process")]);
+    assert_eq!(
+        s2.residual_transform_ids,
+        [format!("{sdf_id}/weir:sdf-process")]
+    );
     assert_eq!(
         transform_urns(descriptor(&p, 2)),
         [
@@ -359,7 +540,10 @@ fn wordcount_stages() {
             match paired.as_ref() {
                 Coder::Kv(element, restriction) => {
                     assert!(is_lp_pickled(element), "element coder {element:?}");
-                    assert!(matches!(restriction.as_ref(), Coder::Kv(a, b) if is_lp_pickled(a) && is_lp_pickled(b)), "restriction coder {restriction:?}");
+                    assert!(
+                        matches!(restriction.as_ref(), Coder::Kv(a, b) if is_lp_pickled(a) && is_lp_pickled(b)),
+                        "restriction coder {restriction:?}"
+                    );
                 }
                 other => panic!("paired coder {other:?}"),
             }
@@ -371,17 +555,31 @@ fn wordcount_stages() {
     // lifts the `combine_per_key` composite itself (not the SDK's lifted
     // subtransforms), under the composite's names.
     let combine = "ref_AppliedPTransform_GroupAndSum_10";
-    let StageKind::GroupByKey { input, output } = p.graph.stages[3].kind else { unreachable!() };
+    let StageKind::GroupByKey { input, output } = p.graph.stages[3].kind else {
+        unreachable!()
+    };
     assert_eq!(s2.outputs, [input]);
-    assert_eq!(pc_id(&p, input), format!("{combine}/weir:lifted-precombined"));
+    assert_eq!(
+        pc_id(&p, input),
+        format!("{combine}/weir:lifted-precombined")
+    );
     assert_eq!(pc_id(&p, output), format!("{combine}/weir:lifted-grouped"));
     let d2 = descriptor(&p, 2);
     let pre = &d2.transforms[&format!("{combine}/weir:lifted-Precombine")];
     assert_eq!(pre.unique_name, "GroupAndSum/Precombine");
-    assert_eq!(pre.inputs.values().collect::<Vec<_>>(), ["ref_PCollection_PCollection_5"]);
+    assert_eq!(
+        pre.inputs.values().collect::<Vec<_>>(),
+        ["ref_PCollection_PCollection_5"]
+    );
     let d4 = descriptor(&p, 4);
-    assert_eq!(sdk(&p, 4).residual_transform_ids, [format!("{combine}/weir:lifted-Merge")]);
-    assert_eq!(urn_of(&d4.transforms[&format!("{combine}/weir:lifted-Merge")]), "beam:transform:combine_per_key_merge_accumulators:v1");
+    assert_eq!(
+        sdk(&p, 4).residual_transform_ids,
+        [format!("{combine}/weir:lifted-Merge")]
+    );
+    assert_eq!(
+        urn_of(&d4.transforms[&format!("{combine}/weir:lifted-Merge")]),
+        "beam:transform:combine_per_key_merge_accumulators:v1"
+    );
     assert_eq!(
         urn_of(&d4.transforms[&format!("{combine}/weir:lifted-ExtractOutputs")]),
         "beam:transform:combine_per_key_extract_outputs:v1"
@@ -394,10 +592,17 @@ fn wordcount_stages() {
         let inner = &d.coders[&lp.component_coder_ids[0]];
         String::from_utf8_lossy(&inner.spec.as_ref().unwrap().payload).into_owned()
     };
-    assert!(key_coder(d2, &format!("{combine}/weir:lifted-precombined")).contains("DeterministicFastPrimitivesCoder"));
+    assert!(key_coder(d2, &format!("{combine}/weir:lifted-precombined"))
+        .contains("DeterministicFastPrimitivesCoder"));
     let gbk_in = &p.graph.pcollections[input];
-    assert!(matches!(&gbk_in.value_coder, Coder::Kv(k, v) if is_lp_pickled(k) && is_lp_pickled(v)), "{:?}", gbk_in.value_coder);
-    assert!(matches!(&p.graph.pcollections[output].value_coder, Coder::Kv(k, v) if is_lp_pickled(k) && matches!(v.as_ref(), Coder::Iterable(e) if is_lp_pickled(e))));
+    assert!(
+        matches!(&gbk_in.value_coder, Coder::Kv(k, v) if is_lp_pickled(k) && is_lp_pickled(v)),
+        "{:?}",
+        gbk_in.value_coder
+    );
+    assert!(
+        matches!(&p.graph.pcollections[output].value_coder, Coder::Kv(k, v) if is_lp_pickled(k) && matches!(v.as_ref(), Coder::Iterable(e) if is_lp_pickled(e)))
+    );
     assert_eq!(gbk_in.window_coder, Coder::GlobalWindow);
     assert_eq!(gbk_in.windowing.window_fn, WindowFn::Global);
     assert_eq!(gbk_in.windowing.output_time, OutputTime::EndOfWindow);
@@ -407,41 +612,103 @@ fn wordcount_stages() {
     // PreFinalize/FinalizeWrite and the InitializeWrite side input.
     let s6 = sdk(&p, 6);
     let outs: Vec<&str> = s6.outputs.iter().map(|&i| pc_id(&p, i)).collect();
-    assert_eq!(outs, ["ref_PCollection_PCollection_11", "ref_PCollection_PCollection_12"]);
-    assert_eq!(pc_id(&p, sdk(&p, 10).input), "ref_PCollection_PCollection_11");
-    assert_eq!(pc_id(&p, sdk(&p, 11).input), "ref_PCollection_PCollection_11");
-    assert_eq!(pc_id(&p, sdk(&p, 7).input), "ref_PCollection_PCollection_13");
-    assert_eq!(sdk(&p, 4).outputs.iter().map(|&i| pc_id(&p, i)).collect::<Vec<_>>(), ["ref_PCollection_PCollection_13"]);
-    assert!(sdk(&p, 11).outputs.is_empty(), "FinalizeWrite's output is consumed by nobody");
+    assert_eq!(
+        outs,
+        [
+            "ref_PCollection_PCollection_11",
+            "ref_PCollection_PCollection_12"
+        ]
+    );
+    assert_eq!(
+        pc_id(&p, sdk(&p, 10).input),
+        "ref_PCollection_PCollection_11"
+    );
+    assert_eq!(
+        pc_id(&p, sdk(&p, 11).input),
+        "ref_PCollection_PCollection_11"
+    );
+    assert_eq!(
+        pc_id(&p, sdk(&p, 7).input),
+        "ref_PCollection_PCollection_13"
+    );
+    assert_eq!(
+        sdk(&p, 4)
+            .outputs
+            .iter()
+            .map(|&i| pc_id(&p, i))
+            .collect::<Vec<_>>(),
+        ["ref_PCollection_PCollection_13"]
+    );
+    assert!(
+        sdk(&p, 11).outputs.is_empty(),
+        "FinalizeWrite's output is consumed by nobody"
+    );
 
     // Side inputs of the write: all iterable.
     let sides = |stage: usize| -> Vec<(String, String, String, SideInputKind)> {
         sdk(&p, stage)
             .side_inputs
             .iter()
-            .map(|si| (si.transform_id.clone(), si.local_name.clone(), pc_id(&p, si.pcollection).to_string(), si.kind))
+            .map(|si| {
+                (
+                    si.transform_id.clone(),
+                    si.local_name.clone(),
+                    pc_id(&p, si.pcollection).to_string(),
+                    si.kind,
+                )
+            })
             .collect()
     };
     let t = |s: &str| s.to_string();
     assert_eq!(
         sides(7),
-        [(t("ref_AppliedPTransform_Write-Write-WriteImpl-WriteBundles_25"), t("python_side_input0"), t("ref_PCollection_PCollection_12"), SideInputKind::Iterable)]
+        [(
+            t("ref_AppliedPTransform_Write-Write-WriteImpl-WriteBundles_25"),
+            t("python_side_input0"),
+            t("ref_PCollection_PCollection_12"),
+            SideInputKind::Iterable
+        )]
     );
     let pre = "ref_AppliedPTransform_Write-Write-WriteImpl-PreFinalize_29";
     assert_eq!(
         sides(10),
         [
-            (t(pre), t("python_side_input0"), t("ref_PCollection_PCollection_12"), SideInputKind::Iterable),
-            (t(pre), t("python_side_input1"), t("ref_PCollection_PCollection_17"), SideInputKind::Iterable),
+            (
+                t(pre),
+                t("python_side_input0"),
+                t("ref_PCollection_PCollection_12"),
+                SideInputKind::Iterable
+            ),
+            (
+                t(pre),
+                t("python_side_input1"),
+                t("ref_PCollection_PCollection_17"),
+                SideInputKind::Iterable
+            ),
         ]
     );
     let fin = "ref_AppliedPTransform_Write-Write-WriteImpl-FinalizeWrite_30";
     assert_eq!(
         sides(11),
         [
-            (t(fin), t("python_side_input0"), t("ref_PCollection_PCollection_12"), SideInputKind::Iterable),
-            (t(fin), t("python_side_input1"), t("ref_PCollection_PCollection_17"), SideInputKind::Iterable),
-            (t(fin), t("python_side_input2"), t("ref_PCollection_PCollection_18"), SideInputKind::Iterable),
+            (
+                t(fin),
+                t("python_side_input0"),
+                t("ref_PCollection_PCollection_12"),
+                SideInputKind::Iterable
+            ),
+            (
+                t(fin),
+                t("python_side_input1"),
+                t("ref_PCollection_PCollection_17"),
+                SideInputKind::Iterable
+            ),
+            (
+                t(fin),
+                t("python_side_input2"),
+                t("ref_PCollection_PCollection_18"),
+                SideInputKind::Iterable
+            ),
         ]
     );
     for (stage, sides) in [(0usize, 0usize), (1, 0), (2, 0), (4, 0), (6, 0), (9, 0)] {
@@ -462,10 +729,16 @@ fn wordcount_ports_length_prefix_pickled_coders() {
     // vacuous, pickled coders do reach the data plane, always length-prefixed.
     let mut prefixed = 0;
     for (i, s) in p.graph.stages.iter().enumerate() {
-        let StageKind::Sdk(sdk) = &s.kind else { continue };
+        let StageKind::Sdk(sdk) = &s.kind else {
+            continue;
+        };
         let d = descriptor(&p, i);
         let mut ports = vec![port_coder(d, &sdk.input_transform_id, SOURCE)];
-        ports.extend(sdk.output_transform_ids.iter().map(|id| port_coder(d, id, SINK)));
+        ports.extend(
+            sdk.output_transform_ids
+                .iter()
+                .map(|id| port_coder(d, id, SINK)),
+        );
         for wv in ports {
             prefixed += check_measurable(&d.coders, &wv, &d.id);
         }
@@ -474,7 +747,10 @@ fn wordcount_ports_length_prefix_pickled_coders() {
             check_measurable(&d.coders, &pc.coder_id, id);
         }
     }
-    assert!(prefixed >= 10, "only {prefixed} length prefixes on wordcount's ports");
+    assert!(
+        prefixed >= 10,
+        "only {prefixed} length prefixes on wordcount's ports"
+    );
     // The pipeline's own coder for the PairWithOne output is KV<pickled, varint>
     // with a bare pickled key; the wire coder wraps it.
     let d = descriptor(&p, 2);
@@ -486,8 +762,13 @@ fn wordcount_ports_length_prefix_pickled_coders() {
         }
         other => panic!("PairWithOne output coder {other:?}"),
     }
-    let original = &load("wordcount").components.unwrap().pcollections["ref_PCollection_PCollection_5"].coder_id;
-    assert_ne!(&pc.coder_id, original, "the descriptor must not keep the unprefixed coder");
+    let original = &load("wordcount").components.unwrap().pcollections
+        ["ref_PCollection_PCollection_5"]
+        .coder_id;
+    assert_ne!(
+        &pc.coder_id, original,
+        "the descriptor must not keep the unprefixed coder"
+    );
 }
 
 #[test]
@@ -508,20 +789,41 @@ fn wordcount_plans_deterministically() {
 #[test]
 fn side_input_iterable() {
     let p = plan_fixture("side_input");
-    assert_eq!(kinds(&p), ["Impulse", "Sdk", "GroupByKey", "Sdk", "Impulse", "Sdk", "GroupByKey", "Sdk", "Sdk"]);
+    assert_eq!(
+        kinds(&p),
+        [
+            "Impulse",
+            "Sdk",
+            "GroupByKey",
+            "Sdk",
+            "Impulse",
+            "Sdk",
+            "GroupByKey",
+            "Sdk",
+            "Sdk"
+        ]
+    );
     let mut expected: Vec<String> = create_stage_names("CreateSide").into();
     expected.extend(create_stage_names("CreateMain"));
     expected.push("AddSum".into());
     assert_eq!(names(&p), expected);
 
     let add = sdk(&p, 8);
-    assert_eq!(add.input, sdk(&p, 7).outputs[0], "AddSum reads CreateMain's output");
+    assert_eq!(
+        add.input,
+        sdk(&p, 7).outputs[0],
+        "AddSum reads CreateMain's output"
+    );
     assert_eq!(add.side_inputs.len(), 1);
     let si = &add.side_inputs[0];
     assert_eq!(si.transform_id, "ref_AppliedPTransform_AddSum_26");
     assert_eq!(si.local_name, "python_side_input0");
     assert_eq!(si.kind, SideInputKind::Iterable);
-    assert_eq!(sdk(&p, 3).outputs, [si.pcollection], "the side input is CreateSide's output");
+    assert_eq!(
+        sdk(&p, 3).outputs,
+        [si.pcollection],
+        "the side input is CreateSide's output"
+    );
     let side_pc = &p.graph.pcollections[si.pcollection];
     assert_eq!(side_pc.id, "ref_PCollection_PCollection_8");
     assert_eq!(side_pc.value_coder, Coder::VarInt);
@@ -529,14 +831,33 @@ fn side_input_iterable() {
     assert_eq!(p.graph.pcollections[add.input].value_coder, Coder::VarInt);
     // The consuming ParDo sees the side input PCollection in its descriptor.
     let d = descriptor(&p, 8);
-    assert_eq!(model(&d.coders, &d.pcollections["ref_PCollection_PCollection_8"].coder_id), Coder::VarInt);
+    assert_eq!(
+        model(
+            &d.coders,
+            &d.pcollections["ref_PCollection_PCollection_8"].coder_id
+        ),
+        Coder::VarInt
+    );
     assert!(add.outputs.is_empty());
 }
 
 #[test]
 fn side_input_multimap() {
     let p = plan_fixture("multimap_side_input");
-    assert_eq!(kinds(&p), ["Impulse", "Sdk", "GroupByKey", "Sdk", "Impulse", "Sdk", "GroupByKey", "Sdk", "Sdk"]);
+    assert_eq!(
+        kinds(&p),
+        [
+            "Impulse",
+            "Sdk",
+            "GroupByKey",
+            "Sdk",
+            "Impulse",
+            "Sdk",
+            "GroupByKey",
+            "Sdk",
+            "Sdk"
+        ]
+    );
     assert_eq!(p.graph.stages[8].name, "Lookup");
     let lookup = sdk(&p, 8);
     assert_eq!(lookup.side_inputs.len(), 1);
@@ -545,48 +866,106 @@ fn side_input_multimap() {
     assert_eq!(si.local_name, "python_side_input0");
     assert_eq!(si.kind, SideInputKind::Multimap);
     assert_eq!(sdk(&p, 3).outputs, [si.pcollection]);
-    assert_eq!(p.graph.pcollections[si.pcollection].value_coder, kv(Coder::StringUtf8, Coder::VarInt));
-    assert_eq!(p.graph.pcollections[lookup.input].value_coder, Coder::StringUtf8);
+    assert_eq!(
+        p.graph.pcollections[si.pcollection].value_coder,
+        kv(Coder::StringUtf8, Coder::VarInt)
+    );
+    assert_eq!(
+        p.graph.pcollections[lookup.input].value_coder,
+        Coder::StringUtf8
+    );
 }
 
 #[test]
 fn flatten_mixed_coders_transcodes_both_inputs() {
     let p = plan_fixture("flatten_mixed_coders");
-    assert_eq!(kinds(&p), ["Impulse", "Sdk", "GroupByKey", "Sdk", "Impulse", "Sdk", "GroupByKey", "Sdk", "Flatten", "Sdk"]);
+    assert_eq!(
+        kinds(&p),
+        [
+            "Impulse",
+            "Sdk",
+            "GroupByKey",
+            "Sdk",
+            "Impulse",
+            "Sdk",
+            "GroupByKey",
+            "Sdk",
+            "Flatten",
+            "Sdk"
+        ]
+    );
     let [_, _, _, kvs_tail] = create_stage_names("CreateKVs");
     let [_, _, _, strs_tail] = create_stage_names("CreateStrs");
-    assert_eq!(p.graph.stages[3].name, format!("{kvs_tail}+Flatten/Transcode0"));
-    assert_eq!(p.graph.stages[7].name, format!("{strs_tail}+Flatten/Transcode1"));
+    assert_eq!(
+        p.graph.stages[3].name,
+        format!("{kvs_tail}+Flatten/Transcode0")
+    );
+    assert_eq!(
+        p.graph.stages[7].name,
+        format!("{strs_tail}+Flatten/Transcode1")
+    );
     assert_eq!(p.graph.stages[9].name, "Show");
 
     let flatten = "ref_AppliedPTransform_Flatten_26";
-    let StageKind::Flatten { inputs, output } = &p.graph.stages[8].kind else { unreachable!() };
+    let StageKind::Flatten { inputs, output } = &p.graph.stages[8].kind else {
+        unreachable!()
+    };
     let ids: Vec<&str> = inputs.iter().map(|&i| pc_id(&p, i)).collect();
-    assert_eq!(ids, [format!("{flatten}{TRANSCODE_MARKER}0"), format!("{flatten}{TRANSCODE_MARKER}1")]);
+    assert_eq!(
+        ids,
+        [
+            format!("{flatten}{TRANSCODE_MARKER}0"),
+            format!("{flatten}{TRANSCODE_MARKER}1")
+        ]
+    );
     assert_eq!(pc_id(&p, *output), "ref_PCollection_PCollection_17");
     let out_coder = &p.graph.pcollections[*output].value_coder;
-    assert!(is_lp_pickled(out_coder), "Flatten output coder {out_coder:?}");
+    assert!(
+        is_lp_pickled(out_coder),
+        "Flatten output coder {out_coder:?}"
+    );
     assert_eq!(sdk(&p, 9).input, *output);
 
     // Each transcoder is an SDK flatten fused into its producer's stage:
     // KV<str, int> -> pickled, and str -> pickled.
-    for (stage, n, from) in [(3usize, 0, kv(Coder::StringUtf8, Coder::VarInt)), (7, 1, Coder::StringUtf8)] {
+    for (stage, n, from) in [
+        (3usize, 0, kv(Coder::StringUtf8, Coder::VarInt)),
+        (7, 1, Coder::StringUtf8),
+    ] {
         let d = descriptor(&p, stage);
         let tid = format!("{flatten}{TRANSCODE_MARKER}{n}");
-        let t = d.transforms.get(&tid).unwrap_or_else(|| panic!("stage {stage} lacks transcoder {tid}"));
+        let t = d
+            .transforms
+            .get(&tid)
+            .unwrap_or_else(|| panic!("stage {stage} lacks transcoder {tid}"));
         assert_eq!(urn_of(t), FLATTEN);
         assert_eq!(t.unique_name, format!("Flatten/Transcode{n}"));
         assert_eq!(t.environment_id, ENV_ID);
         let input = t.inputs.values().next().unwrap();
         let out = t.outputs.values().next().unwrap();
         assert_eq!(out, &tid, "transcoder output PCollection");
-        assert_eq!(model(&d.coders, &d.pcollections[input].coder_id), from, "transcoder {n} input coder");
-        assert!(is_lp_pickled(&model(&d.coders, &d.pcollections[out].coder_id)));
-        assert_eq!(sdk(&p, stage).outputs, [inputs[n]], "stage {stage} writes only the transcoded PCollection");
+        assert_eq!(
+            model(&d.coders, &d.pcollections[input].coder_id),
+            from,
+            "transcoder {n} input coder"
+        );
+        assert!(is_lp_pickled(&model(
+            &d.coders,
+            &d.pcollections[out].coder_id
+        )));
+        assert_eq!(
+            sdk(&p, stage).outputs,
+            [inputs[n]],
+            "stage {stage} writes only the transcoded PCollection"
+        );
     }
     // No other stage holds a transcoder.
     for (id, d) in &p.descriptors {
-        let n = d.transforms.iter().filter(|(k, t)| k.contains(TRANSCODE_MARKER) && urn_of(t) == FLATTEN).count();
+        let n = d
+            .transforms
+            .iter()
+            .filter(|(k, t)| k.contains(TRANSCODE_MARKER) && urn_of(t) == FLATTEN)
+            .count();
         let expected = usize::from(id == "stage-3" || id == "stage-7");
         assert_eq!(n, expected, "transcoders in {id}");
     }
@@ -597,35 +976,79 @@ fn flatten_then_gbk_transcodes_flatten_inputs() {
     let p = plan_fixture("flatten_then_gbk");
     assert_eq!(
         kinds(&p),
-        ["Impulse", "Sdk", "GroupByKey", "Sdk", "Impulse", "Sdk", "GroupByKey", "Sdk", "Flatten", "GroupByKey", "Sdk"]
+        [
+            "Impulse",
+            "Sdk",
+            "GroupByKey",
+            "Sdk",
+            "Impulse",
+            "Sdk",
+            "GroupByKey",
+            "Sdk",
+            "Flatten",
+            "GroupByKey",
+            "Sdk"
+        ]
     );
     let [_, _, _, one_tail] = create_stage_names("CreateOne");
     let [_, _, _, two_tail] = create_stage_names("CreateTwo");
-    assert_eq!(p.graph.stages[3].name, format!("{one_tail}+Flatten/Transcode0"));
-    assert_eq!(p.graph.stages[7].name, format!("{two_tail}+Untyped+Flatten/Transcode1"));
+    assert_eq!(
+        p.graph.stages[3].name,
+        format!("{one_tail}+Flatten/Transcode0")
+    );
+    assert_eq!(
+        p.graph.stages[7].name,
+        format!("{two_tail}+Untyped+Flatten/Transcode1")
+    );
     assert_eq!(p.graph.stages[9].name, "Group");
     assert_eq!(p.graph.stages[10].name, "Sum");
 
-    let pickled_kv = |c: &Coder| matches!(c, Coder::Kv(k, v) if is_lp_pickled(k) && is_lp_pickled(v));
-    let StageKind::Flatten { inputs, output } = &p.graph.stages[8].kind else { unreachable!() };
+    let pickled_kv =
+        |c: &Coder| matches!(c, Coder::Kv(k, v) if is_lp_pickled(k) && is_lp_pickled(v));
+    let StageKind::Flatten { inputs, output } = &p.graph.stages[8].kind else {
+        unreachable!()
+    };
     let flatten = "ref_AppliedPTransform_Flatten_27";
     let ids: Vec<&str> = inputs.iter().map(|&i| pc_id(&p, i)).collect();
-    assert_eq!(ids, [format!("{flatten}{TRANSCODE_MARKER}0"), format!("{flatten}{TRANSCODE_MARKER}1")]);
+    assert_eq!(
+        ids,
+        [
+            format!("{flatten}{TRANSCODE_MARKER}0"),
+            format!("{flatten}{TRANSCODE_MARKER}1")
+        ]
+    );
     assert!(pickled_kv(&p.graph.pcollections[*output].value_coder));
-    let StageKind::GroupByKey { input, output: grouped } = p.graph.stages[9].kind else { unreachable!() };
-    assert_eq!(input, *output, "the GroupByKey reads the Flatten output directly (it is KV-coded)");
-    assert!(matches!(&p.graph.pcollections[grouped].value_coder, Coder::Kv(k, v) if is_lp_pickled(k) && matches!(v.as_ref(), Coder::Iterable(e) if is_lp_pickled(e))));
+    let StageKind::GroupByKey {
+        input,
+        output: grouped,
+    } = p.graph.stages[9].kind
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        input, *output,
+        "the GroupByKey reads the Flatten output directly (it is KV-coded)"
+    );
+    assert!(
+        matches!(&p.graph.pcollections[grouped].value_coder, Coder::Kv(k, v) if is_lp_pickled(k) && matches!(v.as_ref(), Coder::Iterable(e) if is_lp_pickled(e)))
+    );
 
     // Transcoder 0: KV<str, int> -> KV<pickled, pickled>; transcoder 1: pickled (Untyped) -> KV<pickled, pickled>.
     for (stage, n, from_is) in [(3usize, 0, "kv"), (7, 1, "pickled")] {
         let d = descriptor(&p, stage);
         let t = &d.transforms[&format!("{flatten}{TRANSCODE_MARKER}{n}")];
-        let from = model(&d.coders, &d.pcollections[t.inputs.values().next().unwrap()].coder_id);
+        let from = model(
+            &d.coders,
+            &d.pcollections[t.inputs.values().next().unwrap()].coder_id,
+        );
         match from_is {
             "kv" => assert_eq!(from, kv(Coder::StringUtf8, Coder::VarInt)),
             _ => assert!(is_lp_pickled(&from), "{from:?}"),
         }
-        assert!(pickled_kv(&model(&d.coders, &d.pcollections[t.outputs.values().next().unwrap()].coder_id)));
+        assert!(pickled_kv(&model(
+            &d.coders,
+            &d.pcollections[t.outputs.values().next().unwrap()].coder_id
+        )));
     }
 }
 
@@ -639,23 +1062,58 @@ fn gbk_with_non_kv_input_gets_a_transcoder() {
     let flatten = "ref_AppliedPTransform_Flatten_27";
     let group = "ref_AppliedPTransform_Group_28";
     assert_eq!(c.transforms[group].unique_name, "Group");
-    let untyped_out = c.transforms.values().find(|t| t.unique_name == "Untyped").unwrap().outputs.values().next().unwrap().clone();
+    let untyped_out = c
+        .transforms
+        .values()
+        .find(|t| t.unique_name == "Untyped")
+        .unwrap()
+        .outputs
+        .values()
+        .next()
+        .unwrap()
+        .clone();
     let pickled = c.pcollections[&untyped_out].coder_id.clone();
     assert_eq!(c.coders[&pickled].spec.as_ref().unwrap().urn, PICKLED);
-    let flatten_out = c.transforms[flatten].outputs.values().next().unwrap().clone();
+    let flatten_out = c.transforms[flatten]
+        .outputs
+        .values()
+        .next()
+        .unwrap()
+        .clone();
     c.pcollections.get_mut(&flatten_out).unwrap().coder_id = pickled;
 
     let p = plan_ok(&pipeline);
     assert_eq!(
         kinds(&p),
-        ["Impulse", "Sdk", "GroupByKey", "Sdk", "Impulse", "Sdk", "GroupByKey", "Sdk", "Flatten", "Sdk", "GroupByKey", "Sdk"]
+        [
+            "Impulse",
+            "Sdk",
+            "GroupByKey",
+            "Sdk",
+            "Impulse",
+            "Sdk",
+            "GroupByKey",
+            "Sdk",
+            "Flatten",
+            "Sdk",
+            "GroupByKey",
+            "Sdk"
+        ]
     );
     // Only CreateOne's branch (KV<str, int>) differs from the pickled Flatten output now.
-    let StageKind::Flatten { inputs, output } = &p.graph.stages[8].kind else { unreachable!() };
+    let StageKind::Flatten { inputs, output } = &p.graph.stages[8].kind else {
+        unreachable!()
+    };
     let ids: Vec<&str> = inputs.iter().map(|&i| pc_id(&p, i)).collect();
-    assert_eq!(ids, [format!("{flatten}{TRANSCODE_MARKER}0"), untyped_out.clone()]);
+    assert_eq!(
+        ids,
+        [format!("{flatten}{TRANSCODE_MARKER}0"), untyped_out.clone()]
+    );
     assert!(is_lp_pickled(&p.graph.pcollections[*output].value_coder));
-    assert_eq!(p.graph.stages[7].name, format!("{}+Untyped", create_stage_names("CreateTwo")[3]));
+    assert_eq!(
+        p.graph.stages[7].name,
+        format!("{}+Untyped", create_stage_names("CreateTwo")[3])
+    );
 
     // The GroupByKey transcoder: its own stage reading the Flatten output.
     assert_eq!(p.graph.stages[9].name, "Group/Transcode0");
@@ -666,28 +1124,57 @@ fn gbk_with_non_kv_input_gets_a_transcoder() {
     assert_eq!(s9.environment_id, ENV_ID);
     let d = descriptor(&p, 9);
     assert_eq!(urn_of(&d.transforms[&tid]), FLATTEN);
-    let StageKind::GroupByKey { input, .. } = p.graph.stages[10].kind else { unreachable!() };
+    let StageKind::GroupByKey { input, .. } = p.graph.stages[10].kind else {
+        unreachable!()
+    };
     assert_eq!(s9.outputs, [input]);
     assert_eq!(pc_id(&p, input), tid);
-    assert!(matches!(&p.graph.pcollections[input].value_coder, Coder::Kv(k, v) if is_lp_pickled(k) && is_lp_pickled(v)));
+    assert!(
+        matches!(&p.graph.pcollections[input].value_coder, Coder::Kv(k, v) if is_lp_pickled(k) && is_lp_pickled(v))
+    );
 }
 
 #[test]
 fn sessions_windowing_reaches_the_gbk() {
     let p = plan_fixture("sessions");
-    assert_eq!(kinds(&p), ["Impulse", "Sdk", "GroupByKey", "Sdk", "GroupByKey", "Sdk"]);
+    assert_eq!(
+        kinds(&p),
+        ["Impulse", "Sdk", "GroupByKey", "Sdk", "GroupByKey", "Sdk"]
+    );
     let [a, b, c, tail] = create_stage_names("Create");
-    assert_eq!(names(&p), [a, b, c, format!("{tail}+Stamp+Window"), "Group".into(), "Count".into()]);
+    assert_eq!(
+        names(&p),
+        [
+            a,
+            b,
+            c,
+            format!("{tail}+Stamp+Window"),
+            "Group".into(),
+            "Count".into()
+        ]
+    );
 
     // Create's reshuffle runs in the global window.
-    let StageKind::GroupByKey { input, .. } = p.graph.stages[2].kind else { unreachable!() };
-    assert_eq!(p.graph.pcollections[input].windowing.window_fn, WindowFn::Global);
+    let StageKind::GroupByKey { input, .. } = p.graph.stages[2].kind else {
+        unreachable!()
+    };
+    assert_eq!(
+        p.graph.pcollections[input].windowing.window_fn,
+        WindowFn::Global
+    );
 
-    let StageKind::GroupByKey { input, output } = p.graph.stages[4].kind else { unreachable!() };
+    let StageKind::GroupByKey { input, output } = p.graph.stages[4].kind else {
+        unreachable!()
+    };
     assert_eq!(sdk(&p, 3).outputs, [input]);
     for pc in [input, output] {
         let info = &p.graph.pcollections[pc];
-        assert_eq!(info.windowing.window_fn, WindowFn::Sessions { gap_ms: 10_000 }, "{}", info.id);
+        assert_eq!(
+            info.windowing.window_fn,
+            WindowFn::Sessions { gap_ms: 10_000 },
+            "{}",
+            info.id
+        );
         assert_eq!(info.windowing.output_time, OutputTime::EndOfWindow);
         assert_eq!(info.window_coder, Coder::IntervalWindow);
     }
@@ -695,7 +1182,10 @@ fn sessions_windowing_reaches_the_gbk() {
     assert_eq!(sdk(&p, 5).input, output);
     // The WindowInto runs in the SDK, in the stage before the GroupByKey.
     let d = descriptor(&p, 3);
-    assert_eq!(urn_of(&d.transforms["ref_AppliedPTransform_Window_15"]), "beam:transform:window_into:v1");
+    assert_eq!(
+        urn_of(&d.transforms["ref_AppliedPTransform_Window_15"]),
+        "beam:transform:window_into:v1"
+    );
 }
 
 /// A DoFn with a `BagStateSpec`. Weir rejected user state until stateful
@@ -705,19 +1195,28 @@ fn sessions_windowing_reaches_the_gbk() {
 #[test]
 fn stateful_dofn_bag_state() {
     let pipeline = load("stateful_dofn");
-    assert_eq!(pipeline.requirements, ["beam:requirement:pardo:stateful:v1"]);
+    assert_eq!(
+        pipeline.requirements,
+        ["beam:requirement:pardo:stateful:v1"]
+    );
     match plan(&pipeline, &options()) {
         Err(e) => {
             let (_, urn, feature) = unsupported(&e);
             assert_eq!(urn, "beam:requirement:pardo:stateful:v1");
-            assert!(feature.contains("beam:requirement:pardo:stateful:v1"), "{feature}");
+            assert!(
+                feature.contains("beam:requirement:pardo:stateful:v1"),
+                "{feature}"
+            );
             // Without the requirement, the DoFn's state spec is still caught.
             let mut stripped = pipeline.clone();
             stripped.requirements.clear();
             let e = plan_err(&stripped);
             let (transform, urn, feature) = unsupported(&e);
             assert_eq!(urn, PAR_DO);
-            assert!(transform.contains("ref_AppliedPTransform_Buffer_14 (Buffer)"), "{transform}");
+            assert!(
+                transform.contains("ref_AppliedPTransform_Buffer_14 (Buffer)"),
+                "{transform}"
+            );
             assert!(feature.contains("user state"), "{feature}");
         }
         Ok(p) => {
@@ -727,11 +1226,18 @@ fn stateful_dofn_bag_state() {
             assert_eq!(names(&p), [a, b, c, d, "Buffer".to_string()]);
             let buffer = sdk(&p, 4);
             assert_eq!(buffer.input, sdk(&p, 3).outputs[0]);
-            assert_eq!(p.graph.pcollections[buffer.input].value_coder, kv(Coder::StringUtf8, Coder::VarInt));
-            assert!(format!("{buffer:?}").contains("stateful: true"), "{buffer:?}");
+            assert_eq!(
+                p.graph.pcollections[buffer.input].value_coder,
+                kv(Coder::StringUtf8, Coder::VarInt)
+            );
+            assert!(
+                format!("{buffer:?}").contains("stateful: true"),
+                "{buffer:?}"
+            );
             assert!(format!("{:?}", sdk(&p, 3)).contains("stateful: false"));
             let t = &descriptor(&p, 4).transforms["ref_AppliedPTransform_Buffer_14"];
-            let payload = beam::ParDoPayload::decode(t.spec.as_ref().unwrap().payload.as_slice()).unwrap();
+            let payload =
+                beam::ParDoPayload::decode(t.spec.as_ref().unwrap().payload.as_slice()).unwrap();
             assert_eq!(payload.state_specs.keys().collect::<Vec<_>>(), ["buffer"]);
         }
     }
@@ -747,8 +1253,14 @@ fn ordered_list_state_is_rejected() {
         assert!(feature.contains("stateful"), "{feature}");
     } else {
         assert_eq!(urn, PAR_DO);
-        assert!(transform.contains("ref_AppliedPTransform_Ordered_14 (Ordered)"), "{transform}");
-        assert!(feature.contains("state") && feature.contains("events"), "names the state: {feature}");
+        assert!(
+            transform.contains("ref_AppliedPTransform_Ordered_14 (Ordered)"),
+            "{transform}"
+        );
+        assert!(
+            feature.contains("state") && feature.contains("events"),
+            "names the state: {feature}"
+        );
     }
     // The DoFn itself is refused even when the pipeline does not declare the requirement.
     let mut stripped = pipeline.clone();
@@ -756,7 +1268,10 @@ fn ordered_list_state_is_rejected() {
     let e = plan_err(&stripped);
     let (transform, urn, feature) = unsupported(&e);
     assert_eq!(urn, PAR_DO);
-    assert!(transform.contains("ref_AppliedPTransform_Ordered_14 (Ordered)"), "{transform}");
+    assert!(
+        transform.contains("ref_AppliedPTransform_Ordered_14 (Ordered)"),
+        "{transform}"
+    );
     assert!(feature.contains("state"), "{feature}");
 }
 
@@ -765,10 +1280,16 @@ fn after_count_trigger_is_rejected() {
     let e = plan_err(&load("after_count_trigger"));
     let (transform, urn, feature) = unsupported(&e);
     assert!(feature.contains("trigger"), "{feature}");
-    assert!(feature.contains("ElementCount"), "names the trigger: {feature}");
+    assert!(
+        feature.contains("ElementCount"),
+        "names the trigger: {feature}"
+    );
     assert_eq!(urn, "beam:window_fn:global_windows:v1");
     // The WindowInto output, read by the GroupByKey.
-    assert!(transform.contains("ref_PCollection_PCollection_9"), "{transform}");
+    assert!(
+        transform.contains("ref_PCollection_PCollection_9"),
+        "{transform}"
+    );
     assert!(e.to_string().contains("trigger"), "{e}");
 }
 
@@ -777,10 +1298,16 @@ fn unknown_urn_is_rejected() {
     let e = plan_err(&load("unknown_urn"));
     let (transform, urn, feature) = unsupported(&e);
     assert_eq!(urn, "beam:transform:weir_test_unknown:v1");
-    assert!(transform.contains("ref_AppliedPTransform_Split_8") && transform.contains("(Split)"), "{transform}");
+    assert!(
+        transform.contains("ref_AppliedPTransform_Split_8") && transform.contains("(Split)"),
+        "{transform}"
+    );
     assert!(feature.contains("unknown"), "{feature}");
     let message = e.to_string();
-    assert!(message.contains("beam:transform:weir_test_unknown:v1") && message.contains("Split"), "{message}");
+    assert!(
+        message.contains("beam:transform:weir_test_unknown:v1") && message.contains("Split"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -789,7 +1316,14 @@ fn unknown_urn_fixture_differs_from_wordcount_only_in_that_urn() {
     let a = load("wordcount").components.unwrap();
     let b = load("unknown_urn").components.unwrap();
     assert_eq!(a.transforms.len(), b.transforms.len());
-    let changed: Vec<&String> = a.transforms.keys().filter(|id| a.transforms[*id] != b.transforms[*id]).collect();
+    let changed: Vec<&String> = a
+        .transforms
+        .keys()
+        .filter(|id| a.transforms[*id] != b.transforms[*id])
+        .collect();
     assert_eq!(changed, ["ref_AppliedPTransform_Split_8"]);
-    assert_eq!(urn_of(&a.transforms["ref_AppliedPTransform_Split_8"]), PAR_DO);
+    assert_eq!(
+        urn_of(&a.transforms["ref_AppliedPTransform_Split_8"]),
+        PAR_DO
+    );
 }

@@ -12,7 +12,11 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "weir", version, about = "A portable Apache Beam runner on Timely Dataflow")]
+#[command(
+    name = "weir",
+    version,
+    about = "A portable Apache Beam runner on Timely Dataflow"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -79,18 +83,24 @@ struct BootArgs {
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,h2=warn,tower=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,h2=warn,tower=warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     match cli.command {
         Some(Command::Boot(b)) => {
             let cfg = weir_harness::boot::BootConfig {
                 worker_id: b.id,
                 provision_endpoint: b.provision_endpoint,
-                python: b.python.or_else(|| std::env::var("WEIR_PYTHON").ok()).unwrap_or_else(|| "python3".into()),
+                python: b
+                    .python
+                    .or_else(|| std::env::var("WEIR_PYTHON").ok())
+                    .unwrap_or_else(|| "python3".into()),
                 semi_persistent_directory: b.semi_persistent_directory,
             };
             let err = runtime.block_on(weir_harness::boot::boot(cfg)).unwrap_err();
@@ -103,13 +113,23 @@ fn main() -> anyhow::Result<()> {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let addr = format!("{}:{}", args.bind, args.job_port);
-    let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot bind {addr}"))?;
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("cannot bind {addr}"))?;
     let local = listener.local_addr()?;
     let config = weir_jobs::ServerConfig {
-        staging_root: args.staging_dir.unwrap_or_else(|| std::env::temp_dir().join("weir-staging")),
-        engine_workers: args.workers.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+        staging_root: args
+            .staging_dir
+            .unwrap_or_else(|| std::env::temp_dir().join("weir-staging")),
+        engine_workers: args.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        }),
     };
     tracing::info!("weir job service listening on {local}");
     eprintln!("weir: Beam Job API listening on {local}");
-    weir_jobs::serve(listener, config).await.context("gRPC server failed")
+    weir_jobs::serve(listener, config)
+        .await
+        .context("gRPC server failed")
 }

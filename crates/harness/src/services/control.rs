@@ -16,7 +16,8 @@ pub struct ControlService(pub Arc<FnApi>);
 
 #[tonic::async_trait]
 impl beam::beam_fn_control_server::BeamFnControl for ControlService {
-    type ControlStream = Pin<Box<dyn Stream<Item = Result<beam::InstructionRequest, tonic::Status>> + Send>>;
+    type ControlStream =
+        Pin<Box<dyn Stream<Item = Result<beam::InstructionRequest, tonic::Status>> + Send>>;
 
     async fn control(
         &self,
@@ -32,12 +33,18 @@ impl beam::beam_fn_control_server::BeamFnControl for ControlService {
             let why = loop {
                 match responses.next().await {
                     Some(Ok(resp)) => {
-                        let waiter = worker.pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&resp.instruction_id);
+                        let waiter = worker
+                            .pending
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .remove(&resp.instruction_id);
                         match waiter {
                             Some(w) => {
                                 let _ = w.send(resp);
                             }
-                            None => tracing::debug!(worker = %worker.id, id = %resp.instruction_id, "response to an unknown instruction"),
+                            None => {
+                                tracing::debug!(worker = %worker.id, id = %resp.instruction_id, "response to an unknown instruction")
+                            }
                         }
                     }
                     Some(Err(e)) => break format!("control stream error: {e}"),
@@ -47,7 +54,9 @@ impl beam::beam_fn_control_server::BeamFnControl for ControlService {
             tracing::info!(worker = %worker.id, "SDK harness {why}");
             worker.disconnected(&why);
         });
-        Ok(tonic::Response::new(Box::pin(UnboundedReceiverStream::new(rx).map(Ok))))
+        Ok(tonic::Response::new(Box::pin(
+            UnboundedReceiverStream::new(rx).map(Ok),
+        )))
     }
 
     async fn get_process_bundle_descriptor(
@@ -58,6 +67,8 @@ impl beam::beam_fn_control_server::BeamFnControl for ControlService {
         self.0
             .descriptor(id)
             .map(tonic::Response::new)
-            .ok_or_else(|| tonic::Status::not_found(format!("unknown ProcessBundleDescriptor {id:?}")))
+            .ok_or_else(|| {
+                tonic::Status::not_found(format!("unknown ProcessBundleDescriptor {id:?}"))
+            })
     }
 }

@@ -31,6 +31,26 @@ impl beam::beam_fn_data_server::BeamFnData for DataService {
         let fn_api = self.0.clone();
         tokio::spawn(async move {
             while let Some(Ok(elements)) = inbound.next().await {
+                for t in elements.timers {
+                    let Some(bundle) = fn_api.bundle(&t.instruction_id) else {
+                        continue;
+                    };
+                    let Some(&port) = bundle
+                        .timer_index
+                        .get(&(t.transform_id.clone(), t.timer_family_id.clone()))
+                    else {
+                        tracing::warn!(transform = %t.transform_id, family = %t.timer_family_id, "timers for an unknown timer family");
+                        continue;
+                    };
+                    let mut out = bundle.outputs.lock().unwrap_or_else(|p| p.into_inner());
+                    out.0[port].extend_from_slice(&t.timers);
+                    if t.is_last {
+                        out.1 = out.1.saturating_sub(1);
+                        if out.1 == 0 {
+                            bundle.all_last.notify_one();
+                        }
+                    }
+                }
                 for d in elements.data {
                     let Some(bundle) = fn_api.bundle(&d.instruction_id) else {
                         tracing::debug!(instruction = %d.instruction_id, "data for an unknown bundle");
@@ -53,6 +73,8 @@ impl beam::beam_fn_data_server::BeamFnData for DataService {
             *worker.data_tx.lock().unwrap_or_else(|p| p.into_inner()) = None;
             let _ = worker.data_connected.send_replace(false);
         });
-        Ok(tonic::Response::new(Box::pin(UnboundedReceiverStream::new(rx).map(Ok))))
+        Ok(tonic::Response::new(Box::pin(
+            UnboundedReceiverStream::new(rx).map(Ok),
+        )))
     }
 }

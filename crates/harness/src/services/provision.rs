@@ -18,6 +18,8 @@ impl beam::provision_service_server::ProvisionService for ProvisionService {
         request: tonic::Request<beam::GetProvisionInfoRequest>,
     ) -> Result<tonic::Response<beam::GetProvisionInfoResponse>, tonic::Status> {
         let worker = known_worker(&self.0, &request)?;
-        Ok(tonic::Response::new(beam::GetProvisionInfoResponse { info: Some(worker.provision.clone()) }))
+        Ok(tonic::Response::new(beam::GetProvisionInfoResponse {
+            info: Some(worker.provision.clone()),
+        }))
     }
 }

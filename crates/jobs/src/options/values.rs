@@ -12,7 +12,10 @@ use weir_proto::prost_types::{value::Kind, Value};
 use super::OptionError;
 
 fn err(key: &str, reason: impl Into<String>) -> OptionError {
-    OptionError { option: key.to_string(), reason: reason.into() }
+    OptionError {
+        option: key.to_string(),
+        reason: reason.into(),
+    }
 }
 
 /// The value as one line of text, shortened, for messages.
@@ -25,7 +28,11 @@ pub(crate) fn display(v: &Value) -> String {
             Some(Kind::NumberValue(n)) => number(*n),
             Some(Kind::ListValue(l)) => l.values.iter().map(full).collect::<Vec<_>>().join(","),
             Some(Kind::StructValue(s)) => {
-                let inner: Vec<String> = s.fields.iter().map(|(k, v)| format!("{k}={}", full(v))).collect();
+                let inner: Vec<String> = s
+                    .fields
+                    .iter()
+                    .map(|(k, v)| format!("{k}={}", full(v)))
+                    .collect();
                 format!("{{{}}}", inner.join(","))
             }
         }
@@ -67,7 +74,9 @@ pub(crate) fn string(key: &str, v: &Value) -> Result<Option<String>, OptionError
         Some(Kind::StringValue(s)) => Ok(Some(s.clone())),
         Some(Kind::NumberValue(n)) => Ok(Some(number(*n))),
         Some(Kind::BoolValue(b)) => Ok(Some(b.to_string())),
-        Some(Kind::ListValue(_)) | Some(Kind::StructValue(_)) => Err(err(key, format!("expects a string, got {:?}", display(v)))),
+        Some(Kind::ListValue(_)) | Some(Kind::StructValue(_)) => {
+            Err(err(key, format!("expects a string, got {:?}", display(v))))
+        }
     }
 }
 
@@ -82,7 +91,10 @@ pub(crate) fn boolean(key: &str, v: &Value) -> Result<Option<bool>, OptionError>
             "false" => Ok(Some(false)),
             _ => Err(err(key, format!("expects true or false, got {s:?}"))),
         },
-        _ => Err(err(key, format!("expects true or false, got {:?}", display(v)))),
+        _ => Err(err(
+            key,
+            format!("expects true or false, got {:?}", display(v)),
+        )),
     }
 }
 
@@ -90,15 +102,29 @@ pub(crate) fn boolean(key: &str, v: &Value) -> Result<Option<bool>, OptionError>
 pub(crate) fn integer(key: &str, v: &Value) -> Result<Option<i64>, OptionError> {
     match &v.kind {
         None | Some(Kind::NullValue(_)) => Ok(None),
-        Some(Kind::NumberValue(n)) if n.is_finite() && n.fract() == 0.0 && n.abs() < 9.0e15 => Ok(Some(*n as i64)),
+        Some(Kind::NumberValue(n)) if n.is_finite() && n.fract() == 0.0 && n.abs() < 9.0e15 => {
+            Ok(Some(*n as i64))
+        }
         Some(Kind::StringValue(s)) if s.trim().is_empty() => Ok(None),
-        Some(Kind::StringValue(s)) => s.trim().parse::<i64>().map(Some).map_err(|_| err(key, format!("expects an integer, got {s:?}"))),
-        _ => Err(err(key, format!("expects an integer, got {:?}", display(v)))),
+        Some(Kind::StringValue(s)) => s
+            .trim()
+            .parse::<i64>()
+            .map(Some)
+            .map_err(|_| err(key, format!("expects an integer, got {s:?}"))),
+        _ => Err(err(
+            key,
+            format!("expects an integer, got {:?}", display(v)),
+        )),
     }
 }
 
 /// An integer option that must be at least `min`.
-pub(crate) fn integer_at_least(key: &str, v: &Value, min: i64, what: &str) -> Result<Option<i64>, OptionError> {
+pub(crate) fn integer_at_least(
+    key: &str,
+    v: &Value,
+    min: i64,
+    what: &str,
+) -> Result<Option<i64>, OptionError> {
     match integer(key, v)? {
         Some(n) if n < min => Err(err(key, format!("must be {what}, got {n}"))),
         n => Ok(n),
@@ -111,19 +137,36 @@ pub(crate) fn list(key: &str, v: &Value) -> Result<Vec<String>, OptionError> {
         Some(Kind::StringValue(s)) => Ok(s.clone()),
         Some(Kind::NumberValue(n)) => Ok(number(*n)),
         Some(Kind::BoolValue(b)) => Ok(b.to_string()),
-        _ => Err(err(key, format!("expects a list of strings, got an element {:?}", display(v)))),
+        _ => Err(err(
+            key,
+            format!("expects a list of strings, got an element {:?}", display(v)),
+        )),
     };
     match &v.kind {
         None | Some(Kind::NullValue(_)) => Ok(vec![]),
         Some(Kind::ListValue(l)) => {
             let mut out = vec![];
             for v in &l.values {
-                out.extend(item(v)?.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string));
+                out.extend(
+                    item(v)?
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string),
+                );
             }
             Ok(out)
         }
-        Some(Kind::StringValue(s)) => Ok(s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()),
-        _ => Err(err(key, format!("expects a list of strings, got {:?}", display(v)))),
+        Some(Kind::StringValue(s)) => Ok(s
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect()),
+        _ => Err(err(
+            key,
+            format!("expects a list of strings, got {:?}", display(v)),
+        )),
     }
 }
 
@@ -133,12 +176,23 @@ fn scalar_text(key: &str, entry: &str, v: &Value) -> Result<String, OptionError>
         Some(Kind::NumberValue(n)) => Ok(number(*n)),
         Some(Kind::BoolValue(b)) => Ok(b.to_string()),
         None | Some(Kind::NullValue(_)) => Ok(String::new()),
-        _ => Err(err(key, format!("the value of {entry:?} must be a string, got {:?}", display(v)))),
+        _ => Err(err(
+            key,
+            format!(
+                "the value of {entry:?} must be a string, got {:?}",
+                display(v)
+            ),
+        )),
     }
 }
 
-fn json_object(key: &str, text: &str, out: &mut BTreeMap<String, String>) -> Result<(), OptionError> {
-    let parsed: serde_json::Value = serde_json::from_str(text).map_err(|e| err(key, format!("{text:?} is not a JSON object: {e}")))?;
+fn json_object(
+    key: &str,
+    text: &str,
+    out: &mut BTreeMap<String, String>,
+) -> Result<(), OptionError> {
+    let parsed: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| err(key, format!("{text:?} is not a JSON object: {e}")))?;
     let serde_json::Value::Object(map) = parsed else {
         return Err(err(key, format!("{text:?} is not a JSON object")));
     };
@@ -148,14 +202,23 @@ fn json_object(key: &str, text: &str, out: &mut BTreeMap<String, String>) -> Res
             serde_json::Value::Number(n) => n.to_string(),
             serde_json::Value::Bool(b) => b.to_string(),
             serde_json::Value::Null => String::new(),
-            other => return Err(err(key, format!("the value of {k:?} must be a string, got {other}"))),
+            other => {
+                return Err(err(
+                    key,
+                    format!("the value of {k:?} must be a string, got {other}"),
+                ))
+            }
         };
         out.insert(k, v);
     }
     Ok(())
 }
 
-fn text_entry(key: &str, text: &str, out: &mut BTreeMap<String, String>) -> Result<(), OptionError> {
+fn text_entry(
+    key: &str,
+    text: &str,
+    out: &mut BTreeMap<String, String>,
+) -> Result<(), OptionError> {
     let t = text.trim();
     if t.starts_with('{') {
         return json_object(key, t, out);
@@ -191,11 +254,21 @@ pub(crate) fn string_map(key: &str, v: &Value) -> Result<BTreeMap<String, String
                             out.insert(k.clone(), scalar_text(key, k, v)?);
                         }
                     }
-                    _ => return Err(err(key, format!("expects key=value entries, got {:?}", display(item)))),
+                    _ => {
+                        return Err(err(
+                            key,
+                            format!("expects key=value entries, got {:?}", display(item)),
+                        ))
+                    }
                 }
             }
         }
-        _ => return Err(err(key, format!("expects an object of strings, got {:?}", display(v)))),
+        _ => {
+            return Err(err(
+                key,
+                format!("expects an object of strings, got {:?}", display(v)),
+            ))
+        }
     }
     Ok(out)
 }
@@ -204,10 +277,13 @@ pub(crate) fn string_map(key: &str, v: &Value) -> Result<BTreeMap<String, String
 /// object string.
 pub(crate) fn object(key: &str, v: &Value) -> Result<BTreeMap<String, String>, OptionError> {
     match &v.kind {
-        Some(Kind::StringValue(s)) if !s.trim().is_empty() && !s.trim().starts_with('{') => {
-            Err(err(key, format!("expects a JSON object of strings, got {s:?}")))
-        }
-        Some(Kind::ListValue(_)) => Err(err(key, format!("expects an object of strings, got {:?}", display(v)))),
+        Some(Kind::StringValue(s)) if !s.trim().is_empty() && !s.trim().starts_with('{') => Err(
+            err(key, format!("expects a JSON object of strings, got {s:?}")),
+        ),
+        Some(Kind::ListValue(_)) => Err(err(
+            key,
+            format!("expects an object of strings, got {:?}", display(v)),
+        )),
         _ => string_map(key, v),
     }
 }
@@ -226,9 +302,18 @@ fn label_patterns() -> &'static (Regex, Regex) {
 pub const MAX_LABELS: usize = 64;
 
 /// Checks labels against Dataflow's (Compute Engine's) label rules.
-pub(crate) fn check_labels(key: &str, labels: &BTreeMap<String, String>) -> Result<(), OptionError> {
+pub(crate) fn check_labels(
+    key: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<(), OptionError> {
     if labels.len() > MAX_LABELS {
-        return Err(err(key, format!("{} labels given; Dataflow allows at most {MAX_LABELS}", labels.len())));
+        return Err(err(
+            key,
+            format!(
+                "{} labels given; Dataflow allows at most {MAX_LABELS}",
+                labels.len()
+            ),
+        ));
     }
     let (key_re, value_re) = label_patterns();
     for (k, v) in labels {
@@ -261,8 +346,13 @@ pub(crate) fn check_location(key: &str, location: &str) -> Result<(), OptionErro
     let Some((scheme, rest)) = location.split_once("://") else {
         return Ok(());
     };
-    let is_scheme = scheme.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-        && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    let is_scheme = scheme
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
     if !is_scheme {
         return Ok(());
     }
@@ -289,11 +379,21 @@ pub fn go_duration(text: &str) -> Option<Duration> {
     if s.is_empty() {
         return None;
     }
-    const UNITS: &[(&str, f64)] =
-        &[("ns", 1e-9), ("us", 1e-6), ("\u{b5}s", 1e-6), ("\u{3bc}s", 1e-6), ("ms", 1e-3), ("s", 1.0), ("m", 60.0), ("h", 3600.0)];
+    const UNITS: &[(&str, f64)] = &[
+        ("ns", 1e-9),
+        ("us", 1e-6),
+        ("\u{b5}s", 1e-6),
+        ("\u{3bc}s", 1e-6),
+        ("ms", 1e-3),
+        ("s", 1.0),
+        ("m", 60.0),
+        ("h", 3600.0),
+    ];
     let mut seconds = 0.0f64;
     while !s.is_empty() {
-        let end = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+        let end = s
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(s.len());
         let (num, rest) = s.split_at(end);
         if num.is_empty() || num == "." {
             return None;
@@ -352,10 +452,24 @@ mod tests {
 
     #[test]
     fn locations() {
-        for ok in ["/tmp/x", "relative/dir", "file:///tmp/x", "gs://bucket/tmp", "s3://bucket", "GS://Bucket/x", "C:\\temp"] {
+        for ok in [
+            "/tmp/x",
+            "relative/dir",
+            "file:///tmp/x",
+            "gs://bucket/tmp",
+            "s3://bucket",
+            "GS://Bucket/x",
+            "C:\\temp",
+        ] {
             assert!(check_location("temp_location", ok).is_ok(), "{ok}");
         }
-        for bad in ["hdfs://nn/tmp", "http://host/x", "azfs://a/b", "gs://", "s3:///x"] {
+        for bad in [
+            "hdfs://nn/tmp",
+            "http://host/x",
+            "azfs://a/b",
+            "gs://",
+            "s3:///x",
+        ] {
             let e = check_location("temp_location", bad).unwrap_err();
             assert_eq!(e.option, "temp_location", "{bad}");
         }
@@ -363,12 +477,23 @@ mod tests {
 
     #[test]
     fn label_rules() {
-        let ok: BTreeMap<String, String> = [("env", "prod"), ("team-a_1", ""), ("ключ", "значение"), ("k", "0-9_x")]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let ok: BTreeMap<String, String> = [
+            ("env", "prod"),
+            ("team-a_1", ""),
+            ("ключ", "значение"),
+            ("k", "0-9_x"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
         check_labels("labels", &ok).unwrap();
-        for (k, v) in [("Env", "x"), ("1env", "x"), ("env", "Prod"), ("env", "a.b"), ("e", "x y")] {
+        for (k, v) in [
+            ("Env", "x"),
+            ("1env", "x"),
+            ("env", "Prod"),
+            ("env", "a.b"),
+            ("e", "x y"),
+        ] {
             let m = BTreeMap::from([(k.to_string(), v.to_string())]);
             assert!(check_labels("labels", &m).is_err(), "{k}={v}");
         }
@@ -378,7 +503,8 @@ mod tests {
         check_labels("labels", &max_key).unwrap();
         let long_value = BTreeMap::from([("a".into(), "b".repeat(64))]);
         assert!(check_labels("labels", &long_value).is_err());
-        let many: BTreeMap<String, String> = (0..65).map(|i| (format!("k{i}"), String::new())).collect();
+        let many: BTreeMap<String, String> =
+            (0..65).map(|i| (format!("k{i}"), String::new())).collect();
         assert!(check_labels("labels", &many).is_err());
     }
 }
