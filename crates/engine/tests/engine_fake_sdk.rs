@@ -216,6 +216,7 @@ fn templates() -> Templates {
         &pipeline,
         &weir_plan::PlanOptions {
             fn_api_url: "localhost:1".into(),
+            streaming: false,
         },
     )
     .expect("template pipeline plans");

@@ -48,6 +48,7 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         &pipeline,
         &weir_plan::PlanOptions {
             fn_api_url: registry.fn_api.url.clone(),
+            streaming: crate::options::flag(&job.options, "streaming"),
         },
     )
     .map_err(|e| fail(e.to_string()))?;

@@ -95,6 +95,7 @@ impl beam::job_service_server::JobService for JobService {
             &pipeline,
             &weir_plan::PlanOptions {
                 fn_api_url: self.0.url.clone(),
+                streaming: crate::options::flag(&options, "streaming"),
             },
         )
         .map_err(|e| plan_status(&e))?;

@@ -324,6 +324,7 @@ mod tests {
             &pipeline(),
             &PlanOptions {
                 fn_api_url: "localhost:1".into(),
+                streaming: false,
             },
         )
         .unwrap();

@@ -25,6 +25,7 @@ struct Builder<'a> {
     pcollections: Vec<PCollectionInfo>,
     /// PCollection id -> wire (element) coder id.
     wire: HashMap<String, String>,
+    streaming: bool,
 }
 
 impl Builder<'_> {
@@ -57,6 +58,7 @@ impl Builder<'_> {
             &self.coders,
             &pc.windowing_strategy_id,
             id,
+            self.streaming,
         )?;
         let window_coder_id = self.c.windowing_strategies[&pc.windowing_strategy_id]
             .window_coder_id
@@ -114,8 +116,7 @@ pub(crate) fn build(
         coders: c.coders.clone(),
         index: HashMap::new(),
         pcollections: vec![],
-        wire: HashMap::new(),
-    };
+        wire: HashMap::new(), streaming: options.streaming };
 
     // Leaf id -> fused stage number; PCollection id -> consuming leaves.
     let mut stage_of_leaf: HashMap<&str, usize> = HashMap::new();

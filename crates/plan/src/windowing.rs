@@ -16,6 +16,7 @@ pub(crate) fn parse(
     coders: &HashMap<String, beam::Coder>,
     id: &str,
     pcollection: &str,
+    streaming: bool,
 ) -> Result<Windowing> {
     let ws = strategies.get(id).ok_or_else(|| {
         PlanError::Invalid(format!(
@@ -41,21 +42,17 @@ pub(crate) fn parse(
             "custom window types (window coder)".into(),
         ));
     }
+    // In batch every window's data is complete when its GroupByKey fires, so
+    // any trigger fires exactly once per window with all of its elements (as
+    // Beam's batch runners do). Streaming needs the trigger state machine.
     match ws.trigger.as_ref().and_then(|t| t.trigger.as_ref()) {
-        // `Always` (Python's Reshuffle re-windows through it): in batch every
-        // element is one firing at the end of the bundle; firing once when the
-        // watermark passes the window gives the same elements, in fewer panes.
-        None
-        | Some(beam::trigger::Trigger::Default(_))
-        | Some(beam::trigger::Trigger::Always(_)) => {}
-        Some(other) => {
+        None | Some(beam::trigger::Trigger::Default(_)) | Some(beam::trigger::Trigger::Always(_)) => {}
+        Some(other) if streaming => {
             let name = format!("{other:?}");
             let name = name.split('(').next().unwrap_or("").to_string();
-            return Err(unsupported(
-                fn_urn,
-                format!("trigger {name} (only the default trigger is implemented)"),
-            ));
+            return Err(unsupported(fn_urn, format!("trigger {name} in a streaming pipeline (Weir runs triggers with batch semantics only)")));
         }
+        Some(_) => {}
     }
     let window_fn = match fn_urn {
         urns::window_fn::GLOBAL => WindowFn::Global,

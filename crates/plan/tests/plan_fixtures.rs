@@ -39,6 +39,7 @@ fn load(name: &str) -> beam::Pipeline {
 fn options() -> PlanOptions {
     PlanOptions {
         fn_api_url: FN_API_URL.to_string(),
+        streaming: false,
     }
 }
 
