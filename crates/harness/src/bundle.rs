@@ -23,6 +23,29 @@ const MAX_SPLITS_PER_BUNDLE: u32 = 16;
 /// How long to wait for outputs' `is_last` after a successful bundle response.
 const OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The elements of residuals (SDF checkpoints or split-off work), which
+/// re-enter the stage's input. Only residuals of a transform reading the
+/// stage input can be re-scheduled.
+fn residual_elements(
+    roots: Vec<beam::DelayedBundleApplication>,
+    stage: &weir_plan::SdkStage,
+) -> Result<Vec<Vec<u8>>, String> {
+    roots
+        .into_iter()
+        .map(|r| {
+            let app = r.application.unwrap_or_default();
+            if stage.residual_transform_ids.contains(&app.transform_id) {
+                Ok(app.element)
+            } else {
+                Err(format!(
+                    "residual for transform {} which does not read the stage input (Weir only re-schedules residuals of the stage's first transforms)",
+                    app.transform_id
+                ))
+            }
+        })
+        .collect()
+}
+
 /// A job's SDK workers by environment; the engine's [`BundleProcessor`].
 #[derive(Clone)]
 pub struct JobWorkers {
@@ -211,17 +234,7 @@ impl Inner {
             else {
                 continue; // the bundle finished first, or the SDK declined
             };
-            let mut residuals = Vec::new();
-            for r in split.residual_roots {
-                let app = r.application.unwrap_or_default();
-                if !stage.residual_transform_ids.contains(&app.transform_id) {
-                    return Err(format!(
-                        "split residual for transform {} which does not read the stage input",
-                        app.transform_id
-                    ));
-                }
-                residuals.push(app.element);
-            }
+            let mut residuals = residual_elements(split.residual_roots, stage)?;
             // A split at the element boundary leaves the (single) input element
             // to the runner: schedule it again as a whole.
             let element_returned = split.channel_splits.iter().any(|c| {
@@ -362,17 +375,7 @@ impl Inner {
                 ));
             }
         }
-        let mut residuals = Vec::new();
-        for r in pb.residual_roots {
-            let app = r.application.unwrap_or_default();
-            if !stage.residual_transform_ids.contains(&app.transform_id) {
-                return Err(format!(
-                    "residual for transform {} which does not read the stage input (Weir only re-schedules residuals of the stage's first transform)",
-                    app.transform_id
-                ));
-            }
-            residuals.push(app.element);
-        }
+        let residuals = residual_elements(pb.residual_roots, stage)?;
         self.metrics.add(&pb.monitoring_infos);
         if pb.requires_finalization {
             // Outputs are in the runner's hands: run the bundle's finalization

@@ -39,7 +39,10 @@ pub fn string(options: &Struct, name: &str) -> Option<String> {
 
 /// A boolean option (false when absent or not a boolean).
 pub fn flag(options: &Struct, name: &str) -> bool {
-    matches!(get(options, name).and_then(|v| v.kind.as_ref()), Some(Kind::BoolValue(true)))
+    matches!(
+        get(options, name).and_then(|v| v.kind.as_ref()),
+        Some(Kind::BoolValue(true))
+    )
 }
 
 /// A list-of-strings option (e.g. `experiments`).

@@ -46,27 +46,28 @@ fn follow<T: Send + 'static>(
     tokio::spawn(async move {
         let (history, mut live) = job.subscribe();
         let terminal = |e: &beam::JobMessagesResponse| matches!(&e.response, Some(Event::StateResponse(s)) if JobState::try_from(s.state).map(is_terminal).unwrap_or(false));
-        for e in history {
+        // Sends one event; false when the stream should end.
+        let forward = |e: beam::JobMessagesResponse| {
             let end = terminal(&e);
-            if let Some(m) = map(e) {
-                if tx.send(Ok(m)).await.is_err() {
-                    return;
+            let tx = tx.clone();
+            async move {
+                if let Some(m) = map(e) {
+                    if tx.send(Ok(m)).await.is_err() {
+                        return false;
+                    }
                 }
+                !end
             }
-            if end {
+        };
+        for e in history {
+            if !forward(e).await {
                 return;
             }
         }
         loop {
             match live.recv().await {
                 Ok(e) => {
-                    let end = terminal(&e);
-                    if let Some(m) = map(e) {
-                        if tx.send(Ok(m)).await.is_err() {
-                            return;
-                        }
-                    }
-                    if end {
+                    if !forward(e).await {
                         return;
                     }
                 }

@@ -116,7 +116,9 @@ pub(crate) fn build(
         coders: c.coders.clone(),
         index: HashMap::new(),
         pcollections: vec![],
-        wire: HashMap::new(), streaming: options.streaming };
+        wire: HashMap::new(),
+        streaming: options.streaming,
+    };
 
     // Leaf id -> fused stage number; PCollection id -> consuming leaves.
     let mut stage_of_leaf: HashMap<&str, usize> = HashMap::new();

@@ -46,7 +46,9 @@ pub(crate) fn parse(
     // any trigger fires exactly once per window with all of its elements (as
     // Beam's batch runners do). Streaming needs the trigger state machine.
     match ws.trigger.as_ref().and_then(|t| t.trigger.as_ref()) {
-        None | Some(beam::trigger::Trigger::Default(_)) | Some(beam::trigger::Trigger::Always(_)) => {}
+        None
+        | Some(beam::trigger::Trigger::Default(_))
+        | Some(beam::trigger::Trigger::Always(_)) => {}
         Some(other) if streaming => {
             let name = format!("{other:?}");
             let name = name.split('(').next().unwrap_or("").to_string();
