@@ -19,6 +19,10 @@ from apache_beam.io import WriteToText
 from apache_beam.options.pipeline_options import PipelineOptions
 
 
+class FLAGS:  # set by main(); read by pipelines that need the output folder
+  output = None
+
+
 def gbk(p):
   """Create + Map + GroupByKey, values sorted so the output is deterministic."""
   data = [('a', 1), ('b', 2), ('a', 3), ('c', 4), ('b', 5), ('a', 6)]
@@ -163,10 +167,26 @@ def large_elements(p):
           s=beam.pvalue.AsList(side)))
 
 
+def flaky(p):
+  """A DoFn that fails the first time it sees element 3 (a marker file under
+  --output's folder remembers), so only a runner that retries the bundle
+  succeeds; the output must hold every element exactly once."""
+  import os
+  marker = os.path.join(os.path.dirname(os.path.abspath(FLAGS.output)), 'flaky-marker')
+
+  def once(x):
+    if x == 3 and not os.path.exists(marker):
+      open(marker, 'w').close()
+      raise RuntimeError('weir-flaky: first attempt fails')
+    return 'v%d' % x
+
+  return p | beam.Create(list(range(6))) | 'Flaky' >> beam.Map(once)
+
+
 PIPELINES = {
     f.__name__: f
     for f in (gbk, flatten, side_input, combine_per_key, good, boom, windowed,
-              multimap_side_input, sdf_split, large_elements)
+              multimap_side_input, sdf_split, large_elements, flaky)
 }
 
 
@@ -176,6 +196,7 @@ def main(argv):
   parser.add_argument('--output', required=True)
   parser.add_argument('--error_file', default=None)
   args, beam_args = parser.parse_known_args(argv)
+  FLAGS.output = args.output
 
   p = beam.Pipeline(options=PipelineOptions(beam_args))
   _ = PIPELINES[args.name](p) | 'Write' >> WriteToText(args.output)

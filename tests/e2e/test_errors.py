@@ -33,6 +33,16 @@ def test_failing_dofn_fails_job_then_server_still_works(beam, weir_server, env):
       dict(lines), good.describe(weir_server))
 
 
+@pytest.mark.parametrize('env', ENVIRONMENTS)
+def test_failed_bundle_is_retried_without_duplicates(beam, weir_server, env):
+  run = beam.run_named('flaky', env)
+  assert run.returncode == 0, (
+      'a bundle that fails once must be retried\n' + run.describe(weir_server))
+  _, lines = run.output()
+  assert lines == collections.Counter('v%d' % i for i in range(6)), (
+      dict(lines), run.describe(weir_server))
+
+
 def _pipeline_with_unknown_leaf():
   """A real Impulse pipeline plus a leaf transform no runner knows."""
   import apache_beam as beam

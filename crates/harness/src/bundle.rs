@@ -11,13 +11,15 @@ use weir_plan::{StageGraph, StageKind};
 use weir_proto::beam;
 
 use crate::metrics::JobMetrics;
-use crate::registry::{BundleState, FnApi, UserState, Worker};
+use crate::registry::{BundleState, BundleUserState, FnApi, UserState, Worker};
 
 /// Target size of one `Elements.Data` message to an SDK harness (a larger
 /// element travels alone: elements are never split across messages).
 const DATA_CHUNK_BYTES: usize = 1 << 20;
 /// How often a running splittable bundle is checked for splitting.
 const SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+/// Attempts of one bundle before its stage fails the job.
+const MAX_ATTEMPTS: usize = 4;
 /// Most dynamic splits requested of one bundle.
 const MAX_SPLITS_PER_BUNDLE: u32 = 16;
 /// How long to wait for outputs' `is_last` after a successful bundle response.
@@ -118,11 +120,43 @@ impl Inner {
             .ok_or_else(|| format!("no connected SDK harness for environment {environment_id}"))
     }
 
+    /// Runs a bundle, retrying a failed attempt (up to [`MAX_ATTEMPTS`], as
+    /// Dataflow does in batch) on the least busy SDK worker. Outputs, timers,
+    /// user state and metrics of a failed attempt are discarded, so a retry
+    /// duplicates nothing. A bundle that already handed split-off work to the
+    /// engine is not retried (the retry would redo that work).
     async fn run(&self, request: BundleRequest) -> Result<BundleResult, String> {
+        let mut errors = Vec::new();
+        for attempt in 1..=MAX_ATTEMPTS {
+            match self.attempt(&request).await {
+                Ok(r) => return Ok(r),
+                Err((e, split_handed_over)) => {
+                    tracing::warn!(job = %self.job_id, stage = %request.stage_name, attempt, "bundle failed: {e}");
+                    errors.push(e);
+                    if split_handed_over {
+                        break;
+                    }
+                }
+            }
+        }
+        let attempts = errors.len();
+        let last = errors.pop().unwrap_or_default();
+        Err(if attempts > 1 {
+            format!("bundle failed {attempts} times; last error: {last}")
+        } else {
+            last
+        })
+    }
+
+    /// One attempt; on failure also says whether split-off work was handed to the engine.
+    async fn attempt(&self, request: &BundleRequest) -> Result<BundleResult, (String, bool)> {
         let StageKind::Sdk(stage) = &self.graph.stages[request.stage].kind else {
-            return Err(format!("stage {} is not an SDK stage", request.stage_name));
+            return Err((
+                format!("stage {} is not an SDK stage", request.stage_name),
+                false,
+            ));
         };
-        let worker = self.pick(&stage.environment_id)?;
+        let worker = self.pick(&stage.environment_id).map_err(|e| (e, false))?;
         let instruction_id = {
             let mut seq = self
                 .instruction_seq
@@ -135,7 +169,7 @@ impl Inner {
         let streams = sinks + stage.timer_families.len();
         let bundle = Arc::new(BundleState {
             side_inputs: request.side_inputs.clone(),
-            user_state: self.user_state.clone(),
+            user_state: BundleUserState::new(self.user_state.clone()),
             sink_index: stage
                 .output_transform_ids
                 .iter()
@@ -150,6 +184,7 @@ impl Inner {
                 .collect(),
             outputs: Mutex::new((vec![Vec::new(); streams], streams)),
             all_last: tokio::sync::Notify::new(),
+            split_handed_over: std::sync::atomic::AtomicBool::new(false),
         });
         self.fn_api
             .bundles
@@ -158,7 +193,7 @@ impl Inner {
             .insert(instruction_id.clone(), bundle.clone());
         worker.in_flight.fetch_add(1, Ordering::Relaxed);
         let result = self
-            .exchange(&worker, &instruction_id, &request, stage, &bundle, sinks)
+            .exchange(&worker, &instruction_id, request, stage, &bundle, sinks)
             .await;
         worker.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.fn_api
@@ -166,7 +201,13 @@ impl Inner {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&instruction_id);
-        result
+        match result {
+            Ok(r) => {
+                bundle.user_state.commit();
+                Ok(r)
+            }
+            Err(e) => Err((e, bundle.split_handed_over.load(Ordering::Relaxed))),
+        }
     }
 
     /// True when some other connected worker of `env` has no bundle in flight.
@@ -192,6 +233,7 @@ impl Inner {
         instruction_id: &str,
         request: &BundleRequest,
         stage: &weir_plan::SdkStage,
+        bundle: &BundleState,
         mut response: tokio::sync::oneshot::Receiver<beam::InstructionResponse>,
     ) -> Result<beam::InstructionResponse, String> {
         let gone = || format!("SDK harness {} went away", worker.id);
@@ -245,6 +287,7 @@ impl Inner {
             }
             if !residuals.is_empty() {
                 tracing::info!(worker = %worker.id, bundle = %instruction_id, "split off {} residual(s)", residuals.len());
+                bundle.split_handed_over.store(true, Ordering::Relaxed);
                 (request.on_split)(residuals);
             }
         }
@@ -347,7 +390,7 @@ impl Inner {
         }
 
         let response = self
-            .await_response(worker, instruction_id, request, stage, response)
+            .await_response(worker, instruction_id, request, stage, bundle, response)
             .await?;
         if !response.error.is_empty() {
             return Err(response.error);

@@ -92,55 +92,105 @@ impl Worker {
 /// Output collection of one bundle in flight.
 pub(crate) struct BundleState {
     pub side_inputs: Arc<SideInputs>,
-    pub user_state: Arc<UserState>,
+    pub user_state: BundleUserState,
     pub sink_index: HashMap<String, usize>,
     /// (transform id, timer family id) -> index into `outputs` (after the sinks).
     pub timer_index: HashMap<(String, String), usize>,
     pub outputs: Mutex<(Vec<Vec<u8>>, usize)>,
     pub all_last: tokio::sync::Notify,
+    /// Set once work split off this bundle was handed to the engine.
+    pub split_handed_over: std::sync::atomic::AtomicBool,
 }
 
-/// User state of one job (`StateKey.BagUserState`, beam_fn_api.proto): bags
-/// keyed by (transform id, state id, encoded window, encoded key). Value,
-/// combining and set state are bags too, for the Python SDK.
+/// Key of a user-state bag: (transform id, state id, encoded window, encoded key).
+type BagKey = (String, String, Vec<u8>, Vec<u8>);
+
+fn bag_key(k: &beam::state_key::BagUserState) -> BagKey {
+    (
+        k.transform_id.clone(),
+        k.user_state_id.clone(),
+        k.window.clone(),
+        k.key.clone(),
+    )
+}
+
+/// Committed user state of one job (`StateKey.BagUserState`, beam_fn_api.proto).
+/// Value, combining and set state are bags too, for the Python SDK.
 #[derive(Default)]
 pub struct UserState {
-    bags: Mutex<HashMap<(String, String, Vec<u8>, Vec<u8>), Vec<u8>>>,
+    bags: Mutex<HashMap<BagKey, Vec<u8>>>,
 }
 
-impl UserState {
-    fn key(k: &beam::state_key::BagUserState) -> (String, String, Vec<u8>, Vec<u8>) {
-        (
-            k.transform_id.clone(),
-            k.user_state_id.clone(),
-            k.window.clone(),
-            k.key.clone(),
-        )
+/// One bundle's view of user state: its own writes over the committed state,
+/// committed only when the bundle succeeds (a failed attempt leaves no trace).
+pub struct BundleUserState {
+    base: Arc<UserState>,
+    /// Per bag: whether the bundle cleared it, and what it appended since.
+    changes: Mutex<HashMap<BagKey, (bool, Vec<u8>)>>,
+}
+
+impl BundleUserState {
+    /// A view with no writes yet.
+    pub fn new(base: Arc<UserState>) -> Self {
+        BundleUserState {
+            base,
+            changes: Mutex::default(),
+        }
     }
-    /// The bag's concatenated encoded values (empty when unset).
+
+    /// The bag's concatenated encoded values as this bundle sees them.
     pub fn get(&self, k: &beam::state_key::BagUserState) -> Vec<u8> {
-        self.bags
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&Self::key(k))
-            .cloned()
-            .unwrap_or_default()
+        let key = bag_key(k);
+        let changes = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+        let (cleared, appended) = changes
+            .get(&key)
+            .map(|(c, a)| (*c, a.as_slice()))
+            .unwrap_or((false, &[]));
+        let mut out = if cleared {
+            Vec::new()
+        } else {
+            self.base
+                .bags
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&key)
+                .cloned()
+                .unwrap_or_default()
+        };
+        out.extend_from_slice(appended);
+        out
     }
+
     /// Appends encoded values to the bag.
     pub fn append(&self, k: &beam::state_key::BagUserState, data: &[u8]) {
-        self.bags
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(Self::key(k))
+        let mut changes = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+        changes
+            .entry(bag_key(k))
             .or_default()
+            .1
             .extend_from_slice(data);
     }
+
     /// Empties the bag.
     pub fn clear(&self, k: &beam::state_key::BagUserState) {
-        self.bags
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&Self::key(k));
+        let mut changes = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+        changes.insert(bag_key(k), (true, Vec::new()));
+    }
+
+    /// Applies the bundle's writes to the committed state.
+    pub fn commit(&self) {
+        let changes = std::mem::take(&mut *self.changes.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut bags = self.base.bags.lock().unwrap_or_else(|p| p.into_inner());
+        for (key, (cleared, appended)) in changes {
+            let bag = bags.entry(key.clone()).or_default();
+            if cleared {
+                bag.clear();
+            }
+            bag.extend_from_slice(&appended);
+            if bag.is_empty() {
+                bags.remove(&key);
+            }
+        }
     }
 }
 
