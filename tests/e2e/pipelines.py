@@ -183,10 +183,26 @@ def flaky(p):
   return p | beam.Create(list(range(6))) | 'Flaky' >> beam.Map(once)
 
 
+def crash(p):
+  """A DoFn whose SDK harness process dies (os._exit) the first time it sees
+  element 3 (a marker file remembers); the bundle must be retried on another
+  SDK harness, with every element in the output exactly once. PROCESS only."""
+  import os
+  marker = os.path.join(os.path.dirname(os.path.abspath(FLAGS.output)), 'crash-marker')
+
+  def once(x):
+    if x == 3 and not os.path.exists(marker):
+      open(marker, 'w').close()
+      os._exit(17)
+    return 'c%d' % x
+
+  return p | beam.Create(list(range(6))) | 'Crash' >> beam.Map(once)
+
+
 PIPELINES = {
     f.__name__: f
     for f in (gbk, flatten, side_input, combine_per_key, good, boom, windowed,
-              multimap_side_input, sdf_split, large_elements, flaky)
+              multimap_side_input, sdf_split, large_elements, flaky, crash)
 }
 
 

@@ -43,6 +43,17 @@ def test_failed_bundle_is_retried_without_duplicates(beam, weir_server, env):
       dict(lines), run.describe(weir_server))
 
 
+def test_sdk_process_killed_mid_bundle_is_retried(beam, weir_server):
+  run = beam.run_named('crash', 'PROCESS')
+  assert run.returncode == 0, (
+      'a bundle whose SDK harness died must be retried\n' + run.describe(weir_server))
+  _, lines = run.output()
+  assert lines == collections.Counter('c%d' % i for i in range(6)), (
+      dict(lines), run.describe(weir_server))
+  log = weir_server.log_tail(1000000)
+  assert 'SDK harness is unhealthy' in log, weir_server.log_tail()
+
+
 def _pipeline_with_unknown_leaf():
   """A real Impulse pipeline plus a leaf transform no runner knows."""
   import apache_beam as beam

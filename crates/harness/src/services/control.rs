@@ -28,6 +28,7 @@ impl beam::beam_fn_control_server::BeamFnControl for ControlService {
         let (tx, rx) = mpsc::unbounded_channel();
         *worker.control_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
         let _ = worker.connected.send_replace(true);
+        let fn_api = self.0.clone();
         tracing::info!(worker = %worker.id, job = %worker.job_id, "SDK harness connected (control)");
         tokio::spawn(async move {
             let why = loop {
@@ -52,6 +53,14 @@ impl beam::beam_fn_control_server::BeamFnControl for ControlService {
                 }
             };
             tracing::info!(worker = %worker.id, "SDK harness {why}");
+            // Still registered means its job is running: the harness died.
+            if fn_api.worker(&worker.id).is_some() {
+                tracing::warn!(worker = %worker.id, "SDK harness is unhealthy: {why}");
+                (worker.log)(
+                    crate::WorkerLog::Warning,
+                    format!("SDK harness {} is unhealthy ({why}); its bundles are retried on other SDK harnesses", worker.id),
+                );
+            }
             worker.disconnected(&why);
         });
         Ok(tonic::Response::new(Box::pin(
