@@ -90,10 +90,18 @@ case "$mode" in
     mapfile -t known < <(all_tests)
     [ "${#known[@]}" -gt 0 ] || die "could not list the tests of $CLASS"
     for n in "${names[@]}"; do
+      case "$n" in WeirRunnerTest::*) continue ;; esac
       printf '%s\n' "${known[@]}" | grep -qx -- "$n" || die "ledger names an unknown test: $n"
     done
+    # `WeirRunnerTest::NAME` lines are tests Beam's suite skips only because
+    # Prism lacks the feature, re-enabled in conformance/weir_runner_test.py.
     ids=()
-    for n in "${names[@]}"; do ids+=("$CLASS::$n"); done
+    for n in "${names[@]}"; do
+      case "$n" in
+        WeirRunnerTest::*) ids+=("$HERE/weir_runner_test.py::$n") ;;
+        *) ids+=("$CLASS::$n") ;;
+      esac
+    done
     echo "[conformance] running the ledger's ${#names[@]} test(s) against $WEIR"
     budget=$(( ${#names[@]} * (TIMEOUT + 15) + 300 ))
     rc=0

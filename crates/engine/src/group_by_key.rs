@@ -110,6 +110,10 @@ impl GroupByKeyBuffer {
                     OutputTime::EndOfWindow if w == Window::Global => {
                         Timestamp::PYTHON_END_OF_GLOBAL_WINDOW
                     }
+                    // A custom window's end is unknown to the runner: the
+                    // pane takes its latest element's timestamp, which lies
+                    // inside the window.
+                    OutputTime::EndOfWindow if matches!(w, Window::Custom(_)) => g.max_ts,
                     OutputTime::EndOfWindow => w.max_timestamp(),
                     OutputTime::EarliestInPane => g.min_ts,
                     OutputTime::LatestInPane => g.max_ts,
@@ -138,7 +142,7 @@ fn merge_sessions(by_window: &mut HashMap<Window, Group>) {
     let mut windows: Vec<Window> = by_window.keys().cloned().collect();
     windows.sort_by_key(|w| match w {
         Window::Interval { start, .. } => *start,
-        Window::Global => Timestamp::MIN,
+        Window::Global | Window::Custom(_) => Timestamp::MIN,
     });
     let mut merged: Vec<(Window, Vec<Window>)> = Vec::new();
     for w in windows {

@@ -24,6 +24,11 @@ pub enum Window {
         /// Exclusive end (ms).
         end: Timestamp,
     },
+    /// A window of a custom type (e.g. a Python `BoundedWindow` subclass with
+    /// its own coder), opaque to the runner: its complete encoding under a
+    /// length-prefixed window coder. Its max timestamp is unknown to the
+    /// runner and taken as [`Timestamp::MAX`].
+    Custom(Vec<u8>),
 }
 
 impl Window {
@@ -34,6 +39,7 @@ impl Window {
         match self {
             Window::Global => Timestamp::END_OF_GLOBAL_WINDOW,
             Window::Interval { end, .. } => end.saturating_sub_millis(1),
+            Window::Custom(_) => Timestamp::MAX,
         }
     }
 
@@ -42,6 +48,7 @@ impl Window {
     /// span `end - start` in ms (wrapping arithmetic, never panics).
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
+            Window::Custom(bytes) => out.extend_from_slice(bytes),
             Window::Global => {}
             Window::Interval { start, end } => {
                 end.encode(out);
@@ -75,6 +82,15 @@ impl Window {
                     .get(n..)
                     .and_then(|b| b.get(..len))
                     .ok_or(Error::Truncated { what: "window" })?;
+                if !matches!(
+                    **inner,
+                    Coder::GlobalWindow
+                        | Coder::IntervalWindow
+                        | Coder::CustomWindow(_)
+                        | Coder::LengthPrefix(_)
+                ) {
+                    return Ok((Window::Custom(bytes[..n + len].to_vec()), n + len));
+                }
                 let (w, used) = Window::decode(inner, body)?;
                 if used != len {
                     return Err(Error::invalid(

@@ -60,9 +60,7 @@ impl Builder<'_> {
             id,
             self.streaming,
         )?;
-        let window_coder_id = self.c.windowing_strategies[&pc.windowing_strategy_id]
-            .window_coder_id
-            .clone();
+        let window_coder_id = self.window_wire(&pc.windowing_strategy_id)?;
         let info = PCollectionInfo {
             id: id.to_string(),
             value_coder: to_model(&self.coders, &wire)?,
@@ -75,9 +73,8 @@ impl Builder<'_> {
         Ok(self.pcollections.len() - 1)
     }
 
-    fn windowed_wire(&mut self, pc_id: &str) -> Result<String> {
-        let wire = self.wire_of(pc_id)?;
-        let ws = &self.pc(pc_id)?.windowing_strategy_id;
+    /// The wire window coder id of windowing strategy `ws`.
+    fn window_wire(&mut self, ws: &str) -> Result<String> {
         let window = self
             .c
             .windowing_strategies
@@ -85,6 +82,25 @@ impl Builder<'_> {
             .ok_or_else(|| PlanError::Invalid(format!("unknown windowing strategy {ws:?}")))?
             .window_coder_id
             .clone();
+        wire_coder_id(&mut self.coders, &window)
+    }
+
+    /// Windowing strategy `ws` as sent to SDK harnesses: with its wire window coder.
+    fn wire_windowing_strategy(&mut self, ws: &str) -> Result<beam::WindowingStrategy> {
+        let mut strategy = self
+            .c
+            .windowing_strategies
+            .get(ws)
+            .cloned()
+            .unwrap_or_default();
+        strategy.window_coder_id = self.window_wire(ws)?;
+        Ok(strategy)
+    }
+
+    fn windowed_wire(&mut self, pc_id: &str) -> Result<String> {
+        let wire = self.wire_of(pc_id)?;
+        let ws = self.pc(pc_id)?.windowing_strategy_id.clone();
+        let window = self.window_wire(&ws)?;
         Ok(windowed_coder_id(&mut self.coders, &wire, &window))
     }
 }
@@ -341,14 +357,14 @@ pub(crate) fn build(
                 for pc in &referenced {
                     let mut p = b.pc(pc)?.clone();
                     p.coder_id = b.wire_of(pc)?;
-                    d.windowing_strategies
-                        .entry(p.windowing_strategy_id.clone())
-                        .or_insert_with(|| {
-                            c.windowing_strategies
-                                .get(&p.windowing_strategy_id)
-                                .cloned()
-                                .unwrap_or_default()
-                        });
+                    if !d
+                        .windowing_strategies
+                        .contains_key(&p.windowing_strategy_id)
+                    {
+                        let strategy = b.wire_windowing_strategy(&p.windowing_strategy_id)?;
+                        d.windowing_strategies
+                            .insert(p.windowing_strategy_id.clone(), strategy);
+                    }
                     d.pcollections.insert(pc.clone(), p);
                 }
                 let input_index = b.index_of(input)?;
