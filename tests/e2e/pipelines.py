@@ -199,10 +199,21 @@ def crash(p):
   return p | beam.Create(list(range(6))) | 'Crash' >> beam.Map(once)
 
 
+def slow(p):
+  """A DoFn that sleeps long enough for a test to cancel the job."""
+  import time
+
+  def nap(x):
+    time.sleep(60)
+    return x
+
+  return p | beam.Create([1, 2]) | 'Nap' >> beam.Map(nap)
+
+
 PIPELINES = {
     f.__name__: f
     for f in (gbk, flatten, side_input, combine_per_key, good, boom, windowed,
-              multimap_side_input, sdf_split, large_elements, flaky, crash)
+              multimap_side_input, sdf_split, large_elements, flaky, crash, slow)
 }
 
 
@@ -211,6 +222,8 @@ def main(argv):
   parser.add_argument('name', choices=sorted(PIPELINES))
   parser.add_argument('--output', required=True)
   parser.add_argument('--error_file', default=None)
+  parser.add_argument('--cancel_after', type=float, default=None,
+                      help='cancel the job this many seconds after it runs')
   args, beam_args = parser.parse_known_args(argv)
   FLAGS.output = args.output
 
@@ -218,6 +231,10 @@ def main(argv):
   _ = PIPELINES[args.name](p) | 'Write' >> WriteToText(args.output)
   try:
     result = p.run()
+    if args.cancel_after is not None:
+      import time
+      time.sleep(args.cancel_after)
+      result.cancel()
     state = result.wait_until_finish()
   except Exception as e:  # pylint: disable=broad-except
     text = '%s: %s' % (type(e).__name__, e)

@@ -54,6 +54,19 @@ def test_sdk_process_killed_mid_bundle_is_retried(beam, weir_server):
   assert 'SDK harness is unhealthy' in log, weir_server.log_tail()
 
 
+@pytest.mark.parametrize('env', ENVIRONMENTS)
+def test_cancel_stops_a_running_job(beam, weir_server, env):
+  import time
+  start = time.time()
+  run = beam.run_named('slow', env, extra=['--cancel_after', '4'])
+  elapsed = time.time() - start
+  assert 'CANCELLED' in (run.stdout + run.stderr), run.describe(weir_server)
+  assert elapsed < 45, 'cancel did not stop the 60 s DoFn (took %.0f s)' % elapsed
+  assert weir_server.alive(), weir_server.log_tail()
+  good = beam.run_named('good', env)
+  assert good.returncode == 0, good.describe(weir_server)
+
+
 def _pipeline_with_unknown_leaf():
   """A real Impulse pipeline plus a leaf transform no runner knows."""
   import apache_beam as beam
