@@ -469,6 +469,9 @@ fn sdk_stage<'s>(
             if st.timers.is_empty() {
                 st.timer_hold = None;
             }
+            // Restrictions of a splittable DoFn travel one per bundle, so they
+            // spread over SDK workers and a running one can be split.
+            let max_elements = if sdk.splittable { 1 } else { ctx.config.max_bundle_elements };
             while st.in_flight.len() < max_in_flight {
                 let Some((cap, first)) = st.pending.pop_front() else { break };
                 // Fill the bundle from consecutive chunks held at the same time.
@@ -478,7 +481,7 @@ fn sdk_stage<'s>(
                 loop {
                     let mut take = 0;
                     while take < chunk.len()
-                        && elements.len() + take < ctx.config.max_bundle_elements
+                        && elements.len() + take < max_elements
                         && (elements.len() + take == 0 || bytes + chunk[take].len() <= ctx.config.max_bundle_bytes)
                     {
                         bytes += chunk[take].len();

@@ -18,6 +18,8 @@ use crate::registry::{BundleState, BundleUserState, FnApi, UserState, Worker};
 const DATA_CHUNK_BYTES: usize = 1 << 20;
 /// How often a running splittable bundle is checked for splitting.
 const SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+/// Bundles one SDK harness runs at a time.
+const BUNDLES_PER_WORKER: usize = 1;
 /// Attempts of one bundle before its stage fails the job.
 const MAX_ATTEMPTS: usize = 4;
 /// Most dynamic splits requested of one bundle.
@@ -63,6 +65,8 @@ struct Inner {
     instruction_seq: Mutex<u64>,
     metrics: Arc<JobMetrics>,
     user_state: Arc<UserState>,
+    pick_lock: Mutex<()>,
+    worker_freed: tokio::sync::Notify,
 }
 
 impl JobWorkers {
@@ -86,6 +90,8 @@ impl JobWorkers {
                 instruction_seq: Mutex::new(0),
                 metrics,
                 user_state: Arc::default(),
+                pick_lock: Mutex::new(()),
+                worker_freed: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -107,17 +113,38 @@ impl BundleProcessor for JobWorkers {
 }
 
 impl Inner {
-    fn pick(&self, environment_id: &str) -> Result<Arc<Worker>, String> {
+    /// A connected worker of `environment_id` with no bundle in flight, with
+    /// its in-flight count already raised (choice and count under one lock).
+    /// Waits while every worker is busy: one bundle per SDK process at a time
+    /// keeps CPU-bound SDKs (Python's GIL) from thrashing, and the queue of
+    /// waiting bundles is what lets an idle worker take split-off work.
+    async fn pick(&self, environment_id: &str) -> Result<Arc<Worker>, String> {
         let workers = self
             .workers
             .get(environment_id)
             .ok_or_else(|| format!("no SDK workers for environment {environment_id}"))?;
-        workers
-            .iter()
-            .filter(|w| w.is_connected())
-            .min_by_key(|w| w.in_flight.load(Ordering::Relaxed))
-            .cloned()
-            .ok_or_else(|| format!("no connected SDK harness for environment {environment_id}"))
+        loop {
+            let freed = self.worker_freed.notified();
+            {
+                let _choosing = self.pick_lock.lock().unwrap_or_else(|p| p.into_inner());
+                let connected: Vec<&Arc<Worker>> =
+                    workers.iter().filter(|w| w.is_connected()).collect();
+                if connected.is_empty() {
+                    return Err(format!(
+                        "no connected SDK harness for environment {environment_id}"
+                    ));
+                }
+                if let Some(w) = connected
+                    .into_iter()
+                    .find(|w| w.in_flight.load(Ordering::Relaxed) < BUNDLES_PER_WORKER)
+                {
+                    w.in_flight.fetch_add(1, Ordering::Relaxed);
+                    return Ok(w.clone());
+                }
+            }
+            // Also wake up now and then, in case a worker died without finishing a bundle.
+            let _ = tokio::time::timeout(Duration::from_millis(200), freed).await;
+        }
     }
 
     /// Runs a bundle, retrying a failed attempt (up to [`MAX_ATTEMPTS`], as
@@ -128,8 +155,12 @@ impl Inner {
     async fn run(&self, request: BundleRequest) -> Result<BundleResult, String> {
         let mut errors = Vec::new();
         for attempt in 1..=MAX_ATTEMPTS {
+            let started = std::time::Instant::now();
             match self.attempt(&request).await {
-                Ok(r) => return Ok(r),
+                Ok(r) => {
+                    tracing::debug!(stage = %request.stage_id, elements = request.input.len(), ms = started.elapsed().as_millis() as u64, "bundle done");
+                    return Ok(r);
+                }
                 Err((e, split_handed_over)) => {
                     tracing::warn!(job = %self.job_id, stage = %request.stage_name, attempt, "bundle failed: {e}");
                     errors.push(e);
@@ -156,7 +187,10 @@ impl Inner {
                 false,
             ));
         };
-        let worker = self.pick(&stage.environment_id).map_err(|e| (e, false))?;
+        let worker = self
+            .pick(&stage.environment_id)
+            .await
+            .map_err(|e| (e, false))?;
         let instruction_id = {
             let mut seq = self
                 .instruction_seq
@@ -191,11 +225,11 @@ impl Inner {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(instruction_id.clone(), bundle.clone());
-        worker.in_flight.fetch_add(1, Ordering::Relaxed);
         let result = self
             .exchange(&worker, &instruction_id, request, stage, &bundle, sinks)
             .await;
         worker.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.worker_freed.notify_waiters();
         self.fn_api
             .bundles
             .lock()

@@ -257,6 +257,13 @@ pub async fn start(
 impl StartedWorkers {
     /// Stops every worker: StopWorker on pools, kill for processes.
     pub async fn stop(mut self, fn_api: &FnApi) {
+        // Forget the workers first, so their streams closing is not taken
+        // for a dying SDK harness.
+        for workers in self.workers.values() {
+            for w in workers {
+                fn_api.remove_worker(&w.id);
+            }
+        }
         for (pool, worker_id) in self.pool_workers.drain(..) {
             let addr = if pool.contains("://") {
                 pool.clone()
@@ -279,11 +286,6 @@ impl StartedWorkers {
         for mut child in self.children.drain(..) {
             let _ = child.start_kill();
             let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
-        }
-        for workers in self.workers.values() {
-            for w in workers {
-                fn_api.remove_worker(&w.id);
-            }
         }
         for dir in self.dirs.drain(..) {
             let _ = tokio::fs::remove_dir_all(dir).await;
