@@ -8,6 +8,8 @@
 
 use std::path::PathBuf;
 
+mod jobs;
+
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
@@ -30,6 +32,27 @@ enum Command {
     Serve(ServeArgs),
     /// Boot a Python SDK harness for a PROCESS environment.
     Boot(BootArgs),
+    /// List, describe or cancel the jobs of a running Weir server.
+    Jobs(JobsArgs),
+}
+
+#[derive(Args)]
+struct JobsArgs {
+    /// Job API endpoint of the server.
+    #[arg(long, default_value = "localhost:8099", global = true)]
+    endpoint: String,
+    #[command(subcommand)]
+    action: JobsAction,
+}
+
+#[derive(Subcommand)]
+enum JobsAction {
+    /// One line per job: id, state, name.
+    List,
+    /// A job's name, state, state changes with their times, and options.
+    Describe { job_id: String },
+    /// Cancel a job.
+    Cancel { job_id: String },
 }
 
 #[derive(Args, Clone)]
@@ -107,6 +130,7 @@ fn main() -> anyhow::Result<()> {
             anyhow::bail!("weir boot: {err}")
         }
         Some(Command::Serve(s)) => runtime.block_on(serve(s)),
+        Some(Command::Jobs(j)) => runtime.block_on(jobs::run(j)),
         None => runtime.block_on(serve(cli.serve)),
     }
 }

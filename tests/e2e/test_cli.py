@@ -1,0 +1,34 @@
+"""`weir jobs list|describe|cancel` against the running server."""
+
+import subprocess
+
+from conftest import WEIR_BIN
+
+
+def weir_jobs(server, *args):
+  out = subprocess.run(
+      [str(WEIR_BIN), 'jobs', '--endpoint', 'localhost:%d' % server.port] + list(args),
+      capture_output=True, text=True, timeout=60)
+  assert out.returncode == 0, out.stderr
+  return out.stdout
+
+
+def test_jobs_list_describe_cancel(beam, weir_server):
+  run = beam.run_named('good', 'LOOPBACK')
+  assert run.returncode == 0, run.describe(weir_server)
+
+  rows = [line.split('\t') for line in weir_jobs(weir_server, 'list').splitlines()]
+  done = [r for r in rows if r[1] == 'DONE']
+  assert done, rows
+  job_id = done[-1][0]
+
+  described = weir_jobs(weir_server, 'describe', job_id)
+  assert 'id:    %s' % job_id in described, described
+  assert 'state: DONE' in described, described
+  # The state history, in order, with times.
+  history = [l.split()[-1] for l in described.split('history:')[1].split('options:')[0].splitlines() if l.strip()]
+  assert history == ['STOPPED', 'STARTING', 'RUNNING', 'DONE'], described
+  assert 'environment_type = LOOPBACK' in described, described
+
+  # Cancelling a finished job leaves it DONE.
+  assert weir_jobs(weir_server, 'cancel', job_id).split() == [job_id, 'DONE']
