@@ -210,10 +210,19 @@ def slow(p):
   return p | beam.Create([1, 2]) | 'Nap' >> beam.Map(nap)
 
 
+def hot_key(p):
+  """A GroupByKey where one key ('hot') holds most of the values."""
+  data = [('hot', i) for i in range(3000)] + [('k%d' % (i % 5), i) for i in range(500)]
+  return (p
+          | beam.Create(data)
+          | beam.GroupByKey()
+          | 'Count' >> beam.MapTuple(lambda k, vs: '%s: %d' % (k, len(list(vs)))))
+
+
 PIPELINES = {
     f.__name__: f
     for f in (gbk, flatten, side_input, combine_per_key, good, boom, windowed,
-              multimap_side_input, sdf_split, large_elements, flaky, crash, slow)
+              multimap_side_input, sdf_split, large_elements, flaky, crash, slow, hot_key)
 }
 
 

@@ -67,6 +67,20 @@ def test_cancel_stops_a_running_job(beam, weir_server, env):
   assert good.returncode == 0, good.describe(weir_server)
 
 
+def test_hot_key_is_reported_and_named_only_when_enabled(beam, weir_server):
+  expected = collections.Counter(['hot: 3000'] + ['k%d: 100' % i for i in range(5)])
+  quiet = beam.run_named('hot_key', 'LOOPBACK')
+  assert quiet.returncode == 0, quiet.describe(weir_server)
+  assert quiet.output()[1] == expected
+  assert 'hot key in GroupByKey' in quiet.stderr, quiet.describe(weir_server)
+  assert '"hot"' not in quiet.stderr, 'the key must not be shown without hot-key logging'
+
+  loud = beam.run_named('hot_key', 'LOOPBACK', extra=['--dataflow_service_options=enable_hot_key_logging'])
+  assert loud.returncode == 0, loud.describe(weir_server)
+  assert 'hot key in GroupByKey' in loud.stderr and 'key "hot" has 3000 of the' in loud.stderr, (
+      loud.describe(weir_server))
+
+
 def _pipeline_with_unknown_leaf():
   """A real Impulse pipeline plus a leaf transform no runner knows."""
   import apache_beam as beam

@@ -114,6 +114,19 @@ pub fn run_job(
     }
 }
 
+/// A printable form of an encoded key: a length-prefixed UTF-8 string as
+/// text, anything else as hex; at most 100 characters.
+fn describe_key(key: &[u8]) -> String {
+    let text = weir_model::varint::decode_varint(key)
+        .ok()
+        .filter(|(len, used)| *len as usize + used == key.len())
+        .and_then(|(_, used)| std::str::from_utf8(&key[used..]).ok())
+        .filter(|s| s.chars().all(|c| !c.is_control()))
+        .map(|s| format!("{s:?}"))
+        .unwrap_or_else(|| key.iter().map(|b| format!("{b:02x}")).collect());
+    text.chars().take(100).collect()
+}
+
 fn hash_bytes(b: &[u8]) -> u64 {
     let mut h = DefaultHasher::new();
     b.hash(&mut h);
@@ -239,6 +252,20 @@ fn group_by_key<'s>(
                 }
             }
             if buffer.is_empty() {
+                if held.is_some() {
+                    if let Some(hot) = buffer.take_hot_key() {
+                        let share = 100.0 * hot.values as f64 / hot.total as f64;
+                        let key = if ctx.config.hot_key_logging {
+                            format!("key {}", describe_key(&hot.key))
+                        } else {
+                            "a key (enable_hot_key_logging shows which)".to_string()
+                        };
+                        ctx.config.notices.send(format!(
+                            "hot key in GroupByKey {name}: {key} has {} of the {} values ({share:.0}%) grouped on one worker",
+                            hot.values, hot.total
+                        ));
+                    }
+                }
                 held = None;
             } else if let (Some(cap), Some(min)) = (held.as_mut(), frontier.frontier().iter().min())
             {

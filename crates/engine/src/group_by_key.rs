@@ -41,7 +41,22 @@ pub struct GroupByKeyBuffer {
     windowing: Windowing,
     /// Encoded key -> window -> group.
     groups: HashMap<Vec<u8>, HashMap<Window, Group>>,
+    /// Values seen per encoded key, and in all, for hot-key detection.
+    key_counts: HashMap<Vec<u8>, u64>,
+    total: u64,
 }
+
+/// A key holding most of a GroupByKey's values on one worker.
+#[derive(Debug, PartialEq)]
+pub struct HotKey {
+    /// The key as encoded on the wire (nested).
+    pub key: Vec<u8>,
+    pub values: u64,
+    pub total: u64,
+}
+
+/// Smallest number of values for a key to be reported hot.
+const HOT_KEY_MIN_VALUES: u64 = 1000;
 
 impl GroupByKeyBuffer {
     /// A buffer for input elements coded `WindowedValue<input_coder, window_coder>`
@@ -52,6 +67,8 @@ impl GroupByKeyBuffer {
             window_coder,
             windowing,
             groups: HashMap::new(),
+            key_counts: HashMap::new(),
+            total: 0,
         }
     }
 
@@ -72,6 +89,8 @@ impl GroupByKeyBuffer {
         let (wv, _) = WindowedValue::decode(&self.input_coder, &self.window_coder, element)
             .map_err(|e| e.to_string())?;
         let (k, v) = split_kv(&self.input_coder, &wv.value).map_err(|e| e.to_string())?;
+        *self.key_counts.entry(k.to_vec()).or_default() += wv.windows.len() as u64;
+        self.total += wv.windows.len() as u64;
         let by_window = self.groups.entry(k.to_vec()).or_default();
         for w in wv.windows {
             by_window
@@ -83,6 +102,20 @@ impl GroupByKeyBuffer {
             merge_sessions(by_window);
         }
         Ok(())
+    }
+
+    /// The key with most values, when it holds at least half of all values
+    /// this buffer saw and at least a thousand (one key's values cannot be
+    /// spread over workers); then resets the counts.
+    pub fn take_hot_key(&mut self) -> Option<HotKey> {
+        let counts = std::mem::take(&mut self.key_counts);
+        let total = std::mem::take(&mut self.total);
+        let (key, values) = counts.into_iter().max_by_key(|(_, n)| *n)?;
+        (values >= HOT_KEY_MIN_VALUES && values * 2 >= total).then_some(HotKey {
+            key,
+            values,
+            total,
+        })
     }
 
     /// True when nothing is buffered.
@@ -267,5 +300,50 @@ mod tests {
                 (w(30), Timestamp(30))
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod hot_key_tests {
+    use super::*;
+
+    #[test]
+    fn reports_a_key_with_most_values_once() {
+        let windowing = Windowing {
+            window_fn: WindowFn::Global,
+            output_time: OutputTime::EndOfWindow,
+        };
+        let coder = Coder::Kv(Box::new(Coder::StringUtf8), Box::new(Coder::VarInt));
+        let mut b = GroupByKeyBuffer::new(coder, Coder::GlobalWindow, windowing);
+        let element = |k: &str| {
+            let mut v = vec![k.len() as u8];
+            v.extend_from_slice(k.as_bytes());
+            v.push(1);
+            let mut out = Vec::new();
+            WindowedValue {
+                timestamp: Timestamp(0),
+                windows: vec![Window::Global],
+                pane: PaneInfo::NO_FIRING,
+                value: v,
+            }
+            .encode(&mut out);
+            out
+        };
+        for _ in 0..1200 {
+            b.insert(&element("hot")).unwrap();
+        }
+        for i in 0..800 {
+            b.insert(&element(&format!("k{}", i % 8))).unwrap();
+        }
+        let hot = b.take_hot_key().unwrap();
+        assert_eq!(
+            hot,
+            HotKey {
+                key: b"\x03hot".to_vec(),
+                values: 1200,
+                total: 2000
+            }
+        );
+        assert_eq!(b.take_hot_key(), None, "reported once");
     }
 }

@@ -41,6 +41,34 @@ pub struct EngineConfig {
     pub max_bundle_bytes: usize,
     /// Most bundles one stage operator on one worker keeps in flight.
     pub max_bundles_in_flight: usize,
+    /// Whether hot-key reports may show the key itself (Dataflow's
+    /// `enable_hot_key_logging`); otherwise only its size and share.
+    pub hot_key_logging: bool,
+    /// Where the engine sends notices meant for the job's message stream.
+    pub notices: Notices,
+}
+
+/// A sink for engine notices (e.g. hot keys), shown in the job's messages.
+#[derive(Clone)]
+pub struct Notices(pub std::sync::Arc<dyn Fn(String) + Send + Sync>);
+
+impl Notices {
+    /// Sends one notice.
+    pub fn send(&self, text: String) {
+        (self.0)(text)
+    }
+}
+
+impl std::fmt::Debug for Notices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Notices")
+    }
+}
+
+impl Default for Notices {
+    fn default() -> Self {
+        Notices(std::sync::Arc::new(|text| tracing::warn!("{text}")))
+    }
 }
 
 impl Default for EngineConfig {
@@ -52,6 +80,8 @@ impl Default for EngineConfig {
             max_bundle_elements: 10_000,
             max_bundle_bytes: 8 << 20,
             max_bundles_in_flight: 2,
+            hot_key_logging: false,
+            notices: Notices::default(),
         }
     }
 }

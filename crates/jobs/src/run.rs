@@ -112,8 +112,20 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         tokio::runtime::Handle::current(),
         job.metrics.clone(),
     );
+    let notice_job = job.clone();
     let config = EngineConfig {
         workers: registry.config.engine_workers,
+        // Dataflow's switch, as an option or a dataflow_service_options entry.
+        hot_key_logging: job.validated.enable_hot_key_logging
+            || job
+                .validated
+                .dataflow_service_options
+                .iter()
+                .any(|o| o == "enable_hot_key_logging"),
+        notices: weir_engine::Notices(Arc::new(move |text| {
+            tracing::warn!(job = %notice_job.id, "{text}");
+            notice_job.message(Importance::JobMessageWarning, text);
+        })),
         ..EngineConfig::default()
     };
     let cancel = job.cancel.clone();
