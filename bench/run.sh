@@ -5,6 +5,9 @@
 # and CPU split; fails if the two runs' outputs differ.
 #
 #   bench/run.sh [--copies N] [--only weir|direct] [--weir-env PROCESS|LOOPBACK]
+#
+# See also bench/load_tests.sh: Beam's own load tests (GBK, Combine, ParDo,
+# side input, CoGBK) on Weir vs DirectRunner.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -1,0 +1,299 @@
+"""Beam's own Python load tests: Weir vs Beam's DirectRunner.
+
+Runs the load tests shipped in the apache-beam wheel
+(apache_beam.testing.load_tests: group_by_key_test, combine_test, pardo_test,
+sideinput_test, co_group_by_key_test) on the synthetic source with a small,
+fixed configuration, each one
+  * under Weir: a fresh `weir serve` per test, the job submitted with
+    PortableRunner and the PROCESS environment (`weir boot`), and
+  * under DirectRunner with --direct_num_workers=2
+    --direct_running_mode=multi_processing,
+and prints per test the wall time of the client process on each runner, their
+ratio, whether it succeeded on each, and the load test's own `runtime` metric
+(max - min of the MeasureTime distribution, whole seconds; '-' when the runner
+reported no such metric).
+
+Each test is run the way Beam documents it,
+    python -m apache_beam.testing.load_tests.<module> --test-pipeline-options="..."
+(LoadTest reads its options from TestPipeline, i.e. --test-pipeline-options),
+through a thin wrapper (`load_tests.py --child <module> ...`) that only turns
+on INFO logging first so that the ConsoleMetricsPublisher's metric lines are
+visible (the modules' own logging.basicConfig is a no-op because an import
+already configured the root logger). Nothing is published: no
+--publish_to_big_query, no InfluxDB options.
+
+A test that fails (or times out) is reported as FAILED with the first line of
+its error; the full logs are kept under bench/data/out/load_tests/<test>/.
+
+    bench/load_tests.sh [--records N] [--only weir|direct] [--tests gbk,combine,...]
+                        [--extra=--opt=value ...] [--timeout S]
+"""
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH)
+
+from wordcount_bench import REPO, free_port, log, wait_for_job_api  # noqa: E402
+
+
+# name -> (module, test-specific options). input_options are added by main().
+def test_matrix(input_options):
+  return [
+      ('gbk', 'group_by_key_test', ['--fanout=1', '--iterations=1']),
+      ('combine', 'combine_test', ['--fanout=1', '--top_count=20']),
+      ('pardo', 'pardo_test', ['--iterations=1', '--number_of_counters=1',
+                               '--number_of_counter_operations=1']),
+      ('sideinput_iter', 'sideinput_test', ['--side_input_type=iter']),
+      ('sideinput_dict', 'sideinput_test', ['--side_input_type=dict']),
+      ('cogbk', 'co_group_by_key_test',
+       ['--iterations=1', '--co_input_options=' + json.dumps(input_options)]),
+  ]
+
+
+# --- child: run one load test module as `python -m` would ----------------------
+def child(argv):
+  import logging
+  import runpy
+  module = 'apache_beam.testing.load_tests.' + argv[0]
+  logging.basicConfig(level=logging.INFO)
+  sys.argv = [module] + argv[1:]
+  runpy.run_module(module, run_name='__main__', alter_sys=True)
+
+
+# --- log parsing ------------------------------------------------------------------
+EXC_RE = re.compile(r'^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Failure)\b.*)$')
+METRIC_RE = re.compile(r'Metric: (\S+) Value: (-?\d+)')
+
+
+def read(path):
+  try:
+    with open(path, encoding='utf-8', errors='replace') as f:
+      return f.read()
+  except OSError:
+    return ''
+
+
+def first_error_line(text):
+  """First line of the first Python exception in a log (the line after the
+  traceback), else the first ERROR log line, else the last non-empty line."""
+  lines = text.splitlines()
+  in_tb = False
+  for line in lines:
+    if line.startswith('Traceback (most recent call last)'):
+      in_tb = True
+      continue
+    if in_tb and not line.startswith((' ', '\t')) and line.strip():
+      if line.startswith(('During handling', 'The above exception')):
+        continue
+      return line.strip()
+  for line in lines:
+    if line.startswith('ERROR') or ' ERROR ' in line:
+      return line.strip()
+  for line in lines:
+    m = EXC_RE.match(line.strip())
+    if m:
+      return m.group(1)
+  rest = [l for l in lines if l.strip()]
+  return rest[-1].strip() if rest else '(no output)'
+
+
+def server_errors(text, limit=5):
+  out = []
+  for line in text.splitlines():
+    if re.search(r'^\S+\s+ERROR\s', line):
+      out.append(line.strip())
+      if len(out) >= limit:
+        break
+  return out
+
+
+def metrics(text):
+  """Metric lines of the ConsoleMetricsPublisher; names are prefixed with the
+  namespace ('default_runtime'), so 'runtime' is stored under both."""
+  out = {}
+  for m in METRIC_RE.finditer(text):
+    out[m.group(1)] = int(m.group(2))
+    if m.group(1).endswith('_runtime'):
+      out['runtime'] = int(m.group(2))
+  return out
+
+
+# --- runs -------------------------------------------------------------------------
+def run_client(py, module, opts, out_dir, timeout):
+  log_path = os.path.join(out_dir, 'client.log')
+  args = [py, os.path.abspath(__file__), '--child', module,
+          '--test-pipeline-options=' + shlex.join(opts)]
+  with open(log_path, 'w') as f:
+    f.write('$ %s\n\n' % shlex.join(args))
+  with open(log_path, 'ab') as out:
+    start = time.monotonic()
+    client = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, cwd=out_dir)
+    try:
+      rc = client.wait(timeout=timeout)
+      timed_out = False
+    except subprocess.TimeoutExpired:
+      client.kill()
+      client.wait()
+      rc, timed_out = None, True
+    wall = time.monotonic() - start
+  text = read(log_path)
+  r = dict(wall=wall, ok=(rc == 0), log=log_path, metrics=metrics(text))
+  if timed_out:
+    r['error'] = 'TIMEOUT after %.0f s' % timeout
+  elif rc != 0:
+    r['error'] = first_error_line(text.split('\n\n', 1)[-1])
+  return r
+
+
+def run_weir(py, weir_bin, module, opts, out_dir, timeout):
+  port = free_port()
+  server_log = os.path.join(out_dir, 'weir-server.log')
+  env = dict(os.environ)
+  env.setdefault('RUST_LOG', 'info')
+  env.setdefault('NO_COLOR', '1')
+  with open(server_log, 'wb') as slog:
+    weir = subprocess.Popen([weir_bin, 'serve', '--job_port', str(port), '--bind', '127.0.0.1'],
+                            stdout=slog, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, env=env)
+    try:
+      try:
+        wait_for_job_api('localhost:%d' % port, weir, server_log)
+      except SystemExit as e:
+        return dict(wall=0.0, ok=False, log=server_log, metrics={},
+                    server_log=server_log, server_errors=[],
+                    error='weir serve did not start: %s' % e)
+      runner_opts = ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port,
+                     '--environment_type=PROCESS',
+                     '--environment_config=' + json.dumps(
+                         {'command': '%s boot --python %s' % (weir_bin, py)})]
+      r = run_client(py, module, runner_opts + opts, out_dir, timeout)
+    finally:
+      weir.terminate()
+      try:
+        weir.wait(timeout=10)
+      except subprocess.TimeoutExpired:
+        weir.kill()
+        weir.wait()
+  r['server_log'] = server_log
+  if not r['ok']:
+    r['server_errors'] = server_errors(read(server_log))
+  return r
+
+
+def run_direct(py, module, opts, out_dir, workers, timeout):
+  runner_opts = ['--runner=DirectRunner', '--direct_num_workers=%d' % workers,
+                 '--direct_running_mode=multi_processing']
+  return run_client(py, module, runner_opts + opts, out_dir, timeout)
+
+
+def shown(path):
+  path = os.path.abspath(path)
+  return os.path.relpath(path, REPO) if path.startswith(REPO + os.sep) else path
+
+
+# --- report -------------------------------------------------------------------------
+def main():
+  if len(sys.argv) > 1 and sys.argv[1] == '--child':
+    return child(sys.argv[2:])
+
+  ap = argparse.ArgumentParser(description=__doc__,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument('--records', type=int, default=20000, help='synthetic num_records')
+  ap.add_argument('--key-size', type=int, default=10)
+  ap.add_argument('--value-size', type=int, default=90)
+  ap.add_argument('--tests', help='comma-separated subset of: gbk, combine, pardo, '
+                  'sideinput_iter, sideinput_dict, cogbk')
+  ap.add_argument('--weir-bin', default=os.path.join(REPO, 'target', 'release', 'weir'))
+  ap.add_argument('--direct-workers', type=int, default=2)
+  ap.add_argument('--only', choices=['weir', 'direct'])
+  ap.add_argument('--out-dir', default=os.path.join(BENCH, 'data', 'out', 'load_tests'))
+  ap.add_argument('--timeout', type=float, default=300, help='per run, s')
+  ap.add_argument('--extra', action='append', default=[], metavar='OPT',
+                  help='extra --test-pipeline-options entry for every test, e.g. '
+                  '--extra=--access_percentage=0 (repeatable)')
+  args = ap.parse_args()
+
+  py = sys.executable
+  weir_bin = os.path.abspath(args.weir_bin)
+  if args.only != 'direct' and not os.access(weir_bin, os.X_OK):
+    raise SystemExit('missing %s; run scripts/setup.sh' % weir_bin)
+  input_options = {'num_records': args.records, 'key_size': args.key_size,
+                   'value_size': args.value_size}
+  common = ['--publish_to_big_query=false',
+            '--input_options=' + json.dumps(input_options)] + args.extra
+  tests = test_matrix(input_options)
+  if args.tests:
+    wanted = args.tests.split(',')
+    unknown = set(wanted) - {t[0] for t in tests}
+    if unknown:
+      raise SystemExit('unknown tests: %s' % ', '.join(sorted(unknown)))
+    tests = [t for t in tests if t[0] in wanted]
+  runners = [n for n in ('weir', 'direct') if args.only in (None, n)]
+
+  results = {}
+  for name, module, opts in tests:
+    for runner in runners:
+      out_dir = os.path.join(args.out_dir, name, runner)
+      shutil.rmtree(out_dir, ignore_errors=True)
+      os.makedirs(out_dir)
+      log('%s: %s %s' % (runner, module, ' '.join(opts)))
+      if runner == 'weir':
+        r = run_weir(py, weir_bin, module, opts + common, out_dir, args.timeout)
+      else:
+        r = run_direct(py, module, opts + common, out_dir, args.direct_workers,
+                       args.timeout)
+      results[(name, runner)] = r
+      log('%s/%s: %s in %.1f s%s' % (name, runner, 'ok' if r['ok'] else 'FAILED',
+                                     r['wall'], '' if r['ok'] else ': ' + r['error']))
+
+  print()
+  print('Beam load tests (apache_beam.testing.load_tests), synthetic source %s; '
+        'weir PROCESS env vs direct (multi_processing, %d workers)' %
+        (json.dumps(input_options), args.direct_workers))
+  print('%-15s %9s %9s %7s  %-7s %-7s %15s' % (
+      'test', 'weir s', 'direct s', 'w/d', 'weir', 'direct', 'runtime w/d s'))
+
+  def cell(r, fmt):
+    return fmt(r) if r else '-'
+
+  failed = 0
+  for name, _, _ in tests:
+    w, d = results.get((name, 'weir')), results.get((name, 'direct'))
+    ratio = '%.2f' % (w['wall'] / d['wall']) if w and d and w['ok'] and d['ok'] else '-'
+    rt = '%s/%s' % (cell(w, lambda r: str(r['metrics'].get('runtime', '-'))),
+                    cell(d, lambda r: str(r['metrics'].get('runtime', '-'))))
+    print('%-15s %9s %9s %7s  %-7s %-7s %15s' % (
+        name, cell(w, lambda r: '%.2f' % r['wall']), cell(d, lambda r: '%.2f' % r['wall']),
+        ratio, cell(w, lambda r: 'ok' if r['ok'] else 'FAILED'),
+        cell(d, lambda r: 'ok' if r['ok'] else 'FAILED'), rt))
+    failed += sum(1 for r in (w, d) if r and not r['ok'])
+
+  if failed:
+    print()
+    print('failures:')
+    for name, _, _ in tests:
+      for runner in runners:
+        r = results[(name, runner)]
+        if r['ok']:
+          continue
+        print('  %s under %s: FAILED: %s' % (name, runner, r['error']))
+        print('    client log: %s' % shown(r['log']))
+        if runner == 'weir' and r.get('server_log'):
+          print('    server log: %s' % shown(r['server_log']))
+          for line in r.get('server_errors', []):
+            print('      %s' % line[:300])
+  return 1 if failed else 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
