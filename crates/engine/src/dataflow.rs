@@ -277,6 +277,9 @@ fn group_by_key<'s>(
     })
 }
 
+/// Bundles a batch of pending restrictions is cut into (see the SDK stage operator).
+const SPLITTABLE_BUNDLES_PER_BATCH: usize = 4;
+
 /// Most rounds of timer firings a stage may take before Weir calls it a loop.
 const MAX_TIMER_ROUNDS: u64 = 100_000;
 
@@ -496,9 +499,17 @@ fn sdk_stage<'s>(
             if st.timers.is_empty() {
                 st.timer_hold = None;
             }
-            // Restrictions of a splittable DoFn travel one per bundle, so they
-            // spread over SDK workers and a running one can be split.
-            let max_elements = if sdk.splittable { 1 } else { ctx.config.max_bundle_elements };
+            // Restrictions of a splittable DoFn go out in small bundles (about
+            // a quarter of what is pending each, one when few are pending), so
+            // they spread over SDK workers and a single running one can be
+            // split, without paying the SDK's per-bundle cost for each of
+            // thousands of tiny restrictions.
+            let max_elements = if sdk.splittable {
+                let pending: usize = st.pending.iter().map(|(_, e)| e.len()).sum();
+                (pending / SPLITTABLE_BUNDLES_PER_BATCH).clamp(1, ctx.config.max_bundle_elements)
+            } else {
+                ctx.config.max_bundle_elements
+            };
             while st.in_flight.len() < max_in_flight {
                 let Some((cap, first)) = st.pending.pop_front() else { break };
                 // Fill the bundle from consecutive chunks held at the same time.
