@@ -42,7 +42,8 @@ import time
 BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH)
 
-from wordcount_bench import REPO, free_port, log, wait_for_job_api  # noqa: E402
+from wordcount_bench import (  # noqa: E402
+    REPO, free_port, log, process_environment_config, stop_server, wait_for_job_api)
 
 
 # name -> (module, test-specific options). input_options are added by main().
@@ -174,16 +175,10 @@ def run_weir(py, weir_bin, module, opts, out_dir, timeout):
                     error='weir serve did not start: %s' % e)
       runner_opts = ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port,
                      '--environment_type=PROCESS',
-                     '--environment_config=' + json.dumps(
-                         {'command': '%s boot --python %s' % (weir_bin, py)})]
+                     process_environment_config(weir_bin, py)]
       r = run_client(py, module, runner_opts + opts, out_dir, timeout)
     finally:
-      weir.terminate()
-      try:
-        weir.wait(timeout=10)
-      except subprocess.TimeoutExpired:
-        weir.kill()
-        weir.wait()
+      stop_server(weir)
   r['server_log'] = server_log
   if not r['ok']:
     r['server_errors'] = server_errors(read(server_log))

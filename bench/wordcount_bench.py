@@ -175,6 +175,22 @@ def wait_for_job_api(endpoint, proc, log_path, timeout=60.0):
       time.sleep(0.1)
 
 
+def stop_server(proc):
+  """Stops a `weir serve` process: SIGTERM, then SIGKILL after 10 s."""
+  proc.terminate()
+  try:
+    proc.wait(timeout=10)
+  except subprocess.TimeoutExpired:
+    proc.kill()
+    proc.wait()
+
+
+def process_environment_config(weir_bin, py):
+  """The --environment_config that has Weir start SDK workers with `weir boot`."""
+  return '--environment_config=' + json.dumps(
+      {'command': '%s boot --python %s' % (weir_bin, py)})
+
+
 def free_port():
   import socket
   with socket.socket() as s:
@@ -231,8 +247,7 @@ def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout):
     extra = ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port,
              '--environment_type=%s' % env_type]
     if env_type == 'PROCESS':
-      extra.append('--environment_config=' + json.dumps(
-          {'command': '%s boot --python %s' % (weir_bin, py)}))
+      extra.append(process_environment_config(weir_bin, py))
     prefix = os.path.join(out_dir, 'counts')
     log('weir: running wordcount (%s environment), server log %s' % (env_type, log_path))
     wall, s = run_client(wordcount_args(py, input_path, prefix, extra),
@@ -249,12 +264,7 @@ def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout):
                 sdk_procs=s.sdk.count(), client_cpu=s.client.cpu(),
                 samples=s.samples, prefix=prefix)
   finally:
-    weir.terminate()
-    try:
-      weir.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-      weir.kill()
-      weir.wait()
+    stop_server(weir)
     weir_log.close()
 
 
