@@ -60,20 +60,12 @@ fn with_worker<T>(msg: T, worker_id: &str) -> Result<tonic::Request<T>, String> 
     Ok(req)
 }
 
-fn http(url: &str) -> String {
-    if url.contains("://") {
-        url.to_string()
-    } else {
-        format!("http://{url}")
-    }
-}
-
 /// Fetches provision info and artifacts, then execs the Python SDK harness.
 /// Returns only on failure.
 pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
-    let mut provision = beam::provision_service_client::ProvisionServiceClient::connect(http(
-        &cfg.provision_endpoint,
-    ))
+    let mut provision = beam::provision_service_client::ProvisionServiceClient::connect(
+        weir_proto::grpc_uri(&cfg.provision_endpoint),
+    )
     .await
     .map_err(|e| {
         format!(
@@ -108,9 +100,9 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
             .map(|d| d.url.clone())
             .unwrap_or_else(|| cfg.provision_endpoint.clone());
         let mut artifacts =
-            beam::artifact_retrieval_service_client::ArtifactRetrievalServiceClient::connect(http(
-                &endpoint,
-            ))
+            beam::artifact_retrieval_service_client::ArtifactRetrievalServiceClient::connect(
+                weir_proto::grpc_uri(&endpoint),
+            )
             .await
             .map_err(|e| format!("cannot reach artifact endpoint {endpoint}: {e}"))?
             .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES);

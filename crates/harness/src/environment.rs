@@ -153,11 +153,7 @@ pub async fn start(
                     let p = beam::ExternalPayload::decode(env.payload.as_slice())
                         .map_err(|e| env_error(&env_id, &env.urn, e.to_string()))?;
                     let pool = p.endpoint.map(|e| e.url).unwrap_or_default();
-                    let addr = if pool.contains("://") {
-                        pool.clone()
-                    } else {
-                        format!("http://{pool}")
-                    };
+                    let addr = weir_proto::grpc_uri(&pool);
                     let mut client = beam::beam_fn_external_worker_pool_client::BeamFnExternalWorkerPoolClient::connect(addr)
                         .await
                         .map_err(|e| env_error(&env_id, &env.urn, format!("cannot reach worker pool {pool}: {e}")))?
@@ -265,11 +261,7 @@ impl StartedWorkers {
             }
         }
         for (pool, worker_id) in self.pool_workers.drain(..) {
-            let addr = if pool.contains("://") {
-                pool.clone()
-            } else {
-                format!("http://{pool}")
-            };
+            let addr = weir_proto::grpc_uri(&pool);
             if let Ok(mut client) =
                 beam::beam_fn_external_worker_pool_client::BeamFnExternalWorkerPoolClient::connect(
                     addr,

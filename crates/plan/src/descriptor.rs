@@ -221,7 +221,6 @@ pub(crate) fn build(
                     }),
                     ..Default::default()
                 };
-                let in_stage: BTreeSet<&str> = transforms.iter().map(|s| s.as_str()).collect();
                 let mut referenced: BTreeSet<String> = BTreeSet::new();
                 let mut outputs: BTreeSet<String> = BTreeSet::new();
                 let mut side_inputs = Vec::new();
@@ -312,7 +311,6 @@ pub(crate) fn build(
                         ..Default::default()
                     });
                 }
-                let _ = in_stage;
                 let source_id = format!("{stage_id}/source");
                 let port = |coder_id: String| beam::RemoteGrpcPort {
                     api_service_descriptor: Some(beam::ApiServiceDescriptor {

@@ -14,6 +14,17 @@ pub use beam_model_rs::v1 as beam;
 pub use prost;
 pub use prost_types;
 
+/// The URI a tonic client dials for a Beam `ApiServiceDescriptor.url`, which
+/// SDKs and runners usually write as bare `host:port`: `http://` is added
+/// when no scheme is given.
+pub fn grpc_uri(url: &str) -> String {
+    if url.contains("://") {
+        url.to_string()
+    } else {
+        format!("http://{url}")
+    }
+}
+
 /// Largest gRPC message Weir sends or accepts, on every server and client:
 /// tonic's 4 MiB default is far too small for Beam (20+ MB pipelines and
 /// multi-MiB elements are common).

@@ -41,11 +41,7 @@ fn show(v: &Value) -> String {
 
 /// Runs a `weir jobs` action against `args.endpoint`.
 pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
-    let url = if args.endpoint.contains("://") {
-        args.endpoint.clone()
-    } else {
-        format!("http://{}", args.endpoint)
-    };
+    let url = weir_proto::grpc_uri(&args.endpoint);
     let mut client = JobServiceClient::connect(url.clone())
         .await
         .with_context(|| format!("cannot reach the Job API at {}", args.endpoint))?
