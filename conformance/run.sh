@@ -116,7 +116,12 @@ case "$mode" in
   test)
     [ $# -gt 0 ] || usage
     ids=()
-    for n in "$@"; do ids+=("$CLASS::${n##*::}"); done
+    for n in "$@"; do
+      case "$n" in
+        WeirRunnerTest::*) ids+=("$HERE/weir_runner_test.py::$n") ;;
+        *) ids+=("$CLASS::${n##*::}") ;;
+      esac
+    done
     exec "${PYTEST[@]}" -rfEs "${ids[@]}"
     ;;
 
