@@ -1,9 +1,13 @@
 //! The one module that speaks timely: builds the stage graph as a timely
 //! dataflow per worker and steps it until every stage is done.
 //!
-//! Timely times are Beam event times (`Timestamp::to_timely`); in batch all
-//! data sits at the minimum time, so a GroupByKey fires when its input
-//! frontier empties (the watermark reaches +infinity).
+//! A timely time is a Beam event time with a sequence number below it
+//! ([`Time`]): `(Timestamp::to_timely(event_time) << 64) | sequence`. The
+//! event-time part of an input frontier is the Beam input watermark; the
+//! sequence lets a TestStream wait for the pipeline to catch up with each of
+//! its events without moving the watermark. In batch all data sits at the
+//! minimum time, so a GroupByKey fires when its input frontier empties (the
+//! watermark reaches +infinity).
 
 use std::cell::RefCell;
 use std::collections::hash_map::DefaultHasher;
@@ -24,12 +28,64 @@ use weir_plan::{SdkStage, StageGraph, StageKind};
 use crate::bundle::{BundleProcessor, BundleRequest, BundleResult};
 use crate::elements::{impulse_element, split_elements};
 use crate::group_by_key::GroupByKeyBuffer;
+use crate::panes::PaneBuffer;
 use crate::side_input::{SideInputSpec, SideInputs};
 use crate::timers::TimerStore;
 use crate::{EngineConfig, EngineError, Result};
 
 type Element = Vec<u8>;
-type Elements<'s> = StreamVec<'s, u64, Element>;
+/// A timely time: Beam event time (high 64 bits, `Timestamp::to_timely`)
+/// and a sequence number (low 64 bits).
+type Time = u128;
+type Elements<'s> = StreamVec<'s, Time, Element>;
+
+/// The first timely time at event time `t`.
+fn time_at(t: Timestamp) -> Time {
+    (Time::from(t.to_timely())) << 64
+}
+
+/// The Beam watermark a frontier stands for: the event time of its least
+/// time, or, when it is empty (the input is done), `i64::MAX` ms: past every
+/// timestamp, including Beam's MAX and a custom window's unknown end.
+fn watermark_of(frontier: &[Time]) -> Timestamp {
+    frontier
+        .iter()
+        .min()
+        .map(|t| Timestamp::from_timely((t >> 64) as u64))
+        .unwrap_or(Timestamp(i64::MAX))
+}
+
+/// Processing time, in milliseconds since the Unix epoch: the wall clock, or
+/// a TestStream's clock, which moves only when the TestStream advances it.
+#[derive(Clone)]
+enum Clock {
+    Wall,
+    Test(Arc<std::sync::atomic::AtomicI64>),
+}
+
+impl Clock {
+    fn now(&self) -> i64 {
+        match self {
+            Clock::Wall => wall_millis(),
+            Clock::Test(t) => t.load(Ordering::SeqCst),
+        }
+    }
+    /// How long until processing time `at` on the wall clock (None for a
+    /// test clock, which only moves with the TestStream).
+    fn wait_until(&self, at: i64) -> Option<Duration> {
+        match self {
+            Clock::Wall => Some(Duration::from_millis((at - wall_millis()).clamp(1, 3_600_000) as u64)),
+            Clock::Test(_) => None,
+        }
+    }
+}
+
+fn wall_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
 
 /// Shared by every worker of one job.
 #[derive(Clone)]
@@ -39,6 +95,7 @@ struct JobContext {
     config: EngineConfig,
     failure: Arc<Mutex<Option<EngineError>>>,
     stop: Arc<AtomicBool>,
+    clock: Clock,
 }
 
 impl JobContext {
@@ -66,22 +123,37 @@ pub fn run_job(
     config: EngineConfig,
     cancel: Arc<AtomicBool>,
 ) -> Result<()> {
+    let graph_has_test_stream = graph
+        .stages
+        .iter()
+        .any(|s| matches!(s.kind, StageKind::TestStream { .. }));
     let ctx = JobContext {
         graph,
         processor,
         config: config.clone(),
         failure: Arc::new(Mutex::new(None)),
         stop: Arc::new(AtomicBool::new(false)),
+        clock: if graph_has_test_stream {
+            Clock::Test(Arc::new(std::sync::atomic::AtomicI64::new(wall_millis())))
+        } else {
+            Clock::Wall
+        },
     };
+    // Streaming jobs run on one timely worker: elements then reach each
+    // GroupByKey in the order their producers emitted them, so count- and
+    // processing-time triggers cut panes the way Beam's other runners do
+    // (Prism, the Python DirectRunner). SDK harnesses still run bundles of
+    // different stages in parallel.
+    let workers = if ctx.graph.streaming { 1 } else { config.workers.max(1) };
     let worker_ctx = ctx.clone();
     let guards = timely::execute(
-        timely::Config::process(config.workers.max(1)),
+        timely::Config::process(workers),
         move |worker| {
             let ctx = worker_ctx.clone();
-            let probe = ProbeHandle::new();
+            let probe = ProbeHandle::<Time>::new();
             let peers = worker.peers();
             let index = worker.index();
-            worker.dataflow::<u64, _, _>(|scope| build(scope, &ctx, &probe, index, peers));
+            worker.dataflow::<Time, _, _>(|scope| build(scope, &ctx, &probe, index, peers));
             while !probe.done() {
                 if cancel.load(Ordering::SeqCst) {
                     ctx.fail(EngineError::Cancelled);
@@ -134,9 +206,9 @@ fn hash_bytes(b: &[u8]) -> u64 {
 }
 
 fn build<'s>(
-    scope: Scope<'s, u64>,
+    scope: Scope<'s, Time>,
     ctx: &JobContext,
-    probe: &ProbeHandle<u64>,
+    probe: &ProbeHandle<Time>,
     index: usize,
     _peers: usize,
 ) {
@@ -157,6 +229,17 @@ fn build<'s>(
                 };
                 streams[*output] = Some(data.to_stream(scope));
             }
+            StageKind::TestStream { outputs, events } => {
+                let tagged = test_stream(scope, ctx, probe, index, events);
+                let parts = tagged.partition(outputs.len().max(1) as u64, |(port, e)| {
+                    (u64::from(port), e)
+                });
+                for (port, s) in parts.into_iter().enumerate() {
+                    if let Some(&pc) = outputs.get(port) {
+                        streams[pc] = Some(s);
+                    }
+                }
+            }
             StageKind::Flatten { inputs, output } => {
                 let s =
                     scope.concatenate(inputs.iter().map(|&i| get(&streams, i)).collect::<Vec<_>>());
@@ -174,7 +257,7 @@ fn build<'s>(
             }
             StageKind::Sdk(sdk) => {
                 let main = get(&streams, sdk.input);
-                let sides: Vec<StreamVec<'s, u64, (u32, Element)>> = sdk
+                let sides: Vec<StreamVec<'s, Time, (u32, Element)>> = sdk
                     .side_inputs
                     .iter()
                     .enumerate()
@@ -216,23 +299,41 @@ fn group_by_key<'s>(
     };
     let ctx = ctx.clone();
     let name = graph.stages[stage_index].name.clone();
-    input.unary_frontier(Exchange::new(route), &name.clone(), move |cap, _info| {
+    let worker = input.scope().worker().clone();
+    input.unary_frontier(Exchange::new(route), &name.clone(), move |cap, op_info| {
         drop(cap);
         let info = &ctx.graph.pcollections[input_pc];
-        let mut buffer = GroupByKeyBuffer::new(
-            info.value_coder.clone(),
-            info.window_coder.clone(),
-            info.windowing.clone(),
-        );
-        let mut held: Option<Capability<u64>> = None;
+        let mut groups = if ctx.graph.streaming {
+            Groups::Streaming(PaneBuffer::new(
+                info.value_coder.clone(),
+                info.window_coder.clone(),
+                info.windowing.clone(),
+            ))
+        } else {
+            Groups::Batch(GroupByKeyBuffer::new(
+                info.value_coder.clone(),
+                info.window_coder.clone(),
+                info.windowing.clone(),
+            ))
+        };
+        let activator = worker.activator_for(op_info.address.clone());
+        let mut reported_late = 0u64;
+        let mut held: Option<Capability<Time>> = None;
         move |(input, frontier), output| {
+            let watermark = watermark_of(frontier.frontier().as_ref());
+            let now = ctx.clock.now();
+            let mut ready: Vec<Element> = Vec::new();
             input.for_each(|cap, data| {
                 let t = *cap.least().expect("non-empty stamp");
                 if held.as_ref().map(|h| t < *h.time()).unwrap_or(true) {
                     held = cap.retain_least(0);
                 }
                 for e in data.drain(..) {
-                    if let Err(message) = buffer.insert(&e) {
+                    let inserted = match &mut groups {
+                        Groups::Batch(b) => b.insert(&e),
+                        Groups::Streaming(p) => p.insert(&e, watermark, now).map(|panes| ready.extend(panes)),
+                    };
+                    if let Err(message) = inserted {
                         ctx.fail(EngineError::BadData {
                             stage: name.clone(),
                             pcollection: ctx.graph.pcollections[input_pc].id.clone(),
@@ -245,14 +346,35 @@ fn group_by_key<'s>(
                 held = None;
                 return;
             }
-            let ready = buffer.take_complete(|t: Timestamp| !frontier.less_equal(&t.to_timely()));
+            match &mut groups {
+                Groups::Batch(b) => ready.extend(b.take_complete(|t: Timestamp| watermark > t)),
+                Groups::Streaming(p) => {
+                    ready.extend(p.advance(watermark, now));
+                    if p.dropped_late > reported_late {
+                        ctx.config.notices.send(format!(
+                            "GroupByKey {name} dropped {} late element(s) so far: their windows had expired (watermark past the end of the window plus the allowed lateness) or closed",
+                            p.dropped_late
+                        ));
+                        reported_late = p.dropped_late;
+                    }
+                    if let Some(at) = p.next_deadline() {
+                        if let Some(wait) = ctx.clock.wait_until(at) {
+                            activator.activate_after(wait);
+                        }
+                    }
+                }
+            }
             if let Some(cap) = held.as_ref() {
                 if !ready.is_empty() {
                     output.session(cap).give_iterator(ready.into_iter());
                 }
             }
-            if buffer.is_empty() {
-                if held.is_some() {
+            let empty = match &groups {
+                Groups::Batch(b) => b.is_empty(),
+                Groups::Streaming(p) => p.is_empty(),
+            };
+            if empty {
+                if let (Some(_), Groups::Batch(buffer)) = (held.as_ref(), &mut groups) {
                     if let Some(hot) = buffer.take_hot_key() {
                         let share = 100.0 * hot.values as f64 / hot.total as f64;
                         let key = if ctx.config.hot_key_logging {
@@ -277,6 +399,85 @@ fn group_by_key<'s>(
     })
 }
 
+/// A GroupByKey's buffered data: one pane per window in batch, trigger-driven
+/// panes in streaming.
+enum Groups {
+    Batch(GroupByKeyBuffer),
+    Streaming(PaneBuffer),
+}
+
+/// A TestStream (`beam:transform:teststream:v1`) on worker 0: replays its
+/// events in order, each once the pipeline has processed everything before
+/// it (the probe has passed the stream's current time). Elements go out in
+/// the global window at their own timestamps, tagged with their output's
+/// port; a watermark event moves the stream's event time; a processing-time
+/// event moves the job's test clock. The stream ends (watermark +infinity)
+/// after its last event.
+fn test_stream<'s>(
+    scope: Scope<'s, Time>,
+    ctx: &JobContext,
+    probe: &ProbeHandle<Time>,
+    index: usize,
+    events: &[weir_plan::TestStreamEvent],
+) -> StreamVec<'s, Time, (u32, Element)> {
+    use timely::dataflow::operators::generic::operator::source;
+    use weir_plan::TestStreamEvent;
+    let events: VecDeque<TestStreamEvent> = if index == 0 { events.iter().cloned().collect() } else { VecDeque::new() };
+    let ctx = ctx.clone();
+    let probe = probe.clone();
+    let worker = scope.worker().clone();
+    source(scope, "TestStream", move |cap, info| {
+        let activator = worker.activator_for(info.address.clone());
+        let mut cap = Some(cap);
+        let mut events = events;
+        let mut event_time = Timestamp::MIN;
+        let mut sequence: u64 = 0;
+        move |output| {
+            let Some(c) = cap.as_mut() else { return };
+            if ctx.stopped() {
+                cap = None;
+                return;
+            }
+            // Wait until everything before the stream's current time is done.
+            if probe.less_than(c.time()) {
+                activator.activate_after(Duration::from_millis(1));
+                return;
+            }
+            let Some(event) = events.pop_front() else {
+                cap = None;
+                return;
+            };
+            match event {
+                TestStreamEvent::Elements { output: port, elements } => {
+                    let mut session = output.session(c);
+                    for (value, timestamp) in elements {
+                        let wv = weir_model::WindowedValue {
+                            timestamp,
+                            windows: vec![weir_model::Window::Global],
+                            pane: weir_model::PaneInfo::NO_FIRING,
+                            value,
+                        };
+                        let mut bytes = Vec::new();
+                        wv.encode(&mut bytes);
+                        session.give((port as u32, bytes));
+                    }
+                }
+                TestStreamEvent::Watermark { to, .. } => {
+                    event_time = event_time.max(to.min(Timestamp::MAX));
+                }
+                TestStreamEvent::ProcessingTime { advance_ms } => {
+                    if let Clock::Test(t) = &ctx.clock {
+                        t.fetch_add(advance_ms.max(0), Ordering::SeqCst);
+                    }
+                }
+            }
+            sequence += 1;
+            c.downgrade(&(time_at(event_time) | Time::from(sequence)));
+            activator.activate();
+        }
+    })
+}
+
 /// Bundles a batch of pending restrictions is cut into (see the SDK stage operator).
 const SPLITTABLE_BUNDLES_PER_BATCH: usize = 4;
 
@@ -293,26 +494,45 @@ enum BundleEvent {
 
 /// Per-operator state of an SDK stage.
 struct SdkState {
-    pending: VecDeque<(Capability<u64>, Vec<Element>)>,
-    in_flight: HashMap<u64, Capability<u64>>,
+    pending: VecDeque<(Capability<Time>, Vec<Element>)>,
+    in_flight: HashMap<u64, Capability<Time>>,
     next_bundle: u64,
     side_data: Vec<Vec<Element>>,
     side_inputs: Option<Arc<SideInputs>>,
     /// Pending timers (stateful stages), and the hold that keeps the stage
     /// alive while any are pending.
     timers: TimerStore,
-    timer_hold: Option<Capability<u64>>,
+    timer_hold: Option<Capability<Time>>,
     timer_rounds: u64,
 }
 
+/// Keeps the stage's timer hold at the earliest hold timestamp of its
+/// pending timers (never earlier than a capability it may use: the current
+/// hold or `bundle`, the capability of a bundle that just completed), and
+/// drops it when no timer is pending.
+fn refresh_timer_hold(st: &mut SdkState, bundle: Option<&Capability<Time>>) {
+    let Some(min_hold) = st.timers.min_hold() else {
+        st.timer_hold = None;
+        return;
+    };
+    let base = match (st.timer_hold.take(), bundle) {
+        (Some(h), Some(c)) if c.time() < h.time() => c.clone(),
+        (Some(h), _) => h,
+        (None, Some(c)) => c.clone(),
+        (None, None) => return,
+    };
+    let at = (*base.time()).max(time_at(min_hold));
+    st.timer_hold = Some(base.delayed(&at));
+}
+
 fn sdk_stage<'s>(
-    scope: Scope<'s, u64>,
+    scope: Scope<'s, Time>,
     main: Elements<'s>,
-    sides: StreamVec<'s, u64, (u32, Element)>,
+    sides: StreamVec<'s, Time, (u32, Element)>,
     ctx: &JobContext,
     stage_index: usize,
     sdk: &SdkStage,
-) -> StreamVec<'s, u64, (u32, Element)> {
+) -> StreamVec<'s, Time, (u32, Element)> {
     let worker = scope.worker();
     let ctx = ctx.clone();
     let sdk = sdk.clone();
@@ -336,6 +556,7 @@ fn sdk_stage<'s>(
     main.binary_frontier(sides, Exchange::new(route), Pipeline, &name.clone(), move |cap, info| {
         drop(cap);
         let activator = Arc::new(worker.sync_activator_for(info.address.to_vec()));
+        let timer_activator = worker.activator_for(info.address.clone());
         let completions: Arc<Mutex<Vec<(u64, BundleEvent)>>> = Arc::default();
         let state = Rc::new(RefCell::new(SdkState {
             pending: VecDeque::new(),
@@ -352,7 +573,7 @@ fn sdk_stage<'s>(
         let submit_name = name.clone();
         let submit_activator = activator.clone();
         let submit_completions = completions.clone();
-        let submit = move |st: &mut SdkState, cap: Capability<u64>, elements: Vec<Element>, timers: Vec<Vec<u8>>| {
+        let submit = move |st: &mut SdkState, cap: Capability<Time>, elements: Vec<Element>, timers: Vec<Vec<u8>>| {
             let (ctx, activator, completions) = (&submit_ctx, &submit_activator, &submit_completions);
             let side_inputs = st.side_inputs.clone().unwrap_or_default();
             let id = st.next_bundle;
@@ -456,9 +677,7 @@ fn sdk_stage<'s>(
                                 ctx.fail(EngineError::BadData { stage: name.clone(), pcollection: "timers".into(), message });
                             }
                         }
-                        if !st.timers.is_empty() && st.timer_hold.is_none() {
-                            st.timer_hold = Some(cap.clone());
-                        }
+                        refresh_timer_hold(st, Some(&cap));
                         if !r.residuals.is_empty() {
                             st.pending.push_back((cap, r.residuals));
                         }
@@ -476,13 +695,27 @@ fn sdk_stage<'s>(
             // A stateful stage runs one bundle at a time, so bundles never race on a key's state.
             let max_in_flight = if sdk.stateful { 1 } else { ctx.config.max_bundles_in_flight };
             // Fire timers once the input before them is done: event-time timers
-            // when the watermark passes them, processing-time timers when the
-            // input is exhausted (batch).
+            // when the watermark passes them; processing-time timers when the
+            // clock passes them (streaming) or the input is exhausted.
             if st.pending.is_empty() && st.in_flight.is_empty() && !st.timers.is_empty() {
                 let input_done = frontier.is_empty();
+                let watermark = watermark_of(frontier.frontier().as_ref());
+                let now = ctx.clock.now();
+                let streaming = ctx.graph.streaming;
                 let fired = st.timers.take_ready(|event_time, fire| {
-                    if event_time { !frontier.less_equal(&fire.to_timely()) } else { input_done }
+                    if event_time {
+                        watermark > fire
+                    } else {
+                        input_done || (streaming && now >= fire.millis())
+                    }
                 });
+                if streaming {
+                    if let Some(next) = st.timers.next_processing_time() {
+                        if let Some(wait) = ctx.clock.wait_until(next.millis()) {
+                            timer_activator.activate_after(wait);
+                        }
+                    }
+                }
                 tracing::debug!(stage = %name, fired = fired.is_some(), hold = st.timer_hold.is_some(), "timer check");
                 if let (Some(timers), Some(cap)) = (fired, st.timer_hold.clone()) {
                     st.timer_rounds += 1;
@@ -496,9 +729,7 @@ fn sdk_stage<'s>(
                     submit(st, cap, Vec::new(), timers);
                 }
             }
-            if st.timers.is_empty() {
-                st.timer_hold = None;
-            }
+            refresh_timer_hold(st, None);
             // Restrictions of a splittable DoFn go out in small bundles (about
             // a quarter of what is pending each, one when few are pending), so
             // they spread over SDK workers and a single running one can be

@@ -233,6 +233,7 @@ mod tests {
         let windowing = Windowing {
             window_fn: WindowFn::Global,
             output_time: OutputTime::EndOfWindow,
+            ..Windowing::global()
         };
         let mut b = GroupByKeyBuffer::new(coder(), Coder::GlobalWindow, windowing);
         for (k, v) in [("a", 1), ("b", 2), ("a", 3)] {
@@ -261,6 +262,7 @@ mod tests {
         let windowing = Windowing {
             window_fn: WindowFn::Sessions { gap_ms: 10 },
             output_time: OutputTime::EarliestInPane,
+            ..Windowing::global()
         };
         let mut b = GroupByKeyBuffer::new(coder(), Coder::IntervalWindow, windowing);
         let w = |s: i64| Window::Interval {
@@ -312,6 +314,7 @@ mod hot_key_tests {
         let windowing = Windowing {
             window_fn: WindowFn::Global,
             output_time: OutputTime::EndOfWindow,
+            ..Windowing::global()
         };
         let coder = Coder::Kv(Box::new(Coder::StringUtf8), Box::new(Coder::VarInt));
         let mut b = GroupByKeyBuffer::new(coder, Coder::GlobalWindow, windowing);

@@ -23,8 +23,10 @@ mod dataflow;
 pub mod elements;
 pub mod error;
 pub mod group_by_key;
+pub mod panes;
 pub mod side_input;
 pub mod timers;
+pub mod triggers;
 
 pub use bundle::{BundleProcessor, BundleRequest, BundleResult, Completion};
 pub use dataflow::run_job;

@@ -18,14 +18,16 @@ type TimerId = (usize, Vec<u8>, Vec<u8>, Vec<u8>);
 /// Pending timers of one stateful stage on one worker.
 pub struct TimerStore {
     families: Vec<(Coder, Coder, bool)>,
-    timers: BTreeMap<TimerId, (Timestamp, Vec<u8>)>,
+    /// Pending timers: (fire timestamp, hold timestamp, encoded timer).
+    timers: BTreeMap<TimerId, (Timestamp, Timestamp, Vec<u8>)>,
 }
 
 struct Parsed {
     id_key: Vec<u8>,
     windows: Vec<u8>,
     tag: Vec<u8>,
-    fire: Option<Timestamp>,
+    /// Fire and hold (output) timestamps, unless the timer is cleared.
+    fire: Option<(Timestamp, Timestamp)>,
     len: usize,
 }
 
@@ -60,11 +62,11 @@ fn parse(key_coder: &Coder, window_coder: &Coder, bytes: &[u8]) -> Result<Parsed
     } else {
         let (fire, used) = Timestamp::decode(&bytes[pos..]).map_err(err)?;
         pos += used;
-        let (_hold, used) = Timestamp::decode(&bytes[pos..]).map_err(err)?;
+        let (hold, used) = Timestamp::decode(&bytes[pos..]).map_err(err)?;
         pos += used;
         let (_pane, used) = PaneInfo::decode(&bytes[pos..]).map_err(err)?;
         pos += used;
-        Some(fire)
+        Some((fire, hold))
     };
     Ok(Parsed {
         id_key,
@@ -95,8 +97,8 @@ impl TimerStore {
             let p = parse(key_coder, window_coder, bytes)?;
             let id = (family, p.id_key, p.windows, p.tag);
             match p.fire {
-                Some(fire) => {
-                    self.timers.insert(id, (fire, bytes[..p.len].to_vec()));
+                Some((fire, hold)) => {
+                    self.timers.insert(id, (fire, hold, bytes[..p.len].to_vec()));
                 }
                 None => {
                     self.timers.remove(&id);
@@ -112,14 +114,29 @@ impl TimerStore {
         self.timers.is_empty()
     }
 
+    /// The earliest firing time of a pending processing-time timer.
+    pub fn next_processing_time(&self) -> Option<Timestamp> {
+        self.timers
+            .iter()
+            .filter(|(id, _)| !self.families[id.0].2)
+            .map(|(_, (fire, _, _))| *fire)
+            .min()
+    }
+
+    /// The earliest hold (output) timestamp of the pending timers: the
+    /// stage's output watermark may not pass it.
+    pub fn min_hold(&self) -> Option<Timestamp> {
+        self.timers.values().map(|(_, hold, _)| *hold).min()
+    }
+
     /// Removes the timers `ready(event_time, fire_timestamp)` accepts and
     /// returns them per family, in fire-timestamp order; `None` if there are none.
     pub fn take_ready(&mut self, ready: impl Fn(bool, Timestamp) -> bool) -> Option<Vec<Vec<u8>>> {
         let mut due: Vec<(Timestamp, TimerId)> = self
             .timers
             .iter()
-            .filter(|(id, (fire, _))| ready(self.families[id.0].2, *fire))
-            .map(|(id, (fire, _))| (*fire, id.clone()))
+            .filter(|(id, (fire, _, _))| ready(self.families[id.0].2, *fire))
+            .map(|(id, (fire, _, _))| (*fire, id.clone()))
             .collect();
         if due.is_empty() {
             return None;
@@ -127,7 +144,7 @@ impl TimerStore {
         due.sort();
         let mut out = vec![Vec::new(); self.families.len()];
         for (_, id) in due {
-            if let Some((_, bytes)) = self.timers.remove(&id) {
+            if let Some((_, _, bytes)) = self.timers.remove(&id) {
                 out[id.0].extend_from_slice(&bytes);
             }
         }

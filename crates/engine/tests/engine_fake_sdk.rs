@@ -123,6 +123,7 @@ fn global() -> Windowing {
     Windowing {
         window_fn: WindowFn::Global,
         output_time: OutputTime::EndOfWindow,
+        ..Windowing::global()
     }
 }
 
@@ -314,6 +315,7 @@ impl GraphBuilder {
         Arc::new(StageGraph {
             pcollections: self.pcollections,
             stages: self.stages,
+            streaming: false,
         })
     }
 }
@@ -1038,6 +1040,7 @@ fn session_windows_merge_in_group_by_key() {
     let sessions = Windowing {
         window_fn: WindowFn::Sessions { gap_ms: gap },
         output_time: OutputTime::EndOfWindow,
+        ..Windowing::global()
     };
     for workers in [1, 3] {
         let mut g = GraphBuilder::default();

@@ -25,7 +25,6 @@ struct Builder<'a> {
     pcollections: Vec<PCollectionInfo>,
     /// PCollection id -> wire (element) coder id.
     wire: HashMap<String, String>,
-    streaming: bool,
 }
 
 impl Builder<'_> {
@@ -58,7 +57,6 @@ impl Builder<'_> {
             &self.coders,
             &pc.windowing_strategy_id,
             id,
-            self.streaming,
         )?;
         let window_coder_id = self.window_wire(&pc.windowing_strategy_id)?;
         let info = PCollectionInfo {
@@ -133,7 +131,6 @@ pub(crate) fn build(
         index: HashMap::new(),
         pcollections: vec![],
         wire: HashMap::new(),
-        streaming: options.streaming,
     };
 
     // Leaf id -> fused stage number; PCollection id -> consuming leaves.
@@ -169,6 +166,7 @@ pub(crate) fn build(
                     LeafKind::Impulse => StageKind::Impulse {
                         output: b.index_of(&single(t, transform_id, "output", &t.outputs)?)?,
                     },
+                    LeafKind::TestStream => test_stream(&mut b, transform_id, t)?,
                     LeafKind::GroupByKey | LeafKind::Reshuffle => {
                         let input = b.index_of(&single(t, transform_id, "input", &t.inputs)?)?;
                         let output = b.index_of(&single(t, transform_id, "output", &t.outputs)?)?;
@@ -401,10 +399,98 @@ pub(crate) fn build(
     }
     Ok(Plan {
         graph: StageGraph {
+            streaming: options.streaming
+                || stages
+                    .iter()
+                    .any(|s| matches!(s.kind, StageKind::TestStream { .. })),
             pcollections: b.pcollections,
             stages,
         },
         descriptors,
         environments,
     })
+}
+
+/// The stage of a `beam:transform:teststream:v1` transform: its outputs (in
+/// the order of their tags) and its events, from the `TestStreamPayload`.
+/// An event's empty tag names the main output: the only output, or the one
+/// tagged `None` (Python) / `main` otherwise.
+fn test_stream(b: &mut Builder<'_>, id: &str, t: &beam::PTransform) -> Result<StageKind> {
+    use beam::test_stream_payload::event::Event;
+    let payload = t.spec.as_ref().map(|s| s.payload.as_slice()).unwrap_or(&[]);
+    let p = beam::TestStreamPayload::decode(payload).map_err(|e| {
+        PlanError::Invalid(format!("TestStream {id} ({}): bad TestStreamPayload: {e}", t.unique_name))
+    })?;
+    if p.endpoint.is_some() && p.events.is_empty() {
+        return Err(PlanError::Unsupported {
+            transform: format!("{id} ({})", t.unique_name),
+            urn: urns::transform::TEST_STREAM.into(),
+            feature: "a TestStream served by a TestStreamService endpoint (give the events in the payload)".into(),
+        });
+    }
+    let mut tags: Vec<&String> = t.outputs.keys().collect();
+    tags.sort();
+    let outputs = tags
+        .iter()
+        .map(|tag| b.index_of(&t.outputs[*tag]))
+        .collect::<Result<Vec<_>>>()?;
+    let output_of = |tag: &str| -> Result<usize> {
+        let found = if tag.is_empty() {
+            if tags.len() == 1 {
+                Some(0)
+            } else {
+                tags.iter().position(|t| *t == "None" || *t == "main" || *t == "out")
+            }
+        } else {
+            tags.iter().position(|t| *t == tag)
+        };
+        found.ok_or_else(|| {
+            PlanError::Invalid(format!(
+                "TestStream {id}: event for output tag {tag:?}, which is not one of its outputs {tags:?}"
+            ))
+        })
+    };
+    // Elements are encoded with the payload's coder; where Weir's wire coder
+    // length-prefixes a coder it does not know, prefix them the same way.
+    let payload_is_prefixed = b
+        .coders
+        .get(&p.coder_id)
+        .and_then(|c| c.spec.as_ref())
+        .map(|s| s.urn == urns::coder::LENGTH_PREFIX)
+        .unwrap_or(false);
+    let wire_form = |output: usize, bytes: &[u8]| -> Vec<u8> {
+        if matches!(b.pcollections[outputs[output]].value_coder, Coder::LengthPrefix(_)) && !payload_is_prefixed {
+            let mut out = Vec::with_capacity(bytes.len() + 5);
+            weir_model::varint::encode_varint(bytes.len() as i64, &mut out);
+            out.extend_from_slice(bytes);
+            out
+        } else {
+            bytes.to_vec()
+        }
+    };
+    let mut events = Vec::new();
+    for e in &p.events {
+        events.push(match e.event.as_ref() {
+            Some(Event::ElementEvent(add)) => {
+                let output = output_of(&add.tag)?;
+                TestStreamEvent::Elements {
+                    output,
+                    elements: add
+                        .elements
+                        .iter()
+                        .map(|el| (wire_form(output, &el.encoded_element), weir_model::Timestamp(el.timestamp)))
+                        .collect(),
+                }
+            }
+            Some(Event::WatermarkEvent(w)) => TestStreamEvent::Watermark {
+                output: output_of(&w.tag)?,
+                to: weir_model::Timestamp(w.new_watermark),
+            },
+            Some(Event::ProcessingTimeEvent(pt)) => TestStreamEvent::ProcessingTime {
+                advance_ms: pt.advance_duration,
+            },
+            None => continue,
+        });
+    }
+    Ok(StageKind::TestStream { outputs, events })
 }

@@ -12,6 +12,11 @@ pub struct StageGraph {
     pub pcollections: Vec<PCollectionInfo>,
     /// Stages in topological order: a stage's inputs are produced by earlier stages.
     pub stages: Vec<Stage>,
+    /// Streaming semantics (`--streaming`, or a pipeline with a TestStream):
+    /// GroupByKeys run their triggers pane by pane as data and the watermark
+    /// arrive, and processing time follows a clock. In batch every window
+    /// fires once, complete, when its input is done.
+    pub streaming: bool,
 }
 
 /// A PCollection as the runner sees it on the Fn API data plane.
@@ -49,11 +54,109 @@ pub enum OutputTime {
     LatestInPane,
 }
 
-/// The parts of a `WindowingStrategy` the engine uses.
+/// The parts of a `WindowingStrategy` the engine uses
+/// (`beam_runner_api.proto`, message `WindowingStrategy`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Windowing {
     pub window_fn: WindowFn,
     pub output_time: OutputTime,
+    /// When a GroupByKey emits panes (`WindowingStrategy.trigger`).
+    pub trigger: Trigger,
+    /// Whether a pane repeats the elements of earlier panes of its window.
+    pub accumulation: Accumulation,
+    /// How long after the end of a window (in event-time milliseconds) its
+    /// data is still accepted; later data is dropped. 0 when unset.
+    pub allowed_lateness_ms: i64,
+    /// `OnTimeBehavior.FIRE_ALWAYS`: the on-time pane is emitted even when
+    /// empty (otherwise only when it has new elements).
+    pub on_time_fire_always: bool,
+}
+
+impl Windowing {
+    /// Global windows, default trigger, discarding, no lateness, output at
+    /// the end of the window.
+    pub fn global() -> Self {
+        Windowing {
+            window_fn: WindowFn::Global,
+            output_time: OutputTime::EndOfWindow,
+            trigger: Trigger::Default,
+            accumulation: Accumulation::Discarding,
+            allowed_lateness_ms: 0,
+            on_time_fire_always: true,
+        }
+    }
+}
+
+/// `AccumulationMode` in beam_runner_api.proto (RETRACTING is rejected).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accumulation {
+    /// Each pane holds only the elements that arrived since the previous pane.
+    Discarding,
+    /// Each pane holds every element of its window so far.
+    Accumulating,
+}
+
+/// A trigger (`Trigger` in beam_runner_api.proto), as a tree.
+///
+/// Times are Beam event times or processing times in milliseconds.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Trigger {
+    /// `Trigger.Default`: fires when the watermark passes the end of the
+    /// window, then once per late element (within allowed lateness).
+    Default,
+    /// `Trigger.AfterEndOfWindow`, with optional early and late firings
+    /// (each repeated).
+    AfterEndOfWindow {
+        early: Option<Box<Trigger>>,
+        late: Option<Box<Trigger>>,
+    },
+    /// `Trigger.ElementCount`: fires once at least `count` elements arrived.
+    ElementCount(u64),
+    /// `Trigger.AfterProcessingTime`: fires once the processing time passes
+    /// the first element's arrival plus `delay_ms` (the sum of its delay
+    /// transforms), rounded up to `align` = (period, offset) when given.
+    AfterProcessingTime {
+        delay_ms: i64,
+        align: Option<(i64, i64)>,
+    },
+    /// `Trigger.AfterSynchronizedProcessingTime`: on one machine, processing
+    /// time is synchronized already: fires as soon as an element arrived.
+    AfterSynchronizedProcessingTime,
+    /// `Trigger.Always`: fires after every element.
+    Always,
+    /// `Trigger.Never`: never fires; only the final pane at window expiry.
+    Never,
+    /// `Trigger.Repeatedly`: its subtrigger, reset after every firing.
+    Repeatedly(Box<Trigger>),
+    /// `Trigger.AfterEach`: its subtriggers in sequence.
+    AfterEach(Vec<Trigger>),
+    /// `Trigger.AfterAny`: fires (and finishes) when any subtrigger fires.
+    AfterAny(Vec<Trigger>),
+    /// `Trigger.AfterAll`: fires (and finishes) when every subtrigger has fired.
+    AfterAll(Vec<Trigger>),
+    /// `Trigger.OrFinally`: `main` until `finally` fires, then finishes.
+    OrFinally {
+        main: Box<Trigger>,
+        finally: Box<Trigger>,
+    },
+}
+
+/// One event of a TestStream (`TestStreamPayload.Event`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum TestStreamEvent {
+    /// Elements for the output `output` (index into the stage's outputs):
+    /// encoded values (the payload's coder, nested) with event timestamps.
+    Elements {
+        output: usize,
+        elements: Vec<(Vec<u8>, weir_model::Timestamp)>,
+    },
+    /// The watermark of output `output` advances to `to`.
+    Watermark {
+        output: usize,
+        to: weir_model::Timestamp,
+    },
+    /// The test clock (processing time) advances by `advance_ms` milliseconds.
+    ProcessingTime { advance_ms: i64 },
 }
 
 /// One unit of execution.
@@ -71,6 +174,12 @@ pub struct Stage {
 pub enum StageKind {
     /// `beam:transform:impulse:v1`: one empty byte array in the global window at MIN timestamp.
     Impulse { output: PCollectionIndex },
+    /// `beam:transform:teststream:v1`: replays `events` in order; each output
+    /// waits until the pipeline has caught up with the previous event.
+    TestStream {
+        outputs: Vec<PCollectionIndex>,
+        events: Vec<TestStreamEvent>,
+    },
     /// `beam:transform:group_by_key:v1`, executed by the runner.
     GroupByKey {
         input: PCollectionIndex,
@@ -162,7 +271,7 @@ impl Stage {
     /// Main inputs of the stage (not side inputs).
     pub fn main_inputs(&self) -> Vec<PCollectionIndex> {
         match &self.kind {
-            StageKind::Impulse { .. } => vec![],
+            StageKind::Impulse { .. } | StageKind::TestStream { .. } => vec![],
             StageKind::GroupByKey { input, .. } | StageKind::Reshuffle { input, .. } => {
                 vec![*input]
             }
@@ -178,6 +287,7 @@ impl Stage {
             | StageKind::GroupByKey { output, .. }
             | StageKind::Reshuffle { output, .. }
             | StageKind::Flatten { output, .. } => vec![*output],
+            StageKind::TestStream { outputs, .. } => outputs.clone(),
             StageKind::Sdk(s) => s.outputs.clone(),
         }
     }

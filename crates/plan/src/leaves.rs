@@ -9,6 +9,7 @@ use crate::{PlanError, Result};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LeafKind {
     Impulse,
+    TestStream,
     GroupByKey,
     Flatten,
     Reshuffle,
@@ -76,9 +77,7 @@ pub(crate) fn classify(id: &str, t: &beam::PTransform) -> Result<LeafKind> {
         urns::transform::RESHUFFLE
         | urns::transform::REDISTRIBUTE_ARBITRARILY
         | urns::transform::REDISTRIBUTE_BY_KEY => LeafKind::Reshuffle,
-        urns::transform::TEST_STREAM => {
-            return Err(unsupported("TestStream (streaming is not implemented yet)"))
-        }
+        urns::transform::TEST_STREAM => LeafKind::TestStream,
         urns::transform::PAR_DO => {
             let payload = pardo_payload(id, t)?;
             for (name, spec) in &payload.state_specs {
@@ -163,6 +162,12 @@ pub(crate) fn collect(pipeline: &beam::Pipeline, c: &mut beam::Components) -> Re
         }
         if urn_of(t).is_empty() && t.inputs.is_empty() && t.outputs.is_empty() {
             continue; // an empty composite, e.g. the root of an empty pipeline
+        }
+        if !t.outputs.is_empty() && t.outputs.values().all(|o| t.inputs.values().any(|i| i == o)) {
+            // A composite whose expansion returned its input unchanged (e.g.
+            // Python's Create/MaybeReshuffle of one element in streaming):
+            // it has no subtransforms and nothing to run.
+            continue;
         }
         classify(id, t)?;
         out.push(id.clone());

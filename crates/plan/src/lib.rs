@@ -29,8 +29,7 @@ pub struct PlanOptions {
     /// `host:port` of the Fn API (data and state) service SDK harnesses dial;
     /// written into every `RemoteGrpcPort` and `state_api_service_descriptor`.
     pub fn_api_url: String,
-    /// The job runs in streaming mode (`--streaming`). Weir runs batch
-    /// semantics only, so streaming-only features are rejected then.
+    /// The job runs in streaming mode (`--streaming`): see [`StageGraph::streaming`].
     pub streaming: bool,
 }
 

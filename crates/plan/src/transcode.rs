@@ -7,6 +7,11 @@
 //! - GroupByKey inputs that are not KV-coded (e.g. a Flatten of mixed types
 //!   coded with a pickling coder): re-encoded as `KV<K, V>` taken from the
 //!   GroupByKey output coder `KV<K, Iterable<V>>`.
+//! - TestStream outputs whose coder differs from the coder of the events'
+//!   elements (`TestStreamPayload.coder_id`; Python encodes events with a
+//!   pickling coder even when the output PCollection is KV-coded): the
+//!   TestStream writes a PCollection in the payload's coder, re-encoded into
+//!   the declared output.
 
 use std::collections::HashMap;
 
@@ -45,6 +50,11 @@ pub(crate) fn insert(c: &mut beam::Components, leaves: &mut Vec<String>) -> Resu
     let mut out = Vec::with_capacity(leaves.len());
     for id in leaves.drain(..) {
         let t = c.transforms[&id].clone();
+        if urn_of(&t) == urns::transform::TEST_STREAM {
+            out.push(id.clone());
+            out.extend(transcode_test_stream_outputs(c, &id, &default_env)?);
+            continue;
+        }
         let target_coder: Option<Box<dyn Fn(&str) -> Option<String>>> = match urn_of(&t) {
             urns::transform::FLATTEN => {
                 let out_pc = t.outputs.values().next().cloned().unwrap_or_default();
@@ -154,4 +164,61 @@ pub(crate) fn insert(c: &mut beam::Components, leaves: &mut Vec<String>) -> Resu
     }
     *leaves = out;
     Ok(())
+}
+
+/// Points each output of TestStream `id` whose coder differs from its
+/// payload's element coder at a new PCollection in that coder, and returns
+/// the transcoders (SDK Flattens) that fill the original outputs from them.
+fn transcode_test_stream_outputs(
+    c: &mut beam::Components,
+    id: &str,
+    env: &str,
+) -> Result<Vec<String>> {
+    use prost::Message;
+    let mut t = c.transforms[id].clone();
+    let payload = t.spec.as_ref().map(|s| s.payload.as_slice()).unwrap_or(&[]);
+    let element_coder = beam::TestStreamPayload::decode(payload)
+        .map_err(|e| PlanError::Invalid(format!("TestStream {id}: bad TestStreamPayload: {e}")))?
+        .coder_id;
+    if element_coder.is_empty() || !c.coders.contains_key(&element_coder) {
+        return Err(PlanError::Invalid(format!(
+            "TestStream {id}: unknown element coder {element_coder:?}"
+        )));
+    }
+    let mut tags: Vec<String> = t.outputs.keys().cloned().collect();
+    tags.sort();
+    let mut transcoders = Vec::new();
+    for (n, tag) in tags.into_iter().enumerate() {
+        let output = t.outputs[&tag].clone();
+        let pc = c.pcollections.get(&output).cloned().ok_or_else(|| {
+            PlanError::Invalid(format!("TestStream {id}: unknown PCollection {output}"))
+        })?;
+        if pc.coder_id == element_coder {
+            continue;
+        }
+        let raw = format!("{id}{TRANSCODE_MARKER}out{n}");
+        let mut p = pc.clone();
+        p.coder_id = element_coder.clone();
+        p.unique_name = format!("{}/as-events", pc.unique_name);
+        c.pcollections.insert(raw.clone(), p);
+        let tid = format!("{id}{TRANSCODE_MARKER}out{n}/transcode");
+        c.transforms.insert(
+            tid.clone(),
+            beam::PTransform {
+                unique_name: format!("{}/Transcode{n}", t.unique_name),
+                spec: Some(beam::FunctionSpec {
+                    urn: urns::transform::FLATTEN.into(),
+                    payload: vec![],
+                }),
+                inputs: [("in".to_string(), raw.clone())].into_iter().collect(),
+                outputs: [("out".to_string(), output)].into_iter().collect(),
+                environment_id: env.to_string(),
+                ..Default::default()
+            },
+        );
+        t.outputs.insert(tag, raw);
+        transcoders.push(tid);
+    }
+    c.transforms.insert(id.to_string(), t);
+    Ok(transcoders)
 }

@@ -5,18 +5,17 @@ use std::collections::HashMap;
 use prost::Message;
 use weir_proto::{beam, urns};
 
-use crate::graph::{OutputTime, WindowFn, Windowing};
+use crate::graph::{Accumulation, OutputTime, Trigger, WindowFn, Windowing};
 use crate::{PlanError, Result};
 
 /// Parses windowing strategy `id`, rejecting features Weir does not run yet
-/// (non-default triggers, custom window coders, custom merging WindowFns).
+/// (custom merging WindowFns, retracting accumulation).
 /// `pcollection` names the PCollection for messages.
 pub(crate) fn parse(
     strategies: &HashMap<String, beam::WindowingStrategy>,
     coders: &HashMap<String, beam::Coder>,
     id: &str,
     pcollection: &str,
-    streaming: bool,
 ) -> Result<Windowing> {
     let ws = strategies.get(id).ok_or_else(|| {
         PlanError::Invalid(format!(
@@ -44,20 +43,17 @@ pub(crate) fn parse(
             "a merging WindowFn over a custom window type".into(),
         ));
     }
-    // In batch every window's data is complete when its GroupByKey fires, so
-    // any trigger fires exactly once per window with all of its elements (as
-    // Beam's batch runners do). Streaming needs the trigger state machine.
-    match ws.trigger.as_ref().and_then(|t| t.trigger.as_ref()) {
-        None
-        | Some(beam::trigger::Trigger::Default(_))
-        | Some(beam::trigger::Trigger::Always(_)) => {}
-        Some(other) if streaming => {
-            let name = format!("{other:?}");
-            let name = name.split('(').next().unwrap_or("").to_string();
-            return Err(unsupported(fn_urn, format!("trigger {name} in a streaming pipeline (Weir runs triggers with batch semantics only)")));
+    let trigger = match ws.trigger.as_ref() {
+        Some(t) => parse_trigger(t).map_err(|feature| unsupported(fn_urn, feature))?,
+        None => Trigger::Default,
+    };
+    let accumulation = match beam::accumulation_mode::Enum::try_from(ws.accumulation_mode) {
+        Ok(beam::accumulation_mode::Enum::Accumulating) => Accumulation::Accumulating,
+        Ok(beam::accumulation_mode::Enum::Retracting) => {
+            return Err(unsupported(fn_urn, "accumulation mode RETRACTING".into()))
         }
-        Some(_) => {}
-    }
+        _ => Accumulation::Discarding,
+    };
     let window_fn = match fn_urn {
         urns::window_fn::GLOBAL => WindowFn::Global,
         urns::window_fn::SESSIONS => {
@@ -89,5 +85,62 @@ pub(crate) fn parse(
     Ok(Windowing {
         window_fn,
         output_time,
+        trigger,
+        accumulation,
+        allowed_lateness_ms: ws.allowed_lateness.max(0),
+        on_time_fire_always: ws.on_time_behavior
+            != beam::on_time_behavior::Enum::FireIfNonempty as i32,
+    })
+}
+
+/// Converts a `Trigger` proto into the plan's tree; the error names what is
+/// missing or malformed.
+fn parse_trigger(t: &beam::Trigger) -> std::result::Result<Trigger, String> {
+    use beam::trigger::Trigger as T;
+    let many = |subs: &[beam::Trigger]| -> std::result::Result<Vec<Trigger>, String> {
+        subs.iter().map(parse_trigger).collect()
+    };
+    let boxed = |sub: Option<&beam::Trigger>, what: &str| -> std::result::Result<Box<Trigger>, String> {
+        sub.map(parse_trigger)
+            .transpose()?
+            .map(Box::new)
+            .ok_or_else(|| format!("trigger {what} without its subtrigger"))
+    };
+    Ok(match t.trigger.as_ref() {
+        None | Some(T::Default(_)) => Trigger::Default,
+        Some(T::Always(_)) => Trigger::Always,
+        Some(T::Never(_)) => Trigger::Never,
+        Some(T::ElementCount(c)) => Trigger::ElementCount(c.element_count.max(0) as u64),
+        Some(T::AfterSynchronizedProcessingTime(_)) => Trigger::AfterSynchronizedProcessingTime,
+        Some(T::AfterProcessingTime(p)) => {
+            let mut delay_ms = 0;
+            let mut align = None;
+            for tt in &p.timestamp_transforms {
+                use beam::timestamp_transform::TimestampTransform as TT;
+                match tt.timestamp_transform.as_ref() {
+                    Some(TT::Delay(d)) if align.is_none() => delay_ms += d.delay_millis,
+                    Some(TT::AlignTo(a)) if a.period > 0 && align.is_none() => {
+                        align = Some((a.period, a.offset))
+                    }
+                    Some(_) => {
+                        return Err("AfterProcessingTime with a delay after an alignment, or a non-positive alignment period".into())
+                    }
+                    None => return Err("AfterProcessingTime with an empty timestamp transform".into()),
+                }
+            }
+            Trigger::AfterProcessingTime { delay_ms, align }
+        }
+        Some(T::AfterEndOfWindow(e)) => Trigger::AfterEndOfWindow {
+            early: e.early_firings.as_deref().map(parse_trigger).transpose()?.map(Box::new),
+            late: e.late_firings.as_deref().map(parse_trigger).transpose()?.map(Box::new),
+        },
+        Some(T::Repeat(r)) => Trigger::Repeatedly(boxed(r.subtrigger.as_deref(), "Repeatedly")?),
+        Some(T::AfterEach(a)) => Trigger::AfterEach(many(&a.subtriggers)?),
+        Some(T::AfterAny(a)) => Trigger::AfterAny(many(&a.subtriggers)?),
+        Some(T::AfterAll(a)) => Trigger::AfterAll(many(&a.subtriggers)?),
+        Some(T::OrFinally(o)) => Trigger::OrFinally {
+            main: boxed(o.main.as_deref(), "OrFinally")?,
+            finally: boxed(o.finally.as_deref(), "OrFinally")?,
+        },
     })
 }

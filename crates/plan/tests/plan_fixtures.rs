@@ -10,7 +10,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use weir_model::Coder;
 use weir_plan::{
-    plan, OutputTime, Plan, PlanError, PlanOptions, SdkStage, SideInputKind, Stage, StageKind,
+    plan, Accumulation, OutputTime, Plan, PlanError, PlanOptions, SdkStage, SideInputKind, Stage,
+    StageKind, TestStreamEvent, Trigger,
     WindowFn,
 };
 use weir_proto::beam;
@@ -68,6 +69,7 @@ fn plan_err(pipeline: &beam::Pipeline) -> PlanError {
 fn kind_name(s: &Stage) -> &'static str {
     match s.kind {
         StageKind::Impulse { .. } => "Impulse",
+        StageKind::TestStream { .. } => "TestStream",
         StageKind::GroupByKey { .. } => "GroupByKey",
         StageKind::Flatten { .. } => "Flatten",
         StageKind::Reshuffle { .. } => "Reshuffle",
@@ -1277,26 +1279,79 @@ fn ordered_list_state_is_rejected() {
 }
 
 #[test]
-fn after_count_trigger_is_rejected_in_streaming() {
+fn after_count_trigger_is_parsed_for_streaming() {
     let streaming = PlanOptions {
         streaming: true,
         ..options()
     };
-    let e = plan(&load("after_count_trigger"), &streaming)
-        .expect_err("streaming triggers are not implemented");
-    let (transform, urn, feature) = unsupported(&e);
-    assert!(feature.contains("trigger"), "{feature}");
-    assert!(feature.contains("streaming"), "{feature}");
-    assert!(
-        feature.contains("ElementCount"),
-        "names the trigger: {feature}"
+    let p = plan(&load("after_count_trigger"), &streaming).expect("plans");
+    assert!(p.graph.streaming);
+    let gbk_input = p
+        .graph
+        .stages
+        .iter()
+        .find_map(|s| match s.kind {
+            StageKind::GroupByKey { input, .. } if s.name == "Group" => Some(input),
+            _ => None,
+        })
+        .expect("the GroupByKey Group");
+    let w = &p.graph.pcollections[gbk_input].windowing;
+    assert_eq!(w.trigger, Trigger::ElementCount(2));
+    assert_eq!(w.accumulation, Accumulation::Discarding);
+    assert_eq!(w.window_fn, WindowFn::Global);
+}
+
+#[test]
+fn test_stream_events_and_trigger_tree() {
+    // TestStream: ("a", 1)@1 s, watermark 10 s, +5 s processing time,
+    // ("b", 2)@2 s, watermark +infinity (Beam's MAX_TIMESTAMP, in ms); then
+    // FixedWindows(10 s) with
+    // AfterWatermark(early=AfterCount(1), late=AfterCount(1)), accumulating,
+    // allowed lateness 60 s.
+    let p = plan_fixture("test_stream");
+    assert!(p.graph.streaming, "a TestStream makes the job streaming");
+    assert_eq!(kinds(&p), ["TestStream", "Sdk", "GroupByKey"]);
+    let StageKind::TestStream { outputs, events } = &p.graph.stages[0].kind else {
+        unreachable!()
+    };
+    assert_eq!(outputs.len(), 1);
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let summary: Vec<String> = events
+        .iter()
+        .map(|e| match e {
+            TestStreamEvent::Elements { output, elements } => format!(
+                "elements[{output}]:{}",
+                elements
+                    .iter()
+                    .map(|(v, t)| format!("{}@{}", hex(v), t.millis()))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            TestStreamEvent::Watermark { output, to } => format!("watermark[{output}]:{}", to.millis()),
+            TestStreamEvent::ProcessingTime { advance_ms } => format!("processing:+{advance_ms}"),
+        })
+        .collect();
+    assert_eq!(summary.len(), 5, "{summary:?}");
+    // Values are Python-pickled tuples, length-prefixed on Weir's wire.
+    assert!(summary[0].starts_with("elements[0]:07") && summary[0].ends_with("@1000"), "{summary:?}");
+    assert_eq!(summary[1], "watermark[0]:10000");
+    assert_eq!(summary[2], "processing:+5000");
+    assert!(summary[3].ends_with("@2000"), "{summary:?}");
+    assert_eq!(summary[4], format!("watermark[0]:{}", weir_model::Timestamp::MAX.millis()));
+    let StageKind::GroupByKey { input, .. } = p.graph.stages[2].kind else {
+        unreachable!()
+    };
+    let w = &p.graph.pcollections[input].windowing;
+    assert_eq!(
+        w.trigger,
+        Trigger::AfterEndOfWindow {
+            early: Some(Box::new(Trigger::ElementCount(1))),
+            late: Some(Box::new(Trigger::ElementCount(1))),
+        }
     );
-    assert_eq!(urn, "beam:window_fn:global_windows:v1");
-    // The WindowInto output, read by the GroupByKey.
-    assert!(
-        transform.contains("ref_PCollection_PCollection_9"),
-        "{transform}"
-    );
+    assert_eq!(w.accumulation, Accumulation::Accumulating);
+    assert_eq!(w.allowed_lateness_ms, 60_000);
+    assert_eq!(w.window_fn, WindowFn::NonMerging);
 }
 
 #[test]

@@ -1,0 +1,507 @@
+//! GroupByKey in streaming: panes per (key, window), fired by the trigger
+//! state machine ([`crate::triggers`]) as elements, the watermark and the
+//! processing time arrive.
+//!
+//! Beam's model (Beam programming guide, "Triggers"; `WindowingStrategy` in
+//! beam_runner_api.proto):
+//! - an element whose window expired (the input watermark is past the
+//!   window's end plus the allowed lateness) is dropped;
+//! - a firing emits a pane `KV<key, iterable<value>>` with its `PaneInfo`
+//!   (index, on-time index, EARLY / ON_TIME / LATE, first, last); in
+//!   DISCARDING mode a pane holds the elements since the previous pane, in
+//!   ACCUMULATING mode all of them;
+//! - when the watermark passes the end of the window plus the allowed
+//!   lateness the window is garbage-collected, with a final pane if it holds
+//!   new elements. Weir never emits an *empty* final pane, whatever the
+//!   `ClosingBehavior`: Beam Python sends EMIT_ALWAYS by default, yet its
+//!   own runners emit no such pane, and Weir's output matches theirs;
+//! - a trigger that finishes after the end of the window closes the window:
+//!   later data for it is dropped.
+//!
+//! Weir's one departure, chosen to match Beam's Prism runner (and its
+//! conformance test `test_after_count_trigger_streaming`): a trigger that
+//! finishes *before* the end of its window (e.g. a bare `AfterCount(3)`)
+//! fires no more, but the window keeps collecting data and emits it in the
+//! final pane when it expires, rather than dropping it.
+
+use std::collections::HashMap;
+
+use weir_model::windowed_value::{encode_iterable, split_kv};
+use weir_model::{Coder, PaneInfo, PaneTiming, Timestamp, Window, WindowedValue};
+use weir_plan::{Accumulation, OutputTime, WindowFn, Windowing};
+
+use crate::triggers::{CompiledTrigger, TriggerContext, TriggerState};
+
+/// The panes of one (key, window).
+#[derive(Debug)]
+struct WindowPanes {
+    /// Elements not yet emitted (DISCARDING) or all elements (ACCUMULATING).
+    values: Vec<Vec<u8>>,
+    /// Timestamp range of `values`, for the pane's output time.
+    min_ts: Timestamp,
+    max_ts: Timestamp,
+    /// Elements arrived since the last pane.
+    new_elements: u64,
+    trigger: TriggerState,
+    /// Panes emitted so far, and how many of them were not EARLY.
+    pane_index: i64,
+    non_speculative_index: i64,
+    /// The trigger finished after the end of the window: no more panes,
+    /// late data is dropped until the window expires.
+    closed: bool,
+}
+
+/// Streaming GroupByKey state on one worker: every (key, window) with data
+/// or a trigger still running.
+pub struct PaneBuffer {
+    input_coder: Coder,
+    window_coder: Coder,
+    windowing: Windowing,
+    trigger: CompiledTrigger,
+    /// Encoded key -> window -> panes.
+    windows: HashMap<Vec<u8>, HashMap<Window, WindowPanes>>,
+    /// Elements (per window) dropped because their window had expired or closed.
+    pub dropped_late: u64,
+}
+
+impl PaneBuffer {
+    /// A buffer for input elements coded `WindowedValue<input_coder,
+    /// window_coder>` (`input_coder` a KV coder) under `windowing`.
+    pub fn new(input_coder: Coder, window_coder: Coder, windowing: Windowing) -> Self {
+        let trigger = CompiledTrigger::new(&windowing.trigger);
+        PaneBuffer {
+            input_coder,
+            window_coder,
+            windowing,
+            trigger,
+            windows: HashMap::new(),
+            dropped_late: 0,
+        }
+    }
+
+    /// True when no window holds state.
+    pub fn is_empty(&self) -> bool {
+        self.windows.is_empty()
+    }
+
+    /// The earliest processing time (ms) at which a processing-time trigger
+    /// of some window may fire.
+    pub fn next_deadline(&self) -> Option<i64> {
+        self.windows
+            .values()
+            .flat_map(|m| m.values())
+            .filter(|p| !p.closed)
+            .filter_map(|p| self.trigger.next_deadline(&p.trigger))
+            .min()
+    }
+
+    /// True once the watermark passed the window's end plus the allowed
+    /// lateness (always at the end of the input, watermark `i64::MAX` ms).
+    fn expired(&self, w: &Window, watermark: Timestamp) -> bool {
+        watermark == Timestamp(i64::MAX)
+            || watermark
+                > w.max_timestamp()
+                .saturating_add_millis(self.windowing.allowed_lateness_ms)
+    }
+
+    /// Adds one input element (an encoded windowed KV) with the input
+    /// watermark `watermark` and processing time `now` (ms), and returns the
+    /// panes its arrival fires (encoded windowed `KV<key, iterable<value>>`).
+    ///
+    /// # Errors
+    /// A message when the element does not decode.
+    pub fn insert(
+        &mut self,
+        element: &[u8],
+        watermark: Timestamp,
+        now: i64,
+    ) -> Result<Vec<Vec<u8>>, String> {
+        let (wv, _) = WindowedValue::decode(&self.input_coder, &self.window_coder, element)
+            .map_err(|e| e.to_string())?;
+        let (k, v) = split_kv(&self.input_coder, &wv.value).map_err(|e| e.to_string())?;
+        let mut touched = Vec::new();
+        for w in wv.windows {
+            if self.expired(&w, watermark) {
+                self.dropped_late += 1;
+                continue;
+            }
+            let by_window = self.windows.entry(k.to_vec()).or_default();
+            let p = by_window.entry(w.clone()).or_insert_with(|| WindowPanes {
+                values: Vec::new(),
+                min_ts: Timestamp::MAX,
+                max_ts: Timestamp::MIN,
+                new_elements: 0,
+                trigger: self.trigger.new_state(),
+                pane_index: 0,
+                non_speculative_index: 0,
+                closed: false,
+            });
+            if p.closed {
+                self.dropped_late += 1;
+                continue;
+            }
+            p.values.push(v.to_vec());
+            p.min_ts = p.min_ts.min(wv.timestamp);
+            p.max_ts = p.max_ts.max(wv.timestamp);
+            p.new_elements += 1;
+            let cx = TriggerContext {
+                watermark,
+                now,
+                window_max: w.max_timestamp(),
+            };
+            self.trigger.on_element(&mut p.trigger, &cx);
+            touched.push(w);
+        }
+        if touched.is_empty() {
+            return Ok(vec![]);
+        }
+        if let WindowFn::Sessions { .. } = self.windowing.window_fn {
+            if let Some(by_window) = self.windows.get_mut(k) {
+                merge_sessions(&self.trigger, by_window);
+            }
+        }
+        let mut out = Vec::new();
+        let key = k.to_vec();
+        if let Some(mut by_window) = self.windows.remove(&key) {
+            let windows: Vec<Window> = by_window.keys().cloned().collect();
+            for w in windows {
+                let p = by_window.get_mut(&w).expect("present");
+                if self.evaluate(&key, &w, p, watermark, now, false, &mut out) {
+                    by_window.remove(&w);
+                }
+            }
+            if !by_window.is_empty() {
+                self.windows.insert(key, by_window);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Evaluates every window at input watermark `watermark` and processing
+    /// time `now`: fires the triggers that are ready and garbage-collects
+    /// expired windows. Returns the panes emitted.
+    pub fn advance(&mut self, watermark: Timestamp, now: i64) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut windows = std::mem::take(&mut self.windows);
+        windows.retain(|key, by_window| {
+            by_window.retain(|w, p| !self.evaluate(key, w, p, watermark, now, true, &mut out));
+            !by_window.is_empty()
+        });
+        self.windows = windows;
+        out
+    }
+
+    /// Fires window `w` of `key` if its trigger is ready or it expired;
+    /// returns true when its state can be dropped.
+    #[allow(clippy::too_many_arguments)]
+    fn evaluate(
+        &self,
+        key: &[u8],
+        w: &Window,
+        p: &mut WindowPanes,
+        watermark: Timestamp,
+        now: i64,
+        by_watermark: bool,
+        out: &mut Vec<Vec<u8>>,
+    ) -> bool {
+        let expired = self.expired(w, watermark);
+        if p.closed {
+            return expired;
+        }
+        let cx = TriggerContext {
+            watermark,
+            now,
+            window_max: w.max_timestamp(),
+        };
+        let finished_before = self.trigger.is_finished(&p.trigger);
+        let fire = !finished_before && self.trigger.should_fire(&p.trigger, &cx);
+        if fire {
+            self.trigger.on_fire(&mut p.trigger, &cx);
+        }
+        if !fire && !expired {
+            return false;
+        }
+        let past_end = watermark > w.max_timestamp();
+        let finished = self.trigger.is_finished(&p.trigger);
+        let is_last = expired || (finished && past_end);
+        let on_time = past_end && p.non_speculative_index == 0 && by_watermark;
+        let emit = p.new_elements > 0
+            || (fire && on_time && self.windowing.on_time_fire_always && p.pane_index > 0);
+        if emit {
+            let (timing, on_time_index) = if !past_end {
+                (PaneTiming::Early, -1)
+            } else {
+                let t = if on_time { PaneTiming::OnTime } else { PaneTiming::Late };
+                (t, p.non_speculative_index)
+            };
+            let pane = PaneInfo {
+                is_first: p.pane_index == 0,
+                is_last,
+                timing,
+                index: p.pane_index,
+                on_time_index,
+            };
+            p.pane_index += 1;
+            if past_end {
+                p.non_speculative_index += 1;
+            }
+            let timestamp = pane_timestamp(&self.windowing, w, p.min_ts, p.max_ts);
+            let mut value = key.to_vec();
+            encode_iterable(p.values.iter().map(|v| v.as_slice()), &mut value);
+            let wv = WindowedValue {
+                timestamp,
+                windows: vec![w.clone()],
+                pane,
+                value,
+            };
+            let mut bytes = Vec::new();
+            wv.encode(&mut bytes);
+            out.push(bytes);
+            p.new_elements = 0;
+            if self.windowing.accumulation == Accumulation::Discarding {
+                p.values.clear();
+                p.min_ts = Timestamp::MAX;
+                p.max_ts = Timestamp::MIN;
+            }
+        }
+        if is_last && !expired {
+            p.closed = true;
+            p.values.clear();
+        }
+        expired
+    }
+}
+
+/// The output timestamp of a pane of window `w` whose elements span
+/// `min_ts..=max_ts` (both ignored for an empty pane).
+pub(crate) fn pane_timestamp(
+    windowing: &Windowing,
+    w: &Window,
+    min_ts: Timestamp,
+    max_ts: Timestamp,
+) -> Timestamp {
+    let empty = min_ts > max_ts;
+    match windowing.output_time {
+        // Beam Python stamps global-window panes 1 ms before the Runner
+        // API's GLOBAL_WINDOW_MAX_TIMESTAMP; Weir matches those bytes.
+        OutputTime::EndOfWindow if *w == Window::Global => Timestamp::PYTHON_END_OF_GLOBAL_WINDOW,
+        // A custom window's end is unknown to the runner: the pane takes its
+        // latest element's timestamp, which lies inside the window.
+        OutputTime::EndOfWindow if matches!(w, Window::Custom(_)) && !empty => max_ts,
+        OutputTime::EarliestInPane if !empty => min_ts,
+        OutputTime::LatestInPane if !empty => max_ts,
+        _ => w.max_timestamp(),
+    }
+}
+
+/// Merges the intersecting session windows of one key into their span,
+/// merging their panes' values and trigger states.
+fn merge_sessions(trigger: &CompiledTrigger, by_window: &mut HashMap<Window, WindowPanes>) {
+    let mut windows: Vec<Window> = by_window
+        .keys()
+        .filter(|w| matches!(w, Window::Interval { .. }))
+        .cloned()
+        .collect();
+    windows.sort_by_key(|w| match w {
+        Window::Interval { start, .. } => *start,
+        _ => Timestamp::MIN,
+    });
+    let mut merged: Vec<(Window, Vec<Window>)> = Vec::new();
+    for w in windows {
+        let Window::Interval { start, end } = w else { continue };
+        if let Some((Window::Interval { end: cur_end, .. }, members)) = merged.last_mut() {
+            if start < *cur_end {
+                *cur_end = (*cur_end).max(end);
+                members.push(w);
+                continue;
+            }
+        }
+        merged.push((w.clone(), vec![w]));
+    }
+    for (target, members) in merged {
+        if members.len() == 1 {
+            continue;
+        }
+        let parts: Vec<WindowPanes> = members.iter().filter_map(|m| by_window.remove(m)).collect();
+        let states: Vec<TriggerState> = parts.iter().map(|p| p.trigger.clone()).collect();
+        let mut p = WindowPanes {
+            values: Vec::new(),
+            min_ts: Timestamp::MAX,
+            max_ts: Timestamp::MIN,
+            new_elements: 0,
+            trigger: trigger.merge(&states),
+            // Pane indices restart in a merged window, as in Beam.
+            pane_index: 0,
+            non_speculative_index: 0,
+            closed: false,
+        };
+        for part in parts {
+            p.values.extend(part.values);
+            p.min_ts = p.min_ts.min(part.min_ts);
+            p.max_ts = p.max_ts.max(part.max_ts);
+            p.new_elements += part.new_elements;
+            p.closed |= part.closed;
+        }
+        by_window.insert(target, p);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_plan::Trigger;
+
+    fn coder() -> Coder {
+        Coder::Kv(Box::new(Coder::StringUtf8), Box::new(Coder::VarInt))
+    }
+
+    fn fixed(ts: i64) -> Window {
+        let start = ts.div_euclid(10) * 10;
+        Window::Interval {
+            start: Timestamp(start),
+            end: Timestamp(start + 10),
+        }
+    }
+
+    fn element(key: &str, value: u8, ts: i64) -> Vec<u8> {
+        let mut v = vec![key.len() as u8];
+        v.extend_from_slice(key.as_bytes());
+        v.push(value);
+        let mut out = Vec::new();
+        WindowedValue {
+            timestamp: Timestamp(ts),
+            windows: vec![fixed(ts)],
+            pane: PaneInfo::NO_FIRING,
+            value: v,
+        }
+        .encode(&mut out);
+        out
+    }
+
+    /// (key, values, timing, index, on-time index, first, last) of a pane.
+    type Pane = (String, Vec<i64>, PaneTiming, i64, i64, bool, bool);
+
+    fn decode(panes: Vec<Vec<u8>>) -> Vec<Pane> {
+        let out_coder = Coder::Kv(
+            Box::new(Coder::StringUtf8),
+            Box::new(Coder::Iterable(Box::new(Coder::VarInt))),
+        );
+        panes
+            .iter()
+            .map(|b| {
+                let (wv, _) = WindowedValue::decode(&out_coder, &Coder::IntervalWindow, b).unwrap();
+                let key = String::from_utf8(wv.value[1..1 + wv.value[0] as usize].to_vec()).unwrap();
+                let rest = &wv.value[1 + wv.value[0] as usize..];
+                let n = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+                let values = rest[4..4 + n].iter().map(|&x| x as i64).collect();
+                let p = wv.pane;
+                (key, values, p.timing, p.index, p.on_time_index, p.is_first, p.is_last)
+            })
+            .collect()
+    }
+
+    fn windowing(trigger: Trigger, accumulation: Accumulation, lateness: i64) -> Windowing {
+        Windowing {
+            window_fn: WindowFn::NonMerging,
+            output_time: OutputTime::EndOfWindow,
+            trigger,
+            accumulation,
+            allowed_lateness_ms: lateness,
+            on_time_fire_always: true,
+        }
+    }
+
+    #[test]
+    fn after_count_then_leftovers_at_window_end() {
+        // Beam's test_after_count_trigger_streaming, key A: 1..5 in [0, 10).
+        let mut b = PaneBuffer::new(
+            coder(),
+            Coder::IntervalWindow,
+            windowing(Trigger::ElementCount(3), Accumulation::Discarding, 0),
+        );
+        let mut out = vec![];
+        for v in 1..=5 {
+            out.extend(b.insert(&element("A", v, v as i64), Timestamp::MIN, 0).unwrap());
+        }
+        out.extend(b.advance(Timestamp(10), 0));
+        assert!(b.is_empty());
+        assert_eq!(
+            decode(out),
+            vec![
+                ("A".into(), vec![1, 2, 3], PaneTiming::Early, 0, -1, true, false),
+                ("A".into(), vec![4, 5], PaneTiming::OnTime, 1, 0, false, true),
+            ]
+        );
+    }
+
+    #[test]
+    fn early_on_time_and_late_panes_accumulating() {
+        let trigger = Trigger::AfterEndOfWindow {
+            early: Some(Box::new(Trigger::ElementCount(2))),
+            late: Some(Box::new(Trigger::ElementCount(1))),
+        };
+        let mut b = PaneBuffer::new(
+            coder(),
+            Coder::IntervalWindow,
+            windowing(trigger, Accumulation::Accumulating, 100),
+        );
+        let mut out = vec![];
+        for v in 1..=3 {
+            out.extend(b.insert(&element("k", v, v as i64), Timestamp(0), 0).unwrap());
+        }
+        out.extend(b.advance(Timestamp(10), 0)); // on time
+        out.extend(b.insert(&element("k", 7, 7), Timestamp(50), 0).unwrap()); // late
+        out.extend(b.advance(Timestamp(200), 0)); // expired: nothing new
+        assert_eq!(b.insert(&element("k", 8, 8), Timestamp(200), 0).unwrap(), Vec::<Vec<u8>>::new());
+        assert_eq!(b.dropped_late, 1);
+        assert_eq!(
+            decode(out),
+            vec![
+                ("k".into(), vec![1, 2], PaneTiming::Early, 0, -1, true, false),
+                ("k".into(), vec![1, 2, 3], PaneTiming::OnTime, 1, 0, false, false),
+                ("k".into(), vec![1, 2, 3, 7], PaneTiming::Late, 2, 1, false, false),
+            ]
+        );
+    }
+
+    #[test]
+    fn default_trigger_drops_data_past_allowed_lateness() {
+        let mut b = PaneBuffer::new(
+            coder(),
+            Coder::IntervalWindow,
+            windowing(Trigger::Default, Accumulation::Discarding, 0),
+        );
+        b.insert(&element("k", 1, 1), Timestamp(0), 0).unwrap();
+        let out = b.advance(Timestamp(10), 0);
+        assert_eq!(
+            decode(out),
+            vec![("k".into(), vec![1], PaneTiming::OnTime, 0, 0, true, true)]
+        );
+        assert!(b.insert(&element("k", 2, 2), Timestamp(10), 0).unwrap().is_empty());
+        assert_eq!(b.dropped_late, 1);
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn processing_time_trigger_fires_on_the_clock() {
+        let trigger = Trigger::Repeatedly(Box::new(Trigger::AfterProcessingTime {
+            delay_ms: 1000,
+            align: None,
+        }));
+        let mut b = PaneBuffer::new(
+            coder(),
+            Coder::IntervalWindow,
+            windowing(trigger, Accumulation::Discarding, 0),
+        );
+        b.insert(&element("k", 1, 1), Timestamp(0), 5000).unwrap();
+        b.insert(&element("k", 2, 2), Timestamp(0), 5500).unwrap();
+        assert_eq!(b.next_deadline(), Some(6000));
+        assert!(b.advance(Timestamp(0), 5999).is_empty());
+        let out = b.advance(Timestamp(0), 6000);
+        assert_eq!(
+            decode(out),
+            vec![("k".into(), vec![1, 2], PaneTiming::Early, 0, -1, true, false)]
+        );
+        assert_eq!(b.next_deadline(), None);
+    }
+}
