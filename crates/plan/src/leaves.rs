@@ -46,7 +46,15 @@ pub(crate) fn check_requirements(pipeline: &beam::Pipeline) -> Result<()> {
             return Err(PlanError::Unsupported {
                 transform: "<pipeline>".into(),
                 urn: r.clone(),
-                feature: format!("pipeline requirement {r}"),
+                feature: match r.as_str() {
+                    // Java's @OnWindowExpiration (the Python SDK has none): the
+                    // engine would have to fire a callback per (key, window)
+                    // with state when the window expires.
+                    urns::requirement::ON_WINDOW_EXPIRATION => format!(
+                        "pipeline requirement {r} (@OnWindowExpiration callbacks are not implemented yet)"
+                    ),
+                    _ => format!("pipeline requirement {r}"),
+                },
             });
         }
     }
@@ -234,6 +242,45 @@ mod tests {
                 Ok(())
             );
             assert_eq!(check_state_spec("s", &spec(Some(kind), "")), Ok(()));
+        }
+    }
+
+    #[test]
+    fn on_window_expiration_is_refused_with_its_name() {
+        let pipeline = beam::Pipeline {
+            requirements: vec![urns::requirement::ON_WINDOW_EXPIRATION.to_string()],
+            ..Default::default()
+        };
+        match check_requirements(&pipeline) {
+            Err(PlanError::Unsupported { urn, feature, .. }) => {
+                assert_eq!(urn, urns::requirement::ON_WINDOW_EXPIRATION);
+                assert!(feature.contains("@OnWindowExpiration"), "{feature}");
+            }
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+        let t = beam::PTransform {
+            unique_name: "Expiring".into(),
+            spec: Some(beam::FunctionSpec {
+                urn: urns::transform::PAR_DO.into(),
+                payload: beam::ParDoPayload {
+                    on_window_expiration_timer_family_spec: "expiry".into(),
+                    ..Default::default()
+                }
+                .encode_to_vec(),
+            }),
+            ..Default::default()
+        };
+        match classify("t1", &t) {
+            Err(PlanError::Unsupported {
+                transform, feature, ..
+            }) => {
+                assert_eq!(transform, "t1 (Expiring)");
+                assert!(
+                    feature.contains("OnWindowExpiration") && feature.contains("expiry"),
+                    "{feature}"
+                );
+            }
+            other => panic!("expected Unsupported, got {other:?}"),
         }
     }
 
