@@ -224,13 +224,14 @@ class Beam:
           (PIPELINE_TIMEOUT, ' '.join(args), text(e.stderr)[-6000:], tail))
     return PipelineRun(args, completed, output_prefix, error_file)
 
-  def run_named(self, name, mode, extra=()):
-    """Runs pipelines.py NAME under mode ('DIRECT', 'LOOPBACK', 'PROCESS')."""
+  def run_named(self, name, mode, extra=(), script=None):
+    """Runs pipelines.py NAME (or `script` NAME, e.g. pipelines_state.py)
+    under mode ('DIRECT', 'LOOPBACK', 'PROCESS')."""
     out_dir = self._new_dir('%s-%s-out' % (name, mode.lower()))
     prefix = out_dir / 'out'
     error_file = out_dir / 'client-error.txt'
     return self.run(
-        [PIPELINES_PY, name, '--output', prefix, '--error_file', error_file] +
+        [script or PIPELINES_PY, name, '--output', prefix, '--error_file', error_file] +
         list(extra) + self.options(mode),
         prefix,
         '%s-%s' % (name, mode.lower()),

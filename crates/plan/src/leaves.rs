@@ -47,7 +47,15 @@ pub(crate) fn check_requirements(pipeline: &beam::Pipeline) -> Result<()> {
             return Err(PlanError::Unsupported {
                 transform: "<pipeline>".into(),
                 urn: r.clone(),
-                feature: format!("pipeline requirement {r}"),
+                feature: match r.as_str() {
+                    // Java's @OnWindowExpiration (the Python SDK has none): the
+                    // engine would have to fire a callback per (key, window)
+                    // with state when the window expires.
+                    urns::requirement::ON_WINDOW_EXPIRATION => format!(
+                        "pipeline requirement {r} (@OnWindowExpiration callbacks are not implemented yet)"
+                    ),
+                    _ => format!("pipeline requirement {r}"),
+                },
             });
         }
     }
@@ -81,14 +89,14 @@ pub(crate) fn classify(id: &str, t: &beam::PTransform) -> Result<LeafKind> {
         urns::transform::PAR_DO => {
             let payload = pardo_payload(id, t)?;
             for (name, spec) in &payload.state_specs {
-                use beam::state_spec::Spec;
-                match spec.spec {
-                    Some(Spec::ReadModifyWriteSpec(_)) | Some(Spec::BagSpec(_)) | Some(Spec::CombiningSpec(_)) | Some(Spec::SetSpec(_)) => {}
-                    _ => return Err(unsupported(&format!("user state {name} of this kind (map, multimap and ordered-list state are not implemented yet)"))),
-                }
+                check_state_spec(name, spec).map_err(|feature| unsupported(&feature))?;
             }
             if !payload.on_window_expiration_timer_family_spec.is_empty() {
-                return Err(unsupported("OnWindowExpiration"));
+                return Err(unsupported(&format!(
+                    "OnWindowExpiration (timer family {:?}; {} is not implemented yet)",
+                    payload.on_window_expiration_timer_family_spec,
+                    urns::requirement::ON_WINDOW_EXPIRATION
+                )));
             }
             if payload.requires_time_sorted_input {
                 return Err(unsupported("@RequiresTimeSortedInput"));
@@ -118,6 +126,31 @@ pub(crate) fn classify(id: &str, t: &beam::PTransform) -> Result<LeafKind> {
         }
         _ => return Err(unsupported("unknown primitive transform")),
     })
+}
+
+/// Accepts a user-state spec Weir's State API serves: ReadModifyWrite, Bag,
+/// Combining and Set (`beam:user_state:bag:v1` in the Python SDK), Map and
+/// Multimap (`beam:user_state:multimap:v1`) and OrderedList
+/// (`beam:user_state:ordered_list:v1`). The `protocol` says which `StateKey`
+/// kinds the SDK will use; an unknown one is refused. `Err` names the state.
+fn check_state_spec(name: &str, spec: &beam::StateSpec) -> std::result::Result<(), String> {
+    const SERVED: [&str; 3] = [
+        urns::user_state::BAG,
+        urns::user_state::MULTIMAP,
+        urns::user_state::ORDERED_LIST,
+    ];
+    let protocol = spec.protocol.as_ref().map(|p| p.urn.as_str()).unwrap_or("");
+    if protocol.is_empty() && spec.spec.is_none() {
+        return Err(format!("user state {name} without a spec or protocol"));
+    }
+    if protocol.is_empty() || SERVED.contains(&protocol) {
+        Ok(())
+    } else {
+        Err(format!(
+            "user state {name} with protocol {protocol} (Weir serves {})",
+            SERVED.join(", ")
+        ))
+    }
 }
 
 /// True for a ParDo with user state or timers.
@@ -173,4 +206,104 @@ pub(crate) fn collect(pipeline: &beam::Pipeline, c: &mut beam::Components) -> Re
         out.push(id.clone());
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(kind: Option<beam::state_spec::Spec>, protocol: &str) -> beam::StateSpec {
+        beam::StateSpec {
+            protocol: (!protocol.is_empty()).then(|| beam::FunctionSpec {
+                urn: protocol.to_string(),
+                payload: vec![],
+            }),
+            spec: kind,
+        }
+    }
+
+    #[test]
+    fn state_specs_weir_serves_are_accepted() {
+        use beam::state_spec::Spec;
+        let cases = [
+            (Spec::BagSpec(Default::default()), urns::user_state::BAG),
+            (Spec::SetSpec(Default::default()), urns::user_state::BAG),
+            (
+                Spec::MapSpec(Default::default()),
+                urns::user_state::MULTIMAP,
+            ),
+            (
+                Spec::MultimapSpec(Default::default()),
+                urns::user_state::MULTIMAP,
+            ),
+            (
+                Spec::OrderedListSpec(Default::default()),
+                urns::user_state::ORDERED_LIST,
+            ),
+        ];
+        for (kind, protocol) in cases {
+            assert_eq!(
+                check_state_spec("s", &spec(Some(kind.clone()), protocol)),
+                Ok(())
+            );
+            assert_eq!(check_state_spec("s", &spec(Some(kind), "")), Ok(()));
+        }
+    }
+
+    #[test]
+    fn on_window_expiration_is_refused_with_its_name() {
+        let pipeline = beam::Pipeline {
+            requirements: vec![urns::requirement::ON_WINDOW_EXPIRATION.to_string()],
+            ..Default::default()
+        };
+        match check_requirements(&pipeline) {
+            Err(PlanError::Unsupported { urn, feature, .. }) => {
+                assert_eq!(urn, urns::requirement::ON_WINDOW_EXPIRATION);
+                assert!(feature.contains("@OnWindowExpiration"), "{feature}");
+            }
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+        let t = beam::PTransform {
+            unique_name: "Expiring".into(),
+            spec: Some(beam::FunctionSpec {
+                urn: urns::transform::PAR_DO.into(),
+                payload: beam::ParDoPayload {
+                    on_window_expiration_timer_family_spec: "expiry".into(),
+                    ..Default::default()
+                }
+                .encode_to_vec(),
+            }),
+            ..Default::default()
+        };
+        match classify("t1", &t) {
+            Err(PlanError::Unsupported {
+                transform, feature, ..
+            }) => {
+                assert_eq!(transform, "t1 (Expiring)");
+                assert!(
+                    feature.contains("OnWindowExpiration") && feature.contains("expiry"),
+                    "{feature}"
+                );
+            }
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_state_protocol_and_empty_spec_are_refused() {
+        let err = check_state_spec(
+            "counts",
+            &spec(
+                Some(beam::state_spec::Spec::BagSpec(Default::default())),
+                "beam:user_state:fancy:v1",
+            ),
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("counts") && err.contains("beam:user_state:fancy:v1"),
+            "{err}"
+        );
+        let err = check_state_spec("empty", &spec(None, "")).unwrap_err();
+        assert!(err.contains("empty"), "{err}");
+    }
 }

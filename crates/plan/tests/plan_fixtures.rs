@@ -1246,36 +1246,26 @@ fn stateful_dofn_bag_state() {
     }
 }
 
-/// `OrderedListStateSpec`: not implemented, whether or not bag state is.
+/// `OrderedListStateSpec` (`beam:user_state:ordered_list:v1`) is planned
+/// like bag state: the DoFn runs in a stateful stage of its own, with its
+/// state spec passed to the SDK unchanged.
 #[test]
-fn ordered_list_state_is_rejected() {
-    let pipeline = load("ordered_list_state");
-    let e = plan_err(&pipeline);
-    let (transform, urn, feature) = unsupported(&e);
-    if urn == "beam:requirement:pardo:stateful:v1" {
-        assert!(feature.contains("stateful"), "{feature}");
-    } else {
-        assert_eq!(urn, PAR_DO);
-        assert!(
-            transform.contains("ref_AppliedPTransform_Ordered_14 (Ordered)"),
-            "{transform}"
-        );
-        assert!(
-            feature.contains("state") && feature.contains("events"),
-            "names the state: {feature}"
-        );
-    }
-    // The DoFn itself is refused even when the pipeline does not declare the requirement.
-    let mut stripped = pipeline.clone();
-    stripped.requirements.clear();
-    let e = plan_err(&stripped);
-    let (transform, urn, feature) = unsupported(&e);
-    assert_eq!(urn, PAR_DO);
+fn ordered_list_state_plans() {
+    let p = plan(&load("ordered_list_state"), &options()).expect("ordered-list state plans");
+    check_invariants(&p);
+    assert_eq!(kinds(&p), ["Impulse", "Sdk", "GroupByKey", "Sdk", "Sdk"]);
+    let ordered = sdk(&p, 4);
     assert!(
-        transform.contains("ref_AppliedPTransform_Ordered_14 (Ordered)"),
-        "{transform}"
+        format!("{ordered:?}").contains("stateful: true"),
+        "{ordered:?}"
     );
-    assert!(feature.contains("state"), "{feature}");
+    let t = &descriptor(&p, 4).transforms["ref_AppliedPTransform_Ordered_14"];
+    let payload = beam::ParDoPayload::decode(t.spec.as_ref().unwrap().payload.as_slice()).unwrap();
+    let spec = &payload.state_specs["events"];
+    assert_eq!(
+        spec.protocol.as_ref().map(|p| p.urn.as_str()),
+        Some("beam:user_state:ordered_list:v1")
+    );
 }
 
 #[test]

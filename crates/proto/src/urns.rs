@@ -132,3 +132,15 @@ pub mod capability {
     pub const CONTROL_RESPONSE_ELEMENTS_EMBEDDING: &str =
         "beam:protocol:control_response_elements_embedding:v1";
 }
+
+/// User-state protocol URNs (`StandardUserStateTypes`, the `protocol` of a
+/// `StateSpec`): which `StateKey` kinds the SDK uses for the state.
+pub mod user_state {
+    /// `StateKey.BagUserState` (Python's value, bag, combining and set state).
+    pub const BAG: &str = "beam:user_state:bag:v1";
+    /// `StateKey.MultimapUserState` and `StateKey.MultimapKeysUserState`
+    /// (Java's MapState and MultimapState).
+    pub const MULTIMAP: &str = "beam:user_state:multimap:v1";
+    /// `StateKey.OrderedListUserState`.
+    pub const ORDERED_LIST: &str = "beam:user_state:ordered_list:v1";
+}

@@ -1,0 +1,839 @@
+//! User state: the committed cells of a job and one bundle's buffered writes
+//! over them, for the user-state keys of `StateKey` in beam_fn_api.proto:
+//!
+//! * `BagUserState` (`beam:user_state:bag:v1`): a bag of encoded values. The
+//!   Python SDK also keeps value, combining and set state in bags.
+//! * `MultimapUserState` / `MultimapKeysUserState`
+//!   (`beam:user_state:multimap:v1`, Java's MapState and MultimapState): map
+//!   keys, each with a bag of encoded values.
+//! * `OrderedListUserState` (`beam:user_state:ordered_list:v1`): values
+//!   ordered by an `i64` sort key (Python's `OrderedListStateSpec` uses the
+//!   timestamp in microseconds), read and cleared by sort-key range.
+//!
+//! Every cell is identified by (transform id, state id, encoded window,
+//! encoded key): the same key in two windows has two separate cells.
+//!
+//! A bundle writes into its own [`BundleUserState`], which reads through to
+//! the committed [`UserState`]; its writes reach the committed state only
+//! through [`BundleUserState::commit`], called when the bundle succeeded, so
+//! a failed attempt leaves no trace and its retry duplicates nothing.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::sync::{Arc, Mutex};
+
+use weir_model::varint::{decode_varint, encode_varint};
+use weir_proto::beam;
+
+/// One user-state cell: (transform id, state id, encoded window, encoded key),
+/// the fields every `StateKey.*UserState` message of beam_fn_api.proto has.
+type Cell = (String, String, Vec<u8>, Vec<u8>);
+
+fn cell(transform_id: &str, state_id: &str, window: &[u8], key: &[u8]) -> Cell {
+    (
+        transform_id.to_string(),
+        state_id.to_string(),
+        window.to_vec(),
+        key.to_vec(),
+    )
+}
+
+/// A range of ordered-list sort keys. Beam's `OrderedListRange` is
+/// `[start, end)`; a state key without a range means every sort key.
+pub type SortKeyRange = (Bound<i64>, Bound<i64>);
+
+/// The range an `OrderedListUserState` key names: its `range`, or all sort
+/// keys when the key has none.
+pub fn sort_key_range(k: &beam::state_key::OrderedListUserState) -> SortKeyRange {
+    match k.range {
+        Some(r) => (Bound::Included(r.start), Bound::Excluded(r.end)),
+        None => (Bound::Unbounded, Bound::Unbounded),
+    }
+}
+
+/// False for a range that holds no sort key (`start >= end`), which
+/// `BTreeMap::range` would reject.
+fn non_empty(r: &SortKeyRange) -> bool {
+    match *r {
+        (Bound::Included(s), Bound::Excluded(e)) => s < e,
+        _ => true,
+    }
+}
+
+fn contains(r: &SortKeyRange, k: i64) -> bool {
+    std::ops::RangeBounds::contains(r, &k)
+}
+
+/// Values of one ordered list by sort key; values with the same sort key keep
+/// the order they were appended in. Each value is kept as the bytes of its
+/// element coder (without the length prefix it travels with).
+type OrderedList = BTreeMap<i64, Vec<Vec<u8>>>;
+
+/// Removes the sort keys of `range` from `list`.
+fn remove_range(list: &mut OrderedList, range: &SortKeyRange) {
+    if !non_empty(range) {
+        return;
+    }
+    let doomed: Vec<i64> = list.range(*range).map(|(k, _)| *k).collect();
+    for k in doomed {
+        list.remove(&k);
+    }
+}
+
+/// Decodes the data of an Append on an ordered list: a concatenation of
+/// `KV<varint sort key, length-prefixed value>` (beam_fn_api.proto,
+/// `StateAppendRequest.data`). Errors name the offending byte offset.
+pub fn decode_ordered_entries(data: &[u8]) -> Result<Vec<(i64, Vec<u8>)>, String> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < data.len() {
+        let bad = |what: &str| format!("bad ordered-list append data at byte {at}: {what}");
+        let (sort_key, n) = decode_varint(&data[at..]).map_err(|e| bad(&e.to_string()))?;
+        let (len, m) = decode_varint(&data[at + n..]).map_err(|e| bad(&e.to_string()))?;
+        let start = at + n + m;
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|l| start.checked_add(l))
+            .filter(|&e| e <= data.len())
+            .ok_or_else(|| bad(&format!("value length {len} runs past the data")))?;
+        out.push((sort_key, data[start..end].to_vec()));
+        at = end;
+    }
+    Ok(out)
+}
+
+/// Appends one ordered-list entry in the wire form of a Get response
+/// (varint sort key, varint length, value bytes).
+fn encode_ordered_entry(sort_key: i64, value: &[u8], out: &mut Vec<u8>) {
+    encode_varint(sort_key, out);
+    encode_varint(value.len() as i64, out);
+    out.extend_from_slice(value);
+}
+
+/// Where an ordered-list Get resumes: at sort key `.0`, after skipping the
+/// first `.1` values of that sort key. Encoded as two Beam varints; this is
+/// the `continuation_token` Weir hands out, opaque to the SDK.
+fn encode_token(sort_key: i64, skip: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_varint(sort_key, &mut out);
+    encode_varint(skip as i64, &mut out);
+    out
+}
+
+fn decode_token(token: &[u8]) -> Result<(i64, u64), String> {
+    let bad = || format!("bad ordered-list continuation token {token:?}");
+    let (sort_key, n) = decode_varint(token).map_err(|_| bad())?;
+    let (skip, m) = decode_varint(&token[n..]).map_err(|_| bad())?;
+    if n + m != token.len() || skip < 0 {
+        return Err(bad());
+    }
+    Ok((sort_key, skip as u64))
+}
+
+/// One page of an ordered-list Get: the encoded entries and the continuation
+/// token of the next page (empty on the last page).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Page {
+    pub data: Vec<u8>,
+    pub continuation_token: Vec<u8>,
+}
+
+/// Committed user state of one job, for every cell of every stateful
+/// transform. Cells that become empty are dropped.
+#[derive(Default)]
+pub struct UserState {
+    committed: Mutex<Committed>,
+}
+
+#[derive(Default)]
+struct Committed {
+    /// Bag cells: the concatenated encoded values.
+    bags: HashMap<Cell, Vec<u8>>,
+    /// Multimap cells: encoded map key -> concatenated encoded values.
+    multimaps: HashMap<Cell, BTreeMap<Vec<u8>, Vec<u8>>>,
+    ordered_lists: HashMap<Cell, OrderedList>,
+}
+
+/// One bundle's writes to one multimap cell.
+#[derive(Default)]
+struct MultimapChanges {
+    /// The bundle cleared the whole multimap (before `keys` were written).
+    cleared: bool,
+    /// Per map key: whether the bundle cleared it, and what it appended since.
+    keys: BTreeMap<Vec<u8>, (bool, Vec<u8>)>,
+}
+
+/// One bundle's writes to one ordered-list cell, in the order that gives the
+/// same result as replaying them: first the committed values of `removed`
+/// ranges go, then `added` is merged in.
+#[derive(Default)]
+struct OrderedListChanges {
+    removed: Vec<SortKeyRange>,
+    added: OrderedList,
+}
+
+#[derive(Default)]
+struct Changes {
+    /// Per bag: whether the bundle cleared it, and what it appended since.
+    bags: HashMap<Cell, (bool, Vec<u8>)>,
+    multimaps: HashMap<Cell, MultimapChanges>,
+    ordered_lists: HashMap<Cell, OrderedListChanges>,
+}
+
+/// One bundle's view of user state: its own writes over the committed state,
+/// committed only when the bundle succeeds (a failed attempt leaves no trace).
+pub struct BundleUserState {
+    base: Arc<UserState>,
+    changes: Mutex<Changes>,
+}
+
+impl BundleUserState {
+    /// A view with no writes yet.
+    pub fn new(base: Arc<UserState>) -> Self {
+        BundleUserState {
+            base,
+            changes: Mutex::default(),
+        }
+    }
+
+    fn changes(&self) -> std::sync::MutexGuard<'_, Changes> {
+        self.changes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn committed(&self) -> std::sync::MutexGuard<'_, Committed> {
+        self.base
+            .committed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    // ---- BagUserState ----
+
+    /// The bag's concatenated encoded values as this bundle sees them.
+    pub fn get(&self, k: &beam::state_key::BagUserState) -> Vec<u8> {
+        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+        let changes = self.changes();
+        let (cleared, appended) = changes
+            .bags
+            .get(&key)
+            .map(|(c, a)| (*c, a.as_slice()))
+            .unwrap_or((false, &[]));
+        let mut out = if cleared {
+            Vec::new()
+        } else {
+            self.committed().bags.get(&key).cloned().unwrap_or_default()
+        };
+        out.extend_from_slice(appended);
+        out
+    }
+
+    /// Appends encoded values to the bag.
+    pub fn append(&self, k: &beam::state_key::BagUserState, data: &[u8]) {
+        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+        self.changes()
+            .bags
+            .entry(key)
+            .or_default()
+            .1
+            .extend_from_slice(data);
+    }
+
+    /// Empties the bag.
+    pub fn clear(&self, k: &beam::state_key::BagUserState) {
+        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+        self.changes().bags.insert(key, (true, Vec::new()));
+    }
+
+    // ---- MultimapUserState / MultimapKeysUserState ----
+
+    /// The concatenated encoded values of one map key (`MultimapUserState`
+    /// Get); empty when the map key has none.
+    pub fn multimap_get(&self, k: &beam::state_key::MultimapUserState) -> Vec<u8> {
+        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+        let changes = self.changes();
+        let change = changes.multimaps.get(&key);
+        let (cleared, appended) = match change.and_then(|c| c.keys.get(&k.map_key)) {
+            Some((c, a)) => (*c || change.is_some_and(|c| c.cleared), a.as_slice()),
+            None => (change.is_some_and(|c| c.cleared), &[][..]),
+        };
+        let mut out = if cleared {
+            Vec::new()
+        } else {
+            self.committed()
+                .multimaps
+                .get(&key)
+                .and_then(|m| m.get(&k.map_key))
+                .cloned()
+                .unwrap_or_default()
+        };
+        out.extend_from_slice(appended);
+        out
+    }
+
+    /// Appends encoded values to one map key (`MultimapUserState` Append).
+    pub fn multimap_append(&self, k: &beam::state_key::MultimapUserState, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+        self.changes()
+            .multimaps
+            .entry(key)
+            .or_default()
+            .keys
+            .entry(k.map_key.clone())
+            .or_default()
+            .1
+            .extend_from_slice(data);
+    }
+
+    /// Removes one map key and its values (`MultimapUserState` Clear).
+    pub fn multimap_clear(&self, k: &beam::state_key::MultimapUserState) {
+        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+        self.changes()
+            .multimaps
+            .entry(key)
+            .or_default()
+            .keys
+            .insert(k.map_key.clone(), (true, Vec::new()));
+    }
+
+    /// The concatenated encoded map keys that have at least one value
+    /// (`MultimapKeysUserState` Get), in the byte order of their encodings.
+    pub fn multimap_keys(&self, k: &beam::state_key::MultimapKeysUserState) -> Vec<u8> {
+        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+        let changes = self.changes();
+        let change = changes.multimaps.get(&key);
+        let mut present: BTreeMap<&[u8], ()> = BTreeMap::new();
+        let committed = self.committed();
+        if !change.is_some_and(|c| c.cleared) {
+            if let Some(m) = committed.multimaps.get(&key) {
+                present.extend(m.keys().map(|mk| (mk.as_slice(), ())));
+            }
+        }
+        if let Some(c) = change {
+            for (mk, (cleared, appended)) in &c.keys {
+                if *cleared && appended.is_empty() {
+                    present.remove(mk.as_slice());
+                } else if !appended.is_empty() {
+                    present.insert(mk.as_slice(), ());
+                }
+            }
+        }
+        present.keys().flat_map(|mk| mk.iter().copied()).collect()
+    }
+
+    /// Removes every map key (`MultimapKeysUserState` Clear).
+    pub fn multimap_clear_all(&self, k: &beam::state_key::MultimapKeysUserState) {
+        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+        self.changes().multimaps.insert(
+            key,
+            MultimapChanges {
+                cleared: true,
+                keys: BTreeMap::new(),
+            },
+        );
+    }
+
+    // ---- OrderedListUserState ----
+
+    /// The values of the key's sort-key range as this bundle sees them, in
+    /// sort-key order (values of one sort key in append order), encoded as
+    /// `KV<varint, length-prefixed value>` and cut into pages of about
+    /// `page_bytes` (at least one entry a page). `continuation_token` is
+    /// empty for the first page, else the token of the previous page.
+    /// Errors: a token Weir did not hand out.
+    pub fn ordered_list_get(
+        &self,
+        k: &beam::state_key::OrderedListUserState,
+        continuation_token: &[u8],
+        page_bytes: usize,
+    ) -> Result<Page, String> {
+        let range = sort_key_range(k);
+        // A token resumes at its sort key, skipping the values of that sort
+        // key the previous pages held.
+        let (resume, mut skip) = if continuation_token.is_empty() {
+            (range.0, None)
+        } else {
+            let (sort_key, skip) = decode_token(continuation_token)?;
+            (Bound::Included(sort_key), Some((sort_key, skip)))
+        };
+        let from: SortKeyRange = (resume, range.1);
+        let mut page = Page {
+            data: Vec::new(),
+            continuation_token: Vec::new(),
+        };
+        if !non_empty(&from) {
+            return Ok(page);
+        }
+        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+        let changes = self.changes();
+        let change = changes.ordered_lists.get(&key);
+        let committed = self.committed();
+        let empty = OrderedList::new();
+        let base = committed.ordered_lists.get(&key).unwrap_or(&empty);
+        let removed = |sk: i64| change.is_some_and(|c| c.removed.iter().any(|r| contains(r, sk)));
+        let mut base_iter = base.range(from).filter(|(sk, _)| !removed(**sk)).peekable();
+        let mut added_iter = change
+            .map(|c| c.added.range(from))
+            .into_iter()
+            .flatten()
+            .peekable();
+        loop {
+            // The next sort key from either side; committed values first.
+            let next = match (base_iter.peek(), added_iter.peek()) {
+                (None, None) => return Ok(page),
+                (Some((b, _)), Some((a, _))) => **b.min(a),
+                (Some((b, _)), None) => **b,
+                (None, Some((a, _))) => **a,
+            };
+            let mut values: Vec<&Vec<u8>> = Vec::new();
+            if base_iter.peek().is_some_and(|(sk, _)| **sk == next) {
+                values.extend(base_iter.next().map(|(_, v)| v).into_iter().flatten());
+            }
+            if added_iter.peek().is_some_and(|(sk, _)| **sk == next) {
+                values.extend(added_iter.next().map(|(_, v)| v).into_iter().flatten());
+            }
+            let skipped = match skip.take() {
+                Some((sort_key, n)) if sort_key == next => n as usize,
+                _ => 0,
+            };
+            for (i, v) in values.iter().enumerate().skip(skipped) {
+                if !page.data.is_empty() && page.data.len() + v.len() > page_bytes {
+                    page.continuation_token = encode_token(next, i as u64);
+                    return Ok(page);
+                }
+                encode_ordered_entry(next, v, &mut page.data);
+            }
+        }
+    }
+
+    /// Adds encoded `KV<varint sort key, length-prefixed value>` entries
+    /// (`OrderedListUserState` Append; the key's range is ignored).
+    /// Errors: data that does not decode as such entries.
+    pub fn ordered_list_append(
+        &self,
+        k: &beam::state_key::OrderedListUserState,
+        data: &[u8],
+    ) -> Result<(), String> {
+        let entries = decode_ordered_entries(data)?;
+        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+        let mut changes = self.changes();
+        let added = &mut changes.ordered_lists.entry(key).or_default().added;
+        for (sort_key, value) in entries {
+            added.entry(sort_key).or_default().push(value);
+        }
+        Ok(())
+    }
+
+    /// Removes the values of the key's sort-key range (`OrderedListUserState`
+    /// Clear; no range clears the whole list).
+    pub fn ordered_list_clear(&self, k: &beam::state_key::OrderedListUserState) {
+        let range = sort_key_range(k);
+        if !non_empty(&range) {
+            return;
+        }
+        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+        let mut changes = self.changes();
+        let change = changes.ordered_lists.entry(key).or_default();
+        remove_range(&mut change.added, &range);
+        change.removed.push(range);
+    }
+
+    /// Applies the bundle's writes to the committed state.
+    pub fn commit(&self) {
+        let changes = std::mem::take(&mut *self.changes());
+        let mut committed = self.committed();
+        for (key, (cleared, appended)) in changes.bags {
+            let bag = committed.bags.entry(key.clone()).or_default();
+            if cleared {
+                bag.clear();
+            }
+            bag.extend_from_slice(&appended);
+            if bag.is_empty() {
+                committed.bags.remove(&key);
+            }
+        }
+        for (key, change) in changes.multimaps {
+            let map = committed.multimaps.entry(key.clone()).or_default();
+            if change.cleared {
+                map.clear();
+            }
+            for (map_key, (cleared, appended)) in change.keys {
+                let values = map.entry(map_key.clone()).or_default();
+                if cleared {
+                    values.clear();
+                }
+                values.extend_from_slice(&appended);
+                if values.is_empty() {
+                    map.remove(&map_key);
+                }
+            }
+            if map.is_empty() {
+                committed.multimaps.remove(&key);
+            }
+        }
+        for (key, change) in changes.ordered_lists {
+            let list = committed.ordered_lists.entry(key.clone()).or_default();
+            for range in &change.removed {
+                remove_range(list, range);
+            }
+            for (sort_key, values) in change.added {
+                list.entry(sort_key).or_default().extend(values);
+            }
+            if list.is_empty() {
+                committed.ordered_lists.remove(&key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use beam::state_key::{
+        BagUserState, MultimapKeysUserState, MultimapUserState, OrderedListUserState,
+    };
+
+    /// A nested-context string encoding (varint length, bytes), as SDKs encode
+    /// keys, map keys and string values.
+    fn s(text: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_varint(text.len() as i64, &mut out);
+        out.extend_from_slice(text.as_bytes());
+        out
+    }
+
+    fn cat(parts: &[&str]) -> Vec<u8> {
+        parts.iter().flat_map(|p| s(p)).collect()
+    }
+
+    fn bag(window: &[u8], key: &str) -> BagUserState {
+        BagUserState {
+            transform_id: "t".into(),
+            user_state_id: "bag".into(),
+            window: window.to_vec(),
+            key: s(key),
+        }
+    }
+
+    fn entry(window: &[u8], key: &str, map_key: &str) -> MultimapUserState {
+        MultimapUserState {
+            transform_id: "t".into(),
+            user_state_id: "map".into(),
+            window: window.to_vec(),
+            key: s(key),
+            map_key: s(map_key),
+        }
+    }
+
+    fn map_keys(window: &[u8], key: &str) -> MultimapKeysUserState {
+        MultimapKeysUserState {
+            transform_id: "t".into(),
+            user_state_id: "map".into(),
+            window: window.to_vec(),
+            key: s(key),
+        }
+    }
+
+    fn list(key: &str, range: Option<(i64, i64)>) -> OrderedListUserState {
+        OrderedListUserState {
+            transform_id: "t".into(),
+            user_state_id: "list".into(),
+            window: vec![],
+            key: s(key),
+            range: range.map(|(start, end)| beam::OrderedListRange { start, end }),
+        }
+    }
+
+    /// Encodes (sort key, string value) entries as an SDK appends them.
+    fn entries(items: &[(i64, &str)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (k, v) in items {
+            encode_ordered_entry(*k, &s(v), &mut out);
+        }
+        out
+    }
+
+    /// Decodes a Get's entries back to (sort key, string value).
+    fn decoded(data: &[u8]) -> Vec<(i64, String)> {
+        decode_ordered_entries(data)
+            .unwrap()
+            .into_iter()
+            .map(|(k, v)| {
+                let (len, n) = decode_varint(&v).unwrap();
+                assert_eq!(n + len as usize, v.len());
+                (k, String::from_utf8(v[n..].to_vec()).unwrap())
+            })
+            .collect()
+    }
+
+    fn read_all(b: &BundleUserState, k: &OrderedListUserState) -> Vec<(i64, String)> {
+        decoded(&b.ordered_list_get(k, &[], usize::MAX).unwrap().data)
+    }
+
+    #[test]
+    fn bag_writes_are_seen_by_their_bundle_and_committed_only_on_commit() {
+        let base = Arc::new(UserState::default());
+        let (w1, w2) = (b"w1".as_slice(), b"w2".as_slice());
+        let a = BundleUserState::new(base.clone());
+        a.append(&bag(w1, "k"), &cat(&["x", "y"]));
+        a.append(&bag(w2, "k"), &cat(&["other window"]));
+        assert_eq!(a.get(&bag(w1, "k")), cat(&["x", "y"]));
+        assert_eq!(a.get(&bag(w2, "k")), cat(&["other window"]));
+        // A failed attempt: never committed, leaves no trace.
+        let failed = BundleUserState::new(base.clone());
+        failed.append(&bag(w1, "k"), &cat(&["lost"]));
+        assert_eq!(BundleUserState::new(base.clone()).get(&bag(w1, "k")), b"");
+        a.commit();
+        let b = BundleUserState::new(base.clone());
+        assert_eq!(b.get(&bag(w1, "k")), cat(&["x", "y"]));
+        b.clear(&bag(w1, "k"));
+        b.append(&bag(w1, "k"), &cat(&["z"]));
+        assert_eq!(b.get(&bag(w1, "k")), cat(&["z"]));
+        b.commit();
+        let c = BundleUserState::new(base);
+        assert_eq!(c.get(&bag(w1, "k")), cat(&["z"]));
+        assert_eq!(c.get(&bag(w2, "k")), cat(&["other window"]));
+        assert_eq!(c.get(&bag(w1, "other key")), b"");
+    }
+
+    #[test]
+    fn multimap_get_append_clear_and_keys() {
+        let base = Arc::new(UserState::default());
+        let w = b"w".as_slice();
+        let a = BundleUserState::new(base.clone());
+        a.multimap_append(&entry(w, "k", "b"), &cat(&["b1"]));
+        a.multimap_append(&entry(w, "k", "a"), &cat(&["a1", "a2"]));
+        a.multimap_append(&entry(w, "k", "b"), &cat(&["b2"]));
+        assert_eq!(a.multimap_get(&entry(w, "k", "a")), cat(&["a1", "a2"]));
+        assert_eq!(a.multimap_get(&entry(w, "k", "b")), cat(&["b1", "b2"]));
+        assert_eq!(a.multimap_get(&entry(w, "k", "none")), b"");
+        assert_eq!(a.multimap_keys(&map_keys(w, "k")), cat(&["a", "b"]));
+        // Other user keys and windows have their own multimaps.
+        assert_eq!(a.multimap_keys(&map_keys(w, "k2")), b"");
+        assert_eq!(a.multimap_keys(&map_keys(b"w2", "k")), b"");
+        a.commit();
+
+        let b = BundleUserState::new(base.clone());
+        assert_eq!(b.multimap_keys(&map_keys(w, "k")), cat(&["a", "b"]));
+        b.multimap_clear(&entry(w, "k", "a"));
+        assert_eq!(b.multimap_get(&entry(w, "k", "a")), b"");
+        assert_eq!(b.multimap_keys(&map_keys(w, "k")), cat(&["b"]));
+        b.multimap_append(&entry(w, "k", "a"), &cat(&["a3"]));
+        b.multimap_append(&entry(w, "k", "b"), &cat(&["b3"]));
+        assert_eq!(b.multimap_get(&entry(w, "k", "a")), cat(&["a3"]));
+        assert_eq!(
+            b.multimap_get(&entry(w, "k", "b")),
+            cat(&["b1", "b2", "b3"])
+        );
+        assert_eq!(b.multimap_keys(&map_keys(w, "k")), cat(&["a", "b"]));
+        // Not committed: the next bundle sees the first bundle's state.
+        let c = BundleUserState::new(base.clone());
+        assert_eq!(c.multimap_get(&entry(w, "k", "a")), cat(&["a1", "a2"]));
+        b.commit();
+
+        let d = BundleUserState::new(base.clone());
+        assert_eq!(d.multimap_get(&entry(w, "k", "a")), cat(&["a3"]));
+        assert_eq!(
+            d.multimap_get(&entry(w, "k", "b")),
+            cat(&["b1", "b2", "b3"])
+        );
+        d.multimap_append(&entry(w, "k", "c"), &cat(&["c1"]));
+        d.multimap_clear_all(&map_keys(w, "k"));
+        assert_eq!(d.multimap_keys(&map_keys(w, "k")), b"");
+        assert_eq!(d.multimap_get(&entry(w, "k", "b")), b"");
+        assert_eq!(d.multimap_get(&entry(w, "k", "c")), b"");
+        d.multimap_append(&entry(w, "k", "b"), &cat(&["b4"]));
+        assert_eq!(d.multimap_get(&entry(w, "k", "b")), cat(&["b4"]));
+        assert_eq!(d.multimap_keys(&map_keys(w, "k")), cat(&["b"]));
+        d.commit();
+
+        let e = BundleUserState::new(base.clone());
+        assert_eq!(e.multimap_keys(&map_keys(w, "k")), cat(&["b"]));
+        assert_eq!(e.multimap_get(&entry(w, "k", "b")), cat(&["b4"]));
+        assert_eq!(e.multimap_get(&entry(w, "k", "a")), b"");
+        e.multimap_clear(&entry(w, "k", "b"));
+        e.commit();
+        assert!(base.committed.lock().unwrap().multimaps.is_empty());
+    }
+
+    #[test]
+    fn ordered_list_reads_by_range_in_sort_key_order() {
+        let base = Arc::new(UserState::default());
+        let a = BundleUserState::new(base.clone());
+        let all = list("k", None);
+        a.ordered_list_append(&all, &entries(&[(5, "e"), (-3, "neg"), (1, "b1")]))
+            .unwrap();
+        a.commit();
+        let b = BundleUserState::new(base.clone());
+        b.ordered_list_append(&all, &entries(&[(1, "b2"), (9, "i"), (i64::MIN, "min")]))
+            .unwrap();
+        let expected = [
+            (i64::MIN, "min"),
+            (-3, "neg"),
+            (1, "b1"),
+            (1, "b2"),
+            (5, "e"),
+            (9, "i"),
+        ];
+        let expected: Vec<_> = expected.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        assert_eq!(read_all(&b, &all), expected);
+        assert_eq!(
+            read_all(&b, &list("k", Some((i64::MIN, i64::MAX)))),
+            expected
+        );
+        assert_eq!(
+            read_all(&b, &list("k", Some((1, 9)))),
+            expected[2..5].to_vec()
+        );
+        assert_eq!(read_all(&b, &list("k", Some((2, 2)))), vec![]);
+        assert_eq!(read_all(&b, &list("k", Some((7, 2)))), vec![]);
+        assert_eq!(read_all(&b, &list("other", None)), vec![]);
+
+        b.ordered_list_clear(&list("k", Some((0, 6))));
+        let after: Vec<_> = [
+            expected[0].clone(),
+            expected[1].clone(),
+            expected[5].clone(),
+        ]
+        .to_vec();
+        assert_eq!(read_all(&b, &all), after);
+        // An append after the clear is kept, in a cleared range too.
+        b.ordered_list_append(&all, &entries(&[(3, "c")])).unwrap();
+        assert_eq!(
+            read_all(&b, &list("k", Some((0, 6)))),
+            vec![(3, "c".to_string())]
+        );
+        // The first bundle's state is what others see until commit.
+        assert_eq!(read_all(&BundleUserState::new(base.clone()), &all).len(), 3);
+        b.commit();
+        let c = BundleUserState::new(base.clone());
+        assert_eq!(
+            read_all(&c, &all),
+            vec![
+                (i64::MIN, "min".to_string()),
+                (-3, "neg".to_string()),
+                (3, "c".to_string()),
+                (9, "i".to_string())
+            ]
+        );
+        c.ordered_list_clear(&list("k", None));
+        assert_eq!(read_all(&c, &all), vec![]);
+        c.commit();
+        assert!(base.committed.lock().unwrap().ordered_lists.is_empty());
+    }
+
+    #[test]
+    fn ordered_list_pages_resume_with_continuation_tokens() {
+        let base = Arc::new(UserState::default());
+        let a = BundleUserState::new(base.clone());
+        let all = list("k", None);
+        let items: Vec<(i64, String)> = (0..40)
+            .map(|i| ((i / 4) as i64 * 10, format!("value-{i:02}")))
+            .collect();
+        let (committed, pending) = items.split_at(17);
+        let enc = |xs: &[(i64, String)]| {
+            entries(&xs.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>())
+        };
+        a.ordered_list_append(&all, &enc(committed)).unwrap();
+        a.commit();
+        let b = BundleUserState::new(base);
+        b.ordered_list_append(&all, &enc(pending)).unwrap();
+        for page_bytes in [1, 10, 25, 64, 1000] {
+            for range in [None, Some((10, 70)), Some((35, 41))] {
+                let k = list("k", range);
+                let mut got = Vec::new();
+                let mut token = Vec::new();
+                let mut pages = 0;
+                loop {
+                    let page = b.ordered_list_get(&k, &token, page_bytes).unwrap();
+                    assert!(!page.data.is_empty() || page.continuation_token.is_empty());
+                    got.extend(decoded(&page.data));
+                    pages += 1;
+                    if page.continuation_token.is_empty() {
+                        break;
+                    }
+                    token = page.continuation_token;
+                }
+                let want: Vec<_> = items
+                    .iter()
+                    .filter(|(sk, _)| range.is_none_or(|(s, e)| *sk >= s && *sk < e))
+                    .cloned()
+                    .collect();
+                assert_eq!(got, want, "page_bytes {page_bytes}, range {range:?}");
+                if page_bytes == 1 {
+                    assert_eq!(pages, want.len().max(1), "one entry a page");
+                }
+            }
+        }
+        let err = b.ordered_list_get(&all, &[0xff], 10).unwrap_err();
+        assert!(err.contains("continuation token"), "{err}");
+    }
+
+    #[test]
+    fn ordered_list_append_rejects_malformed_data() {
+        let b = BundleUserState::new(Arc::default());
+        let all = list("k", None);
+        let mut data = entries(&[(1, "ok")]);
+        data.extend_from_slice(&[2, 9, b'x']);
+        let err = b.ordered_list_append(&all, &data).unwrap_err();
+        assert!(err.contains("byte 5") && err.contains("length 9"), "{err}");
+        assert_eq!(
+            read_all(&b, &all),
+            vec![],
+            "nothing of a bad append is kept"
+        );
+    }
+
+    /// Random operations over several bundles, some failing, against a plain
+    /// model: a list of (sort key, value) in append order.
+    #[test]
+    fn ordered_list_matches_a_plain_model() {
+        let base = Arc::new(UserState::default());
+        let all = list("k", None);
+        let mut model: Vec<(i64, String)> = Vec::new();
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for bundle in 0..30 {
+            let b = BundleUserState::new(base.clone());
+            let mut view = model.clone();
+            for op in 0..20 {
+                let (lo, hi) = (next(30) as i64 - 10, next(30) as i64 - 10);
+                match next(4) {
+                    0 | 1 => {
+                        let v = format!("{bundle}-{op}");
+                        b.ordered_list_append(&all, &entries(&[(lo, &v)])).unwrap();
+                        view.push((lo, v));
+                    }
+                    2 => {
+                        b.ordered_list_clear(&list("k", Some((lo, hi))));
+                        view.retain(|(k, _)| !(*k >= lo && *k < hi));
+                    }
+                    _ => {
+                        let mut want: Vec<_> = view
+                            .iter()
+                            .filter(|(k, _)| *k >= lo && *k < hi)
+                            .cloned()
+                            .collect();
+                        want.sort_by_key(|(k, _)| *k); // stable: append order within a key
+                        let got = read_all(&b, &list("k", Some((lo, hi))));
+                        assert_eq!(got, want, "bundle {bundle} op {op}");
+                    }
+                }
+            }
+            if next(3) > 0 {
+                b.commit();
+                model = view;
+            }
+            let mut want = model.clone();
+            want.sort_by_key(|(k, _)| *k);
+            assert_eq!(read_all(&BundleUserState::new(base.clone()), &all), want);
+        }
+    }
+}
