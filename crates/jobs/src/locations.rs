@@ -152,12 +152,17 @@ pub fn missing_s3_credentials(env: &dyn Environment) -> Option<String> {
     {
         return None;
     }
-    let ec2 = ["/sys/class/dmi/id/board_vendor", "/sys/class/dmi/id/sys_vendor"]
-        .iter()
-        .any(|p| env.read(FsPath::new(p)).is_some_and(|v| v.contains("Amazon")))
-        || env
-            .read(FsPath::new("/sys/hypervisor/uuid"))
-            .is_some_and(|u| u.to_ascii_lowercase().starts_with("ec2"));
+    let ec2 = [
+        "/sys/class/dmi/id/board_vendor",
+        "/sys/class/dmi/id/sys_vendor",
+    ]
+    .iter()
+    .any(|p| {
+        env.read(FsPath::new(p))
+            .is_some_and(|v| v.contains("Amazon"))
+    }) || env
+        .read(FsPath::new("/sys/hypervisor/uuid"))
+        .is_some_and(|u| u.to_ascii_lowercase().starts_with("ec2"));
     if ec2 {
         return None;
     }
@@ -200,12 +205,14 @@ pub fn open(option: &str, location: &str, env: &dyn Environment) -> Result<Locat
         (StoreKind::S3, &location[location.len() - rest.len()..])
     } else if lower.starts_with("file://") {
         let url = url::Url::parse(location).map_err(|e| fail(format!("not a file URL: {e}")))?;
-        let path = url
-            .to_file_path()
-            .map_err(|()| fail("a file:// URL must name an absolute local path (file:///dir)".into()))?;
+        let path = url.to_file_path().map_err(|()| {
+            fail("a file:// URL must name an absolute local path (file:///dir)".into())
+        })?;
         return local(option, location, &path);
     } else if let Some((scheme, _)) = location.split_once("://").filter(|(s, _)| {
-        !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
     }) {
         return Err(fail(format!(
             "scheme {scheme}:// is not supported; use a local path, file://, gs:// or s3://"
@@ -343,10 +350,7 @@ impl Location {
         match tokio::time::timeout(PROBE_TIMEOUT, work).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(self.error(format!("cannot write there: {e}"))),
-            Err(_) => Err(self.error(format!(
-                "no answer within {}s",
-                PROBE_TIMEOUT.as_secs()
-            ))),
+            Err(_) => Err(self.error(format!("no answer within {}s", PROBE_TIMEOUT.as_secs()))),
         }
     }
 
@@ -410,14 +414,12 @@ pub fn resolve(
             .as_ref()
             .map(|s| (spelled("staging_location"), join(s, "tmp")))
     };
-    let open_or = |given: Option<(String, String)>, default: &FsPath, what: &str| {
-        match given {
-            Some((option, location)) => open(&option, &location, env),
-            None => default_folder(default).map_err(|reason| OptionError {
-                option: what.to_string(),
-                reason: format!("Weir's default folder: {reason}"),
-            }),
-        }
+    let open_or = |given: Option<(String, String)>, default: &FsPath, what: &str| match given {
+        Some((option, location)) => open(&option, &location, env),
+        None => default_folder(default).map_err(|reason| OptionError {
+            option: what.to_string(),
+            reason: format!("Weir's default folder: {reason}"),
+        }),
     };
     Ok(JobLocations {
         staging: open_or(staging, &defaults.staging, "staging_location")?,
@@ -497,7 +499,10 @@ mod tests {
         );
         assert!(l.store.to_string().contains("my-bucket"), "{}", l.store);
 
-        let s3 = env(&[("AWS_ACCESS_KEY_ID", "AKIA"), ("AWS_SECRET_ACCESS_KEY", "s")]);
+        let s3 = env(&[
+            ("AWS_ACCESS_KEY_ID", "AKIA"),
+            ("AWS_SECRET_ACCESS_KEY", "s"),
+        ]);
         let l = open("tempLocation", "s3://other/", &s3).unwrap();
         assert_eq!(l.kind, StoreKind::S3);
         assert_eq!(l.prefix.as_ref(), "");
@@ -507,7 +512,12 @@ mod tests {
 
     #[test]
     fn gcs_without_credentials_names_the_option_and_location() {
-        let e = open("temp_location", "gs://bucket/tmp", &env(&[("HOME", "/home/u")])).unwrap_err();
+        let e = open(
+            "temp_location",
+            "gs://bucket/tmp",
+            &env(&[("HOME", "/home/u")]),
+        )
+        .unwrap_err();
         assert_eq!(e.option, "temp_location");
         let text = e.to_string();
         assert!(
@@ -523,10 +533,8 @@ mod tests {
         );
         assert_eq!(missing_gcs_credentials(&adc), None);
         let mut gce = env(&[]);
-        gce.files.insert(
-            "/sys/class/dmi/id/product_name",
-            "Google Compute Engine\n",
-        );
+        gce.files
+            .insert("/sys/class/dmi/id/product_name", "Google Compute Engine\n");
         assert_eq!(missing_gcs_credentials(&gce), None);
     }
 
@@ -556,9 +564,15 @@ mod tests {
             ("s3://", "names no bucket"),
             ("file://relative/x", "absolute local path"),
         ] {
-            let e = open("temp_location", bad, &env(&[("GOOGLE_SKIP_SIGNATURE", "1")])).unwrap_err();
+            let e = open(
+                "temp_location",
+                bad,
+                &env(&[("GOOGLE_SKIP_SIGNATURE", "1")]),
+            )
+            .unwrap_err();
             assert!(
-                e.to_string().starts_with(&format!("pipeline option --temp_location: {bad}: ")),
+                e.to_string()
+                    .starts_with(&format!("pipeline option --temp_location: {bad}: ")),
                 "{e}"
             );
             assert!(e.to_string().contains(why), "{bad}: {e}");
@@ -584,25 +598,35 @@ mod tests {
         assert_eq!(l.temp.local.as_deref(), Some(defaults.temp.as_path()));
         // Python: staging defaults to temp.
         let l = resolve_with(&|o| o.temp_location = Some("gs://b/t".into()));
-        assert_eq!((l.staging.url.as_str(), l.temp.url.as_str()), ("gs://b/t", "gs://b/t"));
+        assert_eq!(
+            (l.staging.url.as_str(), l.temp.url.as_str()),
+            ("gs://b/t", "gs://b/t")
+        );
         assert_eq!(l.staging.option.as_deref(), Some("temp_location"));
         // Java: stagingLocation defaults to gcpTempLocation/staging.
         let l = resolve_with(&|o| {
             o.gcp_temp_location = Some("gs://b/g/".into());
-            o.spellings.insert("gcp_temp_location", "gcpTempLocation".into());
+            o.spellings
+                .insert("gcp_temp_location", "gcpTempLocation".into());
         });
         assert_eq!(l.staging.url, "gs://b/g/staging");
         assert_eq!(l.staging.option.as_deref(), Some("gcpTempLocation"));
         assert_eq!(l.temp.url, "gs://b/g/");
         // Go: temp defaults to staging/tmp.
         let l = resolve_with(&|o| o.staging_location = Some("gs://b/s".into()));
-        assert_eq!((l.staging.url.as_str(), l.temp.url.as_str()), ("gs://b/s", "gs://b/s/tmp"));
+        assert_eq!(
+            (l.staging.url.as_str(), l.temp.url.as_str()),
+            ("gs://b/s", "gs://b/s/tmp")
+        );
         // Both given: each its own.
         let l = resolve_with(&|o| {
             o.staging_location = Some("gs://b/s".into());
             o.temp_location = Some("gs://b/t".into());
         });
-        assert_eq!((l.staging.url.as_str(), l.temp.url.as_str()), ("gs://b/s", "gs://b/t"));
+        assert_eq!(
+            (l.staging.url.as_str(), l.temp.url.as_str()),
+            ("gs://b/s", "gs://b/t")
+        );
         let _ = std::fs::remove_dir_all(&defaults.staging);
         let _ = std::fs::remove_dir_all(&defaults.temp);
     }

@@ -414,7 +414,11 @@ mod tests {
                 let j = job(&r, &format!("f{i}"));
                 j.set_state(JobState::Starting);
                 std::thread::sleep(std::time::Duration::from_millis(2));
-                j.set_state(if i % 2 == 0 { JobState::Done } else { JobState::Failed });
+                j.set_state(if i % 2 == 0 {
+                    JobState::Done
+                } else {
+                    JobState::Failed
+                });
                 j
             })
             .collect();
@@ -463,7 +467,10 @@ mod tests {
             .collect();
         assert_eq!(texts.len(), MAX_LOG_ENTRIES);
         assert_eq!(texts[0], "line 5");
-        assert_eq!(*texts.last().unwrap(), format!("line {}", MAX_LOG_ENTRIES + 4));
+        assert_eq!(
+            *texts.last().unwrap(),
+            format!("line {}", MAX_LOG_ENTRIES + 4)
+        );
         let states = history.len() - texts.len();
         assert_eq!(states, 3, "STOPPED, STARTING, DONE");
         assert_eq!(j.dropped_messages(), 5);

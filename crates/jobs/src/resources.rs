@@ -163,7 +163,9 @@ pub fn names_worker_of(job_id: &str, cmd: &[String], environ: &[String]) -> bool
     let arg = format!("--id={worker}");
     let env = format!("WORKER_ID={worker}");
     cmd.iter().any(|a| a.starts_with(&arg))
-        || cmd.windows(2).any(|w| w[0] == "--id" && w[1].starts_with(&worker))
+        || cmd
+            .windows(2)
+            .any(|w| w[0] == "--id" && w[1].starts_with(&worker))
         || environ.iter().any(|e| e.starts_with(&env))
 }
 
@@ -257,10 +259,22 @@ mod tests {
     #[test]
     fn worker_ids_are_found_in_command_lines_and_environments() {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        let boot = s(&["/bin/weir", "boot", "--id=job-abc-worker-3", "--provision_endpoint=x"]);
+        let boot = s(&[
+            "/bin/weir",
+            "boot",
+            "--id=job-abc-worker-3",
+            "--provision_endpoint=x",
+        ]);
         assert!(names_worker_of("job-abc", &boot, &[]));
-        assert!(!names_worker_of("job-ab", &boot, &[]), "a prefix of the id is another job");
-        assert!(names_worker_of("job-abc", &s(&["sdk", "--id", "job-abc-worker-0"]), &[]));
+        assert!(
+            !names_worker_of("job-ab", &boot, &[]),
+            "a prefix of the id is another job"
+        );
+        assert!(names_worker_of(
+            "job-abc",
+            &s(&["sdk", "--id", "job-abc-worker-0"]),
+            &[]
+        ));
         let python = s(&["python", "-m", "apache_beam.runners.worker.sdk_worker_main"]);
         assert!(!names_worker_of("job-abc", &python, &s(&["HOME=/root"])));
         assert!(names_worker_of(
@@ -286,7 +300,10 @@ mod tests {
         let _ = child.kill();
         let _ = child.wait();
         let u = r.usage();
-        assert_eq!(u.sdk_cpu_by_pid.keys().copied().collect::<Vec<_>>(), vec![child.id()]);
+        assert_eq!(
+            u.sdk_cpu_by_pid.keys().copied().collect::<Vec<_>>(),
+            vec![child.id()]
+        );
         assert!(u.sdk_memory > 0, "{u:?}");
         assert!(u.runner_memory > 0, "{u:?}");
         assert_eq!(other.usage().sdk_cpu_by_pid.len(), 0);

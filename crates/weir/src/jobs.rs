@@ -232,7 +232,8 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
                 .attempted;
             let value = |urn: &str| {
                 metrics.iter().find(|m| m.urn == urn).and_then(|m| {
-                    let skip = usize::from(m.r#type == weir_proto::urns::monitoring::TYPE_LATEST_INT64);
+                    let skip =
+                        usize::from(m.r#type == weir_proto::urns::monitoring::TYPE_LATEST_INT64);
                     last_varint(&m.payload, skip)
                 })
             };
@@ -261,7 +262,10 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
                 .iter()
                 .filter(|m| m.urn.starts_with("beam:metric:user:"))
                 .count();
-            println!("  metrics: {} MonitoringInfos, {user} of them user metrics", metrics.len());
+            println!(
+                "  metrics: {} MonitoringInfos, {user} of them user metrics",
+                metrics.len()
+            );
             println!("history:");
             for (at, state) in history {
                 let at = at.as_ref().map(when).unwrap_or_default();
