@@ -17,7 +17,10 @@ def test_jobs_list_describe_cancel(beam, weir_server):
   run = beam.run_named('good', 'LOOPBACK')
   assert run.returncode == 0, run.describe(weir_server)
 
-  rows = [line.split('\t') for line in weir_jobs(weir_server, 'list').splitlines()]
+  lines = weir_jobs(weir_server, 'list').splitlines()
+  assert lines[0] == 'JOB_ID\tSTATE\tNAME\tSTART\tEND\tLABELS', lines
+  rows = [line.split('\t') for line in lines[1:]]
+  assert all(len(r) == 6 for r in rows), rows
   done = [r for r in rows if r[1] == 'DONE']
   assert done, rows
   job_id = done[-1][0]
@@ -25,6 +28,7 @@ def test_jobs_list_describe_cancel(beam, weir_server):
   described = weir_jobs(weir_server, 'describe', job_id)
   assert 'id:    %s' % job_id in described, described
   assert 'state: DONE' in described, described
+  assert 'start: %s' % done[-1][3] in described and 'end:   %s' % done[-1][4] in described, described
   # The state history, in order, with times.
   history = [l.split()[-1] for l in described.split('history:')[1].split('options:')[0].splitlines() if l.strip()]
   assert history == ['STOPPED', 'STARTING', 'RUNNING', 'DONE'], described

@@ -1,9 +1,11 @@
 //! Artifacts (beam_artifact_api.proto): staging pulls each environment's
 //! dependencies from the submitting client over
-//! `ReverseArtifactRetrievalService` into the job's staging folder; retrieval
-//! serves them to SDK harnesses with `ResolveArtifacts` / `GetArtifact`.
+//! `ReverseArtifactRetrievalService` into the job's staging location
+//! (`<staging_location>/<job id>/`, see [`crate::locations`]: a local
+//! folder, `gs://` or `s3://`, written through `object_store`); retrieval
+//! serves them to SDK harnesses with `ResolveArtifacts` / `GetArtifact`,
+//! reading them back through the same store.
 
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -15,7 +17,8 @@ use weir_proto::beam::artifact_request_wrapper::Request as Ask;
 use weir_proto::beam::artifact_response_wrapper::Response as Answer;
 use weir_proto::{beam, urns};
 
-use crate::registry::JobRegistry;
+use crate::locations::Location;
+use crate::registry::{JobRegistry, StagedArtifact};
 
 const CHUNK: usize = 1 << 20;
 
@@ -54,6 +57,66 @@ fn staged_name(a: &beam::ArtifactInformation, n: usize) -> String {
         })
         .collect();
     format!("{n}-{safe}")
+}
+
+/// Streams one artifact into a location (multipart uploads for large
+/// artifacts on cloud stores, via `object_store`'s buffered writer).
+pub struct Writer<'a> {
+    location: &'a Location,
+    path: &'a object_store::path::Path,
+    inner: object_store::buffered::BufWriter,
+}
+
+impl<'a> Writer<'a> {
+    /// A writer of `path` inside `location`.
+    pub fn new(location: &'a Location, path: &'a object_store::path::Path) -> Self {
+        Writer {
+            location,
+            path,
+            inner: object_store::buffered::BufWriter::new(location.store.clone(), path.clone()),
+        }
+    }
+
+    fn fail(&self, e: impl std::fmt::Display) -> String {
+        self.location.error(format!(
+            "cannot write {}: {e}",
+            self.location.display(self.path)
+        ))
+    }
+
+    /// Appends bytes.
+    ///
+    /// # Errors
+    /// The location's error text (naming its option) with the store's error.
+    pub async fn write(&mut self, data: &[u8]) -> Result<(), String> {
+        use tokio::io::AsyncWriteExt;
+        let r = self.inner.write_all(data).await;
+        r.map_err(|e| self.fail(e))
+    }
+
+    /// Completes the upload.
+    ///
+    /// # Errors
+    /// As [`Writer::write`].
+    pub async fn finish(mut self) -> Result<(), String> {
+        use tokio::io::AsyncWriteExt;
+        let r = self.inner.shutdown().await;
+        r.map_err(|e| self.fail(e))
+    }
+}
+
+/// Reads a staged artifact back from its store.
+///
+/// # Errors
+/// NOT_FOUND with the location (and its option) when the store cannot read it.
+pub async fn read_staged(a: &StagedArtifact) -> Result<Vec<u8>, tonic::Status> {
+    use object_store::ObjectStoreExt;
+    let shown = a.location.display(&a.path);
+    let fail = |e: object_store::Error| {
+        tonic::Status::not_found(a.location.error(format!("cannot read {shown}: {e}")))
+    };
+    let got = a.location.store.get(&a.path).await.map_err(fail)?;
+    Ok(got.bytes().await.map_err(fail)?.to_vec())
 }
 
 /// Pulls every dependency of every environment of the job; returns the
@@ -105,33 +168,37 @@ async fn stage(
             })))
             .await
             .map_err(|_| "client went away")?;
-            tokio::fs::create_dir_all(&job.staging_dir)
-                .await
-                .map_err(|e| format!("cannot create {}: {e}", job.staging_dir.display()))?;
             n += 1;
-            let path: PathBuf = job.staging_dir.join(staged_name(&a, n));
-            let mut bytes = Vec::new();
+            let location = &job.locations.staging;
+            let path = location.path(&[&job.id, &staged_name(&a, n)]);
+            let mut writer = Writer::new(location, &path);
             loop {
                 let m = next(inbound).await?;
                 if let Some(Answer::GetArtifactResponse(r)) = m.response {
-                    bytes.extend(r.data);
+                    writer.write(&r.data).await?;
                 }
                 if m.is_last {
                     break;
                 }
             }
-            tokio::fs::write(&path, &bytes)
-                .await
-                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            writer.finish().await?;
+            let shown = location.display(&path);
             registry
-                .staged_files
+                .staged
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .insert(path.clone());
+                .insert(
+                    shown.clone(),
+                    StagedArtifact {
+                        job_id: job.id.clone(),
+                        location: location.clone(),
+                        path,
+                    },
+                );
             staged.push(beam::ArtifactInformation {
                 type_urn: urns::artifact::TYPE_FILE.into(),
                 type_payload: beam::ArtifactFilePayload {
-                    path: path.to_string_lossy().into_owned(),
+                    path: shown,
                     sha256: String::new(),
                 }
                 .encode_to_vec(),
@@ -211,22 +278,20 @@ impl beam::artifact_retrieval_service_server::ArtifactRetrievalService for Retri
                     beam::ArtifactFilePayload::decode(a.type_payload.as_slice()).map_err(|e| {
                         tonic::Status::invalid_argument(format!("bad ArtifactFilePayload: {e}"))
                     })?;
-                let path = PathBuf::from(&p.path);
-                if !self
+                let staged = self
                     .0
-                    .staged_files
+                    .staged
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .contains(&path)
-                {
+                    .get(&p.path)
+                    .cloned();
+                let Some(staged) = staged else {
                     return Err(tonic::Status::permission_denied(format!(
                         "{} was not staged with this server",
                         p.path
                     )));
-                }
-                tokio::fs::read(&path)
-                    .await
-                    .map_err(|e| tonic::Status::not_found(format!("{}: {e}", p.path)))?
+                };
+                read_staged(&staged).await?
             }
             urns::artifact::TYPE_EMBEDDED => {
                 beam::EmbeddedFilePayload::decode(a.type_payload.as_slice())
@@ -251,5 +316,60 @@ impl beam::artifact_retrieval_service_server::ArtifactRetrievalService for Retri
         Ok(tonic::Response::new(Box::pin(futures::stream::iter(
             chunks,
         ))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use object_store::memory::InMemory;
+    use object_store::path::Path;
+
+    use super::*;
+    use crate::locations::StoreKind;
+
+    #[tokio::test]
+    async fn artifacts_round_trip_through_a_store() {
+        // The in-memory store stands in for a gs:// bucket.
+        let location = Location {
+            option: Some("staging_location".into()),
+            url: "gs://bucket/staging".into(),
+            kind: StoreKind::Gcs,
+            store: Arc::new(InMemory::new()),
+            prefix: Path::from("staging"),
+            local: None,
+        };
+        let path = location.path(&["job-1", "1-pickled_main_session"]);
+        let data: Vec<u8> = (0..3 * CHUNK + 17).map(|i| (i % 251) as u8).collect();
+        let mut w = Writer::new(&location, &path);
+        for chunk in data.chunks(CHUNK / 3) {
+            w.write(chunk).await.unwrap();
+        }
+        w.finish().await.unwrap();
+        assert_eq!(
+            location.display(&path),
+            "gs://bucket/staging/job-1/1-pickled_main_session"
+        );
+        let staged = StagedArtifact {
+            job_id: "job-1".into(),
+            location: location.clone(),
+            path: path.clone(),
+        };
+        assert_eq!(read_staged(&staged).await.unwrap(), data);
+
+        let missing = StagedArtifact {
+            path: location.path(&["job-1", "gone"]),
+            ..staged
+        };
+        let e = read_staged(&missing).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::NotFound);
+        assert!(
+            e.message().starts_with(
+                "pipeline option --staging_location: gs://bucket/staging: cannot read gs://bucket/staging/job-1/gone: "
+            ),
+            "{}",
+            e.message()
+        );
     }
 }

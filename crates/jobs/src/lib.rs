@@ -8,8 +8,10 @@
 //! service on one gRPC port.
 
 pub mod artifacts;
+pub mod locations;
 pub mod options;
 pub mod registry;
+pub mod resources;
 mod run;
 pub mod service;
 

@@ -1,5 +1,14 @@
 //! `JobService` (beam_job_api.proto): Prepare, Run, state and message streams,
 //! Cancel, GetJobs, GetPipeline, DescribePipelineOptions, GetJobMetrics.
+//!
+//! Two Weir additions, invisible to Beam's clients:
+//! * GetJobMetrics also returns the job's CPU and memory as MonitoringInfos
+//!   with `weir:metric:...` URNs ([`crate::resources`]).
+//! * GetStateStream and GetMessageStream follow a running job until it ends,
+//!   as Beam specifies; a request with the gRPC metadata
+//!   [`FOLLOW_HEADER`]` = false` gets only what the job has so far (its
+//!   state changes and last messages) and then the stream ends. `weir jobs
+//!   logs` and `weir jobs list` use that.
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -14,6 +23,32 @@ use weir_proto::beam::job_messages_response::Response as Event;
 use weir_proto::beam::job_state::Enum as JobState;
 
 use crate::registry::{is_terminal, Job, JobRegistry};
+
+/// Samples the job's CPU and memory every [`crate::resources::SAMPLE_EVERY`]
+/// until it reaches a terminal state (so SDK processes are measured before
+/// they exit).
+async fn sample_while_running(registry: Arc<JobRegistry>, job: Arc<Job>) {
+    loop {
+        let (r, j) = (registry.clone(), job.clone());
+        let _ = tokio::task::spawn_blocking(move || r.sampler.sample(&j.id, &j.resources)).await;
+        if is_terminal(job.state()) {
+            return;
+        }
+        tokio::time::sleep(crate::resources::SAMPLE_EVERY).await;
+    }
+}
+
+/// gRPC metadata key: `false` makes GetStateStream / GetMessageStream end
+/// after the history instead of following the job.
+pub const FOLLOW_HEADER: &str = "weir-follow";
+
+fn follows<T>(request: &tonic::Request<T>) -> bool {
+    request
+        .metadata()
+        .get(FOLLOW_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map_or(true, |v| !v.eq_ignore_ascii_case("false"))
+}
 
 /// The Job API service.
 pub struct JobService(pub Arc<JobRegistry>);
@@ -38,9 +73,11 @@ impl JobService {
 type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send>>;
 
 /// Streams a job's events through `map` (None = skip) until a terminal state has been sent.
+/// With `live` false, ends after the history.
 fn follow<T: Send + 'static>(
     job: Arc<Job>,
     map: fn(beam::JobMessagesResponse) -> Option<T>,
+    live_too: bool,
 ) -> EventStream<T> {
     let (tx, rx) = mpsc::channel(256);
     tokio::spawn(async move {
@@ -63,6 +100,9 @@ fn follow<T: Send + 'static>(
             if !forward(e).await {
                 return;
             }
+        }
+        if !live_too {
+            return;
         }
         loop {
             match live.recv().await {
@@ -105,11 +145,26 @@ impl beam::job_service_server::JobService for JobService {
                 .map_err(|e| tonic::Status::unimplemented(e.to_string()))?;
         }
         // Python always sends the placeholder name "job"; --job_name says more.
-        let name = match validated.job_name {
+        let name = match validated.job_name.clone() {
             Some(name) if req.job_name.is_empty() || req.job_name == "job" => name,
             _ => req.job_name,
         };
-        let job = self.0.create(name, pipeline, options);
+        let id = JobRegistry::new_job_id();
+        let locations = crate::locations::resolve(
+            &validated,
+            &self.0.default_locations(),
+            &crate::locations::SystemEnv,
+        )
+        .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+        for location in [&locations.staging, &locations.temp] {
+            if location.option.is_some() {
+                location
+                    .probe(&id)
+                    .await
+                    .map_err(tonic::Status::failed_precondition)?;
+            }
+        }
+        let job = self.0.create_job(id, name, pipeline, options, locations);
         for note in &validated.notes {
             job.message(MessageImportance::JobMessageBasic, note.clone());
         }
@@ -136,7 +191,33 @@ impl beam::job_service_server::JobService for JobService {
             )));
         }
         job.set_state(JobState::Starting);
-        tokio::spawn(crate::run::run(self.0.clone(), job.clone()));
+        job.message(
+            MessageImportance::JobMessageDetailed,
+            format!(
+                "artifacts are staged under {}/{id}; temp files go to {}/{id}",
+                job.locations.staging.describe(),
+                job.locations.temp.describe(),
+                id = job.id
+            ),
+        );
+        let registry = self.0.clone();
+        let running = job.clone();
+        tokio::spawn(async move {
+            let sampling = tokio::spawn(sample_while_running(registry.clone(), running.clone()));
+            crate::run::run(registry.clone(), running.clone()).await;
+            sampling.abort();
+            registry.sampler.sample(&running.id, &running.resources);
+            // Weir's own temp folder for the job goes; a user's temp
+            // location keeps only what the SDK wrote there.
+            let temp = &running.locations.temp;
+            if temp.option.is_none() {
+                temp.remove_job_folder(&running.id).await;
+            } else if let Some(dir) = &temp.local {
+                // Only if empty: the probe's folder, nothing the SDK wrote.
+                let _ = tokio::fs::remove_dir(dir.join(&running.id)).await;
+            }
+            registry.evict_finished();
+        });
         Ok(tonic::Response::new(beam::RunJobResponse {
             job_id: job.id.clone(),
         }))
@@ -212,10 +293,15 @@ impl beam::job_service_server::JobService for JobService {
         request: tonic::Request<beam::GetJobStateRequest>,
     ) -> Result<tonic::Response<Self::GetStateStreamStream>, tonic::Status> {
         let job = self.job(&request.get_ref().job_id)?;
-        Ok(tonic::Response::new(follow(job, |e| match e.response {
-            Some(Event::StateResponse(s)) => Some(s),
-            _ => None,
-        })))
+        let live = follows(&request);
+        Ok(tonic::Response::new(follow(
+            job,
+            |e| match e.response {
+                Some(Event::StateResponse(s)) => Some(s),
+                _ => None,
+            },
+            live,
+        )))
     }
 
     type GetMessageStreamStream = EventStream<beam::JobMessagesResponse>;
@@ -225,7 +311,8 @@ impl beam::job_service_server::JobService for JobService {
         request: tonic::Request<beam::JobMessagesRequest>,
     ) -> Result<tonic::Response<Self::GetMessageStreamStream>, tonic::Status> {
         let job = self.job(&request.get_ref().job_id)?;
-        Ok(tonic::Response::new(follow(job, Some)))
+        let live = follows(&request);
+        Ok(tonic::Response::new(follow(job, Some, live)))
     }
 
     async fn get_job_metrics(
@@ -233,7 +320,12 @@ impl beam::job_service_server::JobService for JobService {
         request: tonic::Request<beam::GetJobMetricsRequest>,
     ) -> Result<tonic::Response<beam::GetJobMetricsResponse>, tonic::Status> {
         let job = self.job(&request.get_ref().job_id)?;
-        let infos = job.metrics.snapshot();
+        if !is_terminal(job.state()) && job.state() != JobState::Stopped {
+            let sampler = &self.0.sampler;
+            sampler.sample(&job.id, &job.resources);
+        }
+        let mut infos = job.metrics.snapshot();
+        infos.extend(job.resources.monitoring_infos());
         // Batch bundles are committed when the runner accepts their outputs,
         // so attempted and committed agree.
         Ok(tonic::Response::new(beam::GetJobMetricsResponse {

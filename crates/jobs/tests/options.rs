@@ -132,7 +132,6 @@ fn python_dataflow_options_are_typed_and_noted() {
         "--region=us-central1: ",
         "--worker_region=us-east1: ",
         "--labels: recorded with the job: a=b, c=d, e=",
-        "--staging_location=/tmp/s: ",
         "--num_workers=2: ",
         "--max_num_workers=5: ",
         "--autoscaling_algorithm=THROUGHPUT_BASED: ",
@@ -1042,7 +1041,16 @@ async fn prepare_refuses_invalid_options_with_invalid_argument() {
 #[tokio::test]
 async fn prepare_records_options_and_reports_notes() {
     let (svc, registry) = service();
-    let options = opts(serde_json::from_str(PYTHON_DATAFLOW_OPTIONS).unwrap());
+    let mut options = opts(serde_json::from_str(PYTHON_DATAFLOW_OPTIONS).unwrap());
+    // Prepare opens the temp location; gs:// would need Google Cloud
+    // credentials (see locations.rs), a local folder does not.
+    let temp = std::env::temp_dir().join(format!("weir-options-temp-{}", std::process::id()));
+    options.fields.insert(
+        "beam:option:temp_location:v1".into(),
+        Value {
+            kind: Some(Kind::StringValue(temp.display().to_string())),
+        },
+    );
     let req = beam::PrepareJobRequest {
         pipeline: Some(wordcount()),
         pipeline_options: Some(options.clone()),

@@ -1,12 +1,22 @@
-//! `weir jobs list|describe|cancel`: a small Job API client for a running server.
+//! `weir jobs list|describe|cancel|logs`: a small Job API client for a running server.
+//!
+//! Job times and logs come from the standard streams (GetStateStream,
+//! GetMessageStream); the client sends the metadata
+//! `weir-follow: false` ([`weir_jobs::service::FOLLOW_HEADER`]) to get a
+//! job's history without following it, and leaves it out for `logs --follow`.
+//! Another Beam job server ignores the header and follows the job instead.
 
-use std::time::Duration;
+use std::collections::BTreeMap;
 
 use anyhow::Context;
 use futures::StreamExt;
+use tonic::transport::Channel;
+use weir_jobs::resources;
 use weir_proto::beam;
+use weir_proto::beam::job_message::MessageImportance;
+use weir_proto::beam::job_messages_response::Response as Event;
 use weir_proto::beam::job_service_client::JobServiceClient;
-use weir_proto::prost_types::{value::Kind, Value};
+use weir_proto::prost_types::{value::Kind, Struct, Timestamp, Value};
 
 use crate::{JobsAction, JobsArgs};
 
@@ -39,6 +49,130 @@ fn show(v: &Value) -> String {
     }
 }
 
+/// A request that asks for the job's history only (see the module doc).
+fn history_only<T>(msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut().insert(
+        weir_jobs::service::FOLLOW_HEADER,
+        tonic::metadata::MetadataValue::from_static("false"),
+    );
+    r
+}
+
+/// RFC 3339 UTC to the millisecond: `2025-01-31T12:00:00.123Z`.
+fn when(t: &Timestamp) -> String {
+    let text = t.to_string();
+    match text.split_once('.') {
+        Some((secs, frac)) => {
+            let digits: String = frac.chars().filter(char::is_ascii_digit).take(3).collect();
+            format!("{secs}.{digits:0<3}Z")
+        }
+        None => text,
+    }
+}
+
+/// Shortens a JobMessage time (RFC 3339 from Weir; other servers may send anything).
+fn when_text(t: &str) -> String {
+    match t.split_once('.') {
+        Some((secs, frac)) if t.ends_with('Z') => {
+            let digits: String = frac.chars().filter(char::is_ascii_digit).take(3).collect();
+            format!("{secs}.{digits:0<3}Z")
+        }
+        _ => t.to_string(),
+    }
+}
+
+/// The job's state changes so far: (time, state).
+async fn states(
+    client: &mut JobServiceClient<Channel>,
+    job_id: &str,
+) -> anyhow::Result<Vec<(Option<Timestamp>, i32)>> {
+    let mut stream = client
+        .get_state_stream(history_only(beam::GetJobStateRequest {
+            job_id: job_id.to_string(),
+        }))
+        .await?
+        .into_inner();
+    let mut out = vec![];
+    while let Some(event) = stream.next().await {
+        let event = event?;
+        out.push((event.timestamp, event.state));
+    }
+    Ok(out)
+}
+
+fn is_terminal(state: i32) -> bool {
+    beam::job_state::Enum::try_from(state)
+        .map(weir_jobs::registry::is_terminal)
+        .unwrap_or(false)
+}
+
+/// Start (STARTING, else RUNNING) and end (a terminal state) times.
+fn start_end(states: &[(Option<Timestamp>, i32)]) -> (String, String) {
+    use beam::job_state::Enum as S;
+    let find = |f: &dyn Fn(i32) -> bool| {
+        states
+            .iter()
+            .find(|(_, s)| f(*s))
+            .and_then(|(t, _)| t.as_ref())
+            .map(when)
+            .unwrap_or_else(|| "-".into())
+    };
+    let start = find(&|s| s == S::Starting as i32 || s == S::Running as i32);
+    (start, find(&is_terminal))
+}
+
+/// The job's labels (Dataflow's `labels` option in any SDK's form).
+fn labels(options: &Option<Struct>) -> BTreeMap<String, String> {
+    options
+        .as_ref()
+        .and_then(|o| weir_jobs::options::validate(o).ok())
+        .map(|o| o.labels)
+        .unwrap_or_default()
+}
+
+fn show_labels(labels: &BTreeMap<String, String>) -> String {
+    if labels.is_empty() {
+        return "-".into();
+    }
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Decodes the last varint of a payload (a sum, or a gauge's value after its timestamp).
+fn last_varint(payload: &[u8], skip: usize) -> Option<u64> {
+    let mut values = vec![];
+    let (mut v, mut shift) = (0u64, 0);
+    for b in payload {
+        v |= u64::from(b & 0x7f) << shift;
+        shift += 7;
+        if b & 0x80 == 0 {
+            values.push(v);
+            v = 0;
+            shift = 0;
+        }
+    }
+    values.get(skip).copied()
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+fn importance_name(i: i32) -> &'static str {
+    match MessageImportance::try_from(i) {
+        Ok(MessageImportance::JobMessageDebug) => "DEBUG",
+        Ok(MessageImportance::JobMessageDetailed) => "DETAILED",
+        Ok(MessageImportance::JobMessageBasic) => "BASIC",
+        Ok(MessageImportance::JobMessageWarning) => "WARNING",
+        Ok(MessageImportance::JobMessageError) => "ERROR",
+        _ => "UNSPECIFIED",
+    }
+}
+
 /// Runs a `weir jobs` action against `args.endpoint`.
 pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
     let url = weir_proto::grpc_uri(&args.endpoint);
@@ -53,8 +187,20 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
                 .await?
                 .into_inner()
                 .job_info;
+            println!("JOB_ID\tSTATE\tNAME\tSTART\tEND\tLABELS");
             for j in jobs {
-                println!("{}\t{}\t{}", j.job_id, state_name(j.state), j.job_name);
+                // A job forgotten meanwhile (registry bound) is listed without times.
+                let (start, end) = match states(&mut client, &j.job_id).await {
+                    Ok(s) => start_end(&s),
+                    Err(_) => ("-".into(), "-".into()),
+                };
+                println!(
+                    "{}\t{}\t{}\t{start}\t{end}\t{}",
+                    j.job_id,
+                    state_name(j.state),
+                    j.job_name,
+                    show_labels(&labels(&j.pipeline_options))
+                );
             }
         }
         JobsAction::Describe { job_id } => {
@@ -70,20 +216,60 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
             println!("id:    {}", job.job_id);
             println!("name:  {}", job.job_name);
             println!("state: {}", state_name(job.state));
-            // The state stream replays the job's history first; a running job's
-            // stream stays open, so read what arrives promptly.
-            let mut states = client
-                .get_state_stream(beam::GetJobStateRequest {
+            let history = states(&mut client, &job_id).await?;
+            let (start, end) = start_end(&history);
+            println!("start: {start}");
+            println!("end:   {end}");
+            println!("labels: {}", show_labels(&labels(&job.pipeline_options)));
+            let metrics = client
+                .get_job_metrics(beam::GetJobMetricsRequest {
                     job_id: job_id.clone(),
                 })
                 .await?
-                .into_inner();
+                .into_inner()
+                .metrics
+                .unwrap_or_default()
+                .attempted;
+            let value = |urn: &str| {
+                metrics.iter().find(|m| m.urn == urn).and_then(|m| {
+                    let skip =
+                        usize::from(m.r#type == weir_proto::urns::monitoring::TYPE_LATEST_INT64);
+                    last_varint(&m.payload, skip)
+                })
+            };
+            println!("resources:");
+            match value(resources::RUNNER_CPU_MSECS) {
+                None => println!("  not measured (the job has not run)"),
+                Some(cpu) => {
+                    println!(
+                        "  runner: {:.2} CPU s since the job started, memory {} (peak {}) (the whole server process)",
+                        cpu as f64 / 1000.0,
+                        mib(value(resources::RUNNER_MEMORY_BYTES).unwrap_or(0)),
+                        mib(value(resources::RUNNER_PEAK_MEMORY_BYTES).unwrap_or(0)),
+                    );
+                    match value(resources::SDK_PROCESSES).unwrap_or(0) {
+                        0 => println!("  SDK: not measured (no SDK process started by Weir: with LOOPBACK or EXTERNAL the harness runs in another process)"),
+                        n => println!(
+                            "  SDK: {n} process(es), {:.2} CPU s, memory {} (peak {})",
+                            value(resources::SDK_CPU_MSECS).unwrap_or(0) as f64 / 1000.0,
+                            mib(value(resources::SDK_MEMORY_BYTES).unwrap_or(0)),
+                            mib(value(resources::SDK_PEAK_MEMORY_BYTES).unwrap_or(0)),
+                        ),
+                    }
+                }
+            }
+            let user = metrics
+                .iter()
+                .filter(|m| m.urn.starts_with("beam:metric:user:"))
+                .count();
+            println!(
+                "  metrics: {} MonitoringInfos, {user} of them user metrics",
+                metrics.len()
+            );
             println!("history:");
-            while let Ok(Some(Ok(event))) =
-                tokio::time::timeout(Duration::from_millis(300), states.next()).await
-            {
-                let at = event.timestamp.map(|t| format!("{t}")).unwrap_or_default();
-                println!("  {at}  {}", state_name(event.state));
+            for (at, state) in history {
+                let at = at.as_ref().map(when).unwrap_or_default();
+                println!("  {at}  {}", state_name(state));
             }
             println!("options:");
             let mut options: Vec<_> = job
@@ -98,6 +284,33 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
                     .unwrap_or(&k)
                     .to_string();
                 println!("  {name} = {}", show(&v));
+            }
+        }
+        JobsAction::Logs { job_id, follow } => {
+            let request = beam::JobMessagesRequest {
+                job_id: job_id.clone(),
+            };
+            let request = if follow {
+                tonic::Request::new(request)
+            } else {
+                history_only(request)
+            };
+            let mut stream = client.get_message_stream(request).await?.into_inner();
+            while let Some(event) = stream.next().await {
+                match event?.response {
+                    Some(Event::MessageResponse(m)) => println!(
+                        "{}\t{}\t{}",
+                        when_text(&m.time),
+                        importance_name(m.importance),
+                        m.message_text
+                    ),
+                    Some(Event::StateResponse(s)) => println!(
+                        "{}\tSTATE\t{}",
+                        s.timestamp.as_ref().map(when).unwrap_or_default(),
+                        state_name(s.state)
+                    ),
+                    None => {}
+                }
             }
         }
         JobsAction::Cancel { job_id } => {

@@ -5,6 +5,7 @@
 //!   Fn API on one gRPC port.
 //! - `weir boot --id ID --provision_endpoint HOST:PORT`: the boot command of a
 //!   `beam:env:process:v1` Python SDK harness.
+//! - `weir jobs list|describe|cancel|logs`: a Job API client for a running server.
 
 use std::path::PathBuf;
 
@@ -32,7 +33,7 @@ enum Command {
     Serve(ServeArgs),
     /// Boot a Python SDK harness for a PROCESS environment.
     Boot(BootArgs),
-    /// List, describe or cancel the jobs of a running Weir server.
+    /// List, describe, cancel the jobs of a running Weir server, or show their logs.
     Jobs(JobsArgs),
 }
 
@@ -47,12 +48,21 @@ struct JobsArgs {
 
 #[derive(Subcommand)]
 enum JobsAction {
-    /// One line per job: id, state, name.
+    /// One line per job (tab-separated, after a header): id, state, name,
+    /// start and end time (UTC), labels.
     List,
-    /// A job's name, state, state changes with their times, and options.
+    /// A job's name, state, times, labels, state changes, CPU and memory, and options.
     Describe { job_id: String },
     /// Cancel a job.
     Cancel { job_id: String },
+    /// A job's messages: runner notes and SDK harness log entries (the
+    /// last 10,000), one a line: time, importance, text.
+    Logs {
+        job_id: String,
+        /// Keep printing new entries until the job ends.
+        #[arg(long, short)]
+        follow: bool,
+    },
 }
 
 #[derive(Args, Clone)]

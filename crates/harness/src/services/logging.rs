@@ -1,5 +1,10 @@
-//! `BeamFnLogging` (beam_fn_api.proto): SDK log entries go to Weir's log and
-//! to the job's message stream.
+//! `BeamFnLogging` (beam_fn_api.proto): SDK log entries go to Weir's log and,
+//! through the worker's [`crate::LogSink`], to the job's messages (which keep
+//! the last entries of each job; `weir jobs logs` reads them). Every
+//! severity is forwarded: DEBUG entries arrive only when the pipeline asks
+//! for them (`--default_sdk_harness_log_level=DEBUG`). The text is
+//! `[<worker id>] <message>`, plus ` (<transform id>)` when the SDK names the
+//! transform, plus the traceback.
 
 use std::sync::Arc;
 
@@ -33,6 +38,9 @@ impl beam::beam_fn_logging_server::BeamFnLogging for LoggingService {
                         _ => WorkerLog::Error,
                     };
                     let mut text = e.message.clone();
+                    if !e.transform_id.is_empty() {
+                        text.push_str(&format!(" ({})", e.transform_id));
+                    }
                     if !e.trace.is_empty() {
                         text.push('\n');
                         text.push_str(&e.trace);
@@ -43,9 +51,7 @@ impl beam::beam_fn_logging_server::BeamFnLogging for LoggingService {
                         WorkerLog::Info => tracing::info!(worker = %worker.id, "{text}"),
                         WorkerLog::Debug => tracing::debug!(worker = %worker.id, "{text}"),
                     }
-                    if level != WorkerLog::Debug {
-                        (worker.log)(level, format!("[{}] {text}", worker.id));
-                    }
+                    (worker.log)(level, format!("[{}] {text}", worker.id));
                 }
             }
         });
