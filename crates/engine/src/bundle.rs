@@ -31,6 +31,14 @@ pub struct BundleResult {
     pub outputs: Vec<Vec<u8>>,
     /// Residual elements (SDF checkpoints), each an encoded windowed value of the stage input.
     pub residuals: Vec<Vec<u8>>,
+    /// How long the residuals asked to wait before they resume, in
+    /// milliseconds (the least `DelayedBundleApplication.requested_time_delay`
+    /// of them; 0 = at once). Weir waits that long instead of polling.
+    pub residual_delay_ms: i64,
+    /// The residuals' output watermark estimate (the least of their
+    /// `BundleApplication.output_watermarks`, ms), when they reported one: the
+    /// stage's output watermark is held there, not at the bundle's input time.
+    pub residual_watermark: Option<weir_model::Timestamp>,
     /// Timers the bundle set or cleared, per timer family (concatenated encoded timers).
     pub timers: Vec<Vec<u8>>,
 }

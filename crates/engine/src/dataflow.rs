@@ -495,6 +495,9 @@ enum BundleEvent {
 /// Per-operator state of an SDK stage.
 struct SdkState {
     pending: VecDeque<(Capability<Time>, Vec<Element>)>,
+    /// Residuals waiting out their requested resume delay: (wall-clock ms
+    /// when due, hold, elements).
+    delayed: Vec<(i64, Capability<Time>, Vec<Element>)>,
     in_flight: HashMap<u64, Capability<Time>>,
     next_bundle: u64,
     side_data: Vec<Vec<Element>>,
@@ -556,10 +559,11 @@ fn sdk_stage<'s>(
     main.binary_frontier(sides, Exchange::new(route), Pipeline, &name.clone(), move |cap, info| {
         drop(cap);
         let activator = Arc::new(worker.sync_activator_for(info.address.to_vec()));
-        let timer_activator = worker.activator_for(info.address.clone());
+        let wakeup = worker.activator_for(info.address.clone());
         let completions: Arc<Mutex<Vec<(u64, BundleEvent)>>> = Arc::default();
         let state = Rc::new(RefCell::new(SdkState {
             pending: VecDeque::new(),
+            delayed: Vec::new(),
             in_flight: HashMap::new(),
             next_bundle: 0,
             side_data: vec![Vec::new(); sdk.side_inputs.len()],
@@ -618,6 +622,7 @@ fn sdk_stage<'s>(
             });
             if ctx.stopped() {
                 st.pending.clear();
+                st.delayed.clear();
                 st.in_flight.clear();
                 st.timer_hold = None;
                 return;
@@ -679,7 +684,18 @@ fn sdk_stage<'s>(
                         }
                         refresh_timer_hold(st, Some(&cap));
                         if !r.residuals.is_empty() {
-                            st.pending.push_back((cap, r.residuals));
+                            // The residuals' watermark estimate holds the
+                            // stage's output (not the bundle's input time),
+                            // and a requested resume delay is waited out.
+                            let cap = match r.residual_watermark {
+                                Some(wm) if time_at(wm) > *cap.time() => cap.delayed(&time_at(wm)),
+                                _ => cap,
+                            };
+                            if r.residual_delay_ms > 0 {
+                                st.delayed.push((wall_millis().saturating_add(r.residual_delay_ms), cap, r.residuals));
+                            } else {
+                                st.pending.push_back((cap, r.residuals));
+                            }
                         }
                     }
                     Err(message) => ctx.fail(EngineError::BundleFailed { stage: ctx.graph.stages[stage_index].id.clone(), message }),
@@ -687,6 +703,18 @@ fn sdk_stage<'s>(
             }
             if ctx.stopped() {
                 return;
+            }
+            // Residuals whose resume delay has passed become pending work.
+            if !st.delayed.is_empty() {
+                let now = wall_millis();
+                let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut st.delayed).into_iter().partition(|(at, _, _)| *at <= now);
+                st.delayed = waiting;
+                for (_, cap, elements) in due {
+                    st.pending.push_back((cap, elements));
+                }
+                if let Some(next) = st.delayed.iter().map(|(at, _, _)| *at).min() {
+                    wakeup.activate_after(Duration::from_millis((next - now).max(1) as u64));
+                }
             }
             // Start bundles while there is room.
             if st.side_inputs.is_none() {
@@ -712,7 +740,7 @@ fn sdk_stage<'s>(
                 if streaming {
                     if let Some(next) = st.timers.next_processing_time() {
                         if let Some(wait) = ctx.clock.wait_until(next.millis()) {
-                            timer_activator.activate_after(wait);
+                            wakeup.activate_after(wait);
                         }
                     }
                 }

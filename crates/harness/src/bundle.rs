@@ -27,27 +27,49 @@ const MAX_SPLITS_PER_BUNDLE: u32 = 16;
 /// How long to wait for outputs' `is_last` after a successful bundle response.
 const OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The elements of residuals (SDF checkpoints or split-off work), which
-/// re-enter the stage's input. Only residuals of a transform reading the
-/// stage input can be re-scheduled.
+/// Residuals (SDF checkpoints or split-off work), which re-enter the
+/// stage's input: their elements, their least requested resume delay (ms)
+/// and their least output watermark. Only residuals of a transform reading
+/// the stage input can be re-scheduled.
+struct Residuals {
+    elements: Vec<Vec<u8>>,
+    delay_ms: i64,
+    watermark: Option<weir_model::Timestamp>,
+}
+
 fn residual_elements(
     roots: Vec<beam::DelayedBundleApplication>,
     stage: &weir_plan::SdkStage,
-) -> Result<Vec<Vec<u8>>, String> {
-    roots
-        .into_iter()
-        .map(|r| {
-            let app = r.application.unwrap_or_default();
-            if stage.residual_transform_ids.contains(&app.transform_id) {
-                Ok(app.element)
-            } else {
-                Err(format!(
-                    "residual for transform {} which does not read the stage input (Weir only re-schedules residuals of the stage's first transforms)",
-                    app.transform_id
-                ))
-            }
-        })
-        .collect()
+) -> Result<Residuals, String> {
+    let mut out = Residuals {
+        elements: Vec::with_capacity(roots.len()),
+        delay_ms: i64::MAX,
+        watermark: None,
+    };
+    for r in roots {
+        let delay = r
+            .requested_time_delay
+            .map(|d| d.seconds.saturating_mul(1000) + i64::from(d.nanos) / 1_000_000)
+            .unwrap_or(0)
+            .max(0);
+        out.delay_ms = out.delay_ms.min(delay);
+        let app = r.application.unwrap_or_default();
+        if !stage.residual_transform_ids.contains(&app.transform_id) {
+            return Err(format!(
+                "residual for transform {} which does not read the stage input (Weir only re-schedules residuals of the stage's first transforms)",
+                app.transform_id
+            ));
+        }
+        for w in app.output_watermarks.values() {
+            let ms = weir_model::Timestamp(w.seconds.saturating_mul(1000) + i64::from(w.nanos) / 1_000_000);
+            out.watermark = Some(out.watermark.map_or(ms, |m: weir_model::Timestamp| m.min(ms)));
+        }
+        out.elements.push(app.element);
+    }
+    if out.elements.is_empty() {
+        out.delay_ms = 0;
+    }
+    Ok(out)
 }
 
 /// A job's SDK workers by environment; the engine's [`BundleProcessor`].
@@ -310,7 +332,7 @@ impl Inner {
             else {
                 continue; // the bundle finished first, or the SDK declined
             };
-            let mut residuals = residual_elements(split.residual_roots, stage)?;
+            let mut residuals = residual_elements(split.residual_roots, stage)?.elements;
             // A split at the element boundary leaves the (single) input element
             // to the runner: schedule it again as a whole.
             let element_returned = split.channel_splits.iter().any(|c| {
@@ -488,7 +510,9 @@ impl Inner {
         let timers = outputs.split_off(sinks.min(outputs.len()));
         Ok(BundleResult {
             outputs,
-            residuals,
+            residuals: residuals.elements,
+            residual_delay_ms: residuals.delay_ms,
+            residual_watermark: residuals.watermark,
             timers,
         })
     }
