@@ -7,11 +7,22 @@ FnApiRunnerTest bodies of tests Prism skips. Run with conformance/run.sh,
 which selects these by the `WeirRunnerTest::` prefix in the ledger.
 """
 
+import apache_beam as beam
+from apache_beam.options.pipeline_options import DebugOptions
 from apache_beam.runners.portability import prism_runner_test
 from apache_beam.runners.portability.fn_api_runner import fn_runner_test
 
 
 class WeirRunnerTest(prism_runner_test.PrismRunnerTest):
+  # FnApiRunnerTest's drain tests build `create_pipeline(is_drain=True)`,
+  # which the FnApiRunner runs as if drained from the start; Weir does the
+  # same under its test-only experiment `weir_test_drain_at_start`.
+  def create_pipeline(self, is_drain=False):
+    options = self.create_options()
+    if is_drain:
+      options.view_as(DebugOptions).add_experiment('weir_test_drain_at_start')
+    return beam.Pipeline(self.get_runner(), options)
+
   # PrismRunnerTest skips it: "Requires Prism to support Custom Window Coders".
   def test_custom_window_type(self):
     fn_runner_test.FnApiRunnerTest.test_custom_window_type(self)
@@ -38,4 +49,20 @@ class WeirRunnerTest(prism_runner_test.PrismRunnerTest):
   # lacks TestStream); Weir replays TestStream events.
   def test_teststream_pardo_timers(self):
     fn_runner_test.FnApiRunnerTest.test_teststream_pardo_timers.__wrapped__(
+        self)
+
+  # PortableRunnerTest skips these: "Portable runners don't support drain
+  # yet." Weir truncates restrictions when drained.
+  def test_sdf_default_truncate_when_bounded(self):
+    fn_runner_test.FnApiRunnerTest.test_sdf_default_truncate_when_bounded(self)
+
+  def test_sdf_default_truncate_when_unbounded(self):
+    fn_runner_test.FnApiRunnerTest.test_sdf_default_truncate_when_unbounded(
+        self)
+
+  def test_sdf_with_truncate(self):
+    fn_runner_test.FnApiRunnerTest.test_sdf_with_truncate(self)
+
+  def test_draining_sdf_with_sdf_initiated_checkpointing(self):
+    fn_runner_test.FnApiRunnerTest.test_draining_sdf_with_sdf_initiated_checkpointing(  # pylint: disable=line-too-long
         self)

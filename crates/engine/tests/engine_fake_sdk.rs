@@ -218,6 +218,7 @@ fn templates() -> Templates {
         &weir_plan::PlanOptions {
             fn_api_url: "localhost:1".into(),
             streaming: false,
+            drain: false,
         },
     )
     .expect("template pipeline plans");

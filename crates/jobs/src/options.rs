@@ -109,6 +109,12 @@ pub const REJECTED_EXPERIMENTS: &[&str] = &[
 /// one-minute minimum, so tests need not wait minutes.
 pub const TEST_TIMEOUT_EXPERIMENT: &str = "weir_test_element_processing_timeout_seconds";
 
+/// Test-only experiment: `weir_test_drain_at_start` runs the job as if it
+/// had been drained the moment it started (Beam's `FnApiRunner(is_drain=True)`
+/// does the same for its tests): splittable DoFns truncate their
+/// restrictions before processing them.
+pub const TEST_DRAIN_EXPERIMENT: &str = "weir_test_drain_at_start";
+
 /// Dataflow's smallest element processing timeout.
 pub const MIN_ELEMENT_PROCESSING_TIMEOUT: Duration = Duration::from_secs(60);
 

@@ -49,6 +49,7 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         &weir_plan::PlanOptions {
             fn_api_url: registry.fn_api.url.clone(),
             streaming: crate::options::flag(&job.options, "streaming"),
+            drain: crate::options::has_experiment(&job.options, crate::options::TEST_DRAIN_EXPERIMENT),
         },
     )
     .map_err(|e| fail(e.to_string()))?;

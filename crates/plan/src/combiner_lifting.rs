@@ -325,6 +325,7 @@ mod tests {
             &PlanOptions {
                 fn_api_url: "localhost:1".into(),
                 streaming: false,
+                drain: false,
             },
         )
         .unwrap();

@@ -24,13 +24,17 @@ pub use graph::*;
 use weir_proto::beam;
 
 /// What the plan needs to know about the running harness.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct PlanOptions {
     /// `host:port` of the Fn API (data and state) service SDK harnesses dial;
     /// written into every `RemoteGrpcPort` and `state_api_service_descriptor`.
     pub fn_api_url: String,
     /// The job runs in streaming mode (`--streaming`): see [`StageGraph::streaming`].
     pub streaming: bool,
+    /// The job starts drained: splittable DoFns truncate their restrictions
+    /// (`beam:transform:sdf_truncate_sized_restrictions:v1`) before
+    /// processing them, as a runner does when a job is drained.
+    pub drain: bool,
 }
 
 /// A planned job: the engine's stage graph and, per SDK stage, the
@@ -56,7 +60,7 @@ pub fn plan(pipeline: &beam::Pipeline, options: &PlanOptions) -> Result<Plan> {
     leaves::check_requirements(pipeline)?;
     let mut components = pipeline.components.clone().unwrap_or_default();
     let mut leaf_ids = leaves::collect(pipeline, &mut components)?;
-    sdf::expand(&mut components, &mut leaf_ids)?;
+    sdf::expand(&mut components, &mut leaf_ids, options.drain)?;
     transcode::insert(&mut components, &mut leaf_ids)?;
     let fused = fusion::fuse(&components, &leaf_ids)?;
     descriptor::build(&components, fused, options)

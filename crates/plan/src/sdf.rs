@@ -6,7 +6,11 @@
 //! `KV<element, restriction>`, the sized one `KV<KV<element, restriction>, double>`
 //! (the restriction coder already carries the watermark-estimator state).
 //! The process transform is marked to start a new stage, so the runner
-//! receives sized restrictions and can spread them over SDK workers.
+//! receives sized restrictions and can spread them over SDK workers. When the
+//! job is drained, truncate-sized-restrictions runs between split and
+//! process (same coder in and out), so an unbounded restriction shrinks to
+//! what the DoFn's `truncate_restriction` keeps (by default: a bounded one
+//! whole, an unbounded one not at all).
 
 use weir_proto::{beam, urns};
 
@@ -17,8 +21,9 @@ use crate::{PlanError, Result};
 pub(crate) const PROCESS_SUFFIX: &str = "/weir:sdf-process";
 const DOUBLE_CODER_ID: &str = "weir:coder:double";
 
-/// Replaces every splittable ParDo in `leaves` by its three expanded transforms.
-pub(crate) fn expand(c: &mut beam::Components, leaves: &mut Vec<String>) -> Result<()> {
+/// Replaces every splittable ParDo in `leaves` by its expanded transforms
+/// (three, or four with truncation when `drain`).
+pub(crate) fn expand(c: &mut beam::Components, leaves: &mut Vec<String>, drain: bool) -> Result<()> {
     let mut out = Vec::with_capacity(leaves.len());
     for id in leaves.drain(..) {
         let t = &c.transforms[&id];
@@ -70,10 +75,15 @@ pub(crate) fn expand(c: &mut beam::Components, leaves: &mut Vec<String>) -> Resu
 
         let paired_pc = format!("{id}/weir:paired");
         let sized_pc = format!("{id}/weir:sized");
+        let truncated_pc = format!("{id}/weir:truncated");
         for (pc, coder_id, suffix) in [
             (&paired_pc, &paired_coder, "paired"),
             (&sized_pc, &sized_coder, "sized"),
+            (&truncated_pc, &sized_coder, "truncated"),
         ] {
+            if pc == &truncated_pc && !drain {
+                continue;
+            }
             let mut p = main_pc.clone();
             p.coder_id = coder_id.clone();
             p.unique_name = format!("{}/{suffix}", main_pc.unique_name);
@@ -91,7 +101,8 @@ pub(crate) fn expand(c: &mut beam::Components, leaves: &mut Vec<String>) -> Resu
             (format!("{id}{suffix}"), n)
         };
         let single = |pc: &String| [("out".to_string(), pc.clone())].into_iter().collect();
-        let steps = [
+        let process_input = if drain { &truncated_pc } else { &sized_pc };
+        let mut steps = vec![
             step(
                 "/weir:sdf-pair",
                 "PairWithRestriction",
@@ -106,14 +117,23 @@ pub(crate) fn expand(c: &mut beam::Components, leaves: &mut Vec<String>) -> Resu
                 &paired_pc,
                 single(&sized_pc),
             ),
-            step(
-                PROCESS_SUFFIX,
-                "Process",
-                urns::transform::SDF_PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS,
-                &sized_pc,
-                t.outputs.clone(),
-            ),
         ];
+        if drain {
+            steps.push(step(
+                "/weir:sdf-truncate",
+                "TruncateRestriction",
+                urns::transform::SDF_TRUNCATE_SIZED_RESTRICTIONS,
+                &sized_pc,
+                single(&truncated_pc),
+            ));
+        }
+        steps.push(step(
+            PROCESS_SUFFIX,
+            "Process",
+            urns::transform::SDF_PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS,
+            process_input,
+            t.outputs.clone(),
+        ));
         for (new_id, n) in steps {
             c.transforms.insert(new_id.clone(), n);
             out.push(new_id);

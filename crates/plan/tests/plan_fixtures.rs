@@ -41,6 +41,7 @@ fn options() -> PlanOptions {
     PlanOptions {
         fn_api_url: FN_API_URL.to_string(),
         streaming: false,
+        drain: false,
     }
 }
 
@@ -1391,4 +1392,32 @@ fn unknown_urn_fixture_differs_from_wordcount_only_in_that_urn() {
         urn_of(&a.transforms["ref_AppliedPTransform_Split_8"]),
         PAR_DO
     );
+}
+
+#[test]
+fn drain_truncates_restrictions_before_processing() {
+    // Wordcount's ReadFromText is a splittable DoFn: drained, its sized
+    // restrictions pass through truncate-sized-restrictions first.
+    let drained = PlanOptions {
+        drain: true,
+        ..options()
+    };
+    let p = plan(&load("wordcount"), &drained).expect("plans");
+    let urns_in_order: Vec<String> = p
+        .descriptors
+        .values()
+        .flat_map(|d| d.transforms.values())
+        .filter_map(|t| t.spec.as_ref().map(|s| s.urn.clone()))
+        .filter(|u| u.starts_with("beam:transform:sdf_"))
+        .collect();
+    assert!(
+        urns_in_order.contains(&"beam:transform:sdf_truncate_sized_restrictions:v1".to_string()),
+        "{urns_in_order:?}"
+    );
+    let undrained = plan(&load("wordcount"), &options()).expect("plans");
+    assert!(!undrained
+        .descriptors
+        .values()
+        .flat_map(|d| d.transforms.values())
+        .any(|t| t.spec.as_ref().map(|s| s.urn.as_str()) == Some("beam:transform:sdf_truncate_sized_restrictions:v1")));
 }
