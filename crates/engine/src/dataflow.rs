@@ -96,9 +96,76 @@ struct JobContext {
     failure: Arc<Mutex<Option<EngineError>>>,
     stop: Arc<AtomicBool>,
     clock: Clock,
+    /// What each stage is doing, for stuck-job reports.
+    status: Arc<Mutex<Vec<StageStatus>>>,
+    /// Bumped whenever any stage makes progress.
+    activity: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// A stage's state as last seen by its operator (for stuck-job reports).
+#[derive(Clone, Debug, Default, PartialEq)]
+struct StageStatus {
+    /// Its input watermark; `None` once its input is done.
+    watermark: Option<Timestamp>,
+    /// Bundles at SDK harnesses, elements waiting for a bundle, elements
+    /// waiting out a resume delay, pending timers.
+    in_flight: usize,
+    pending: usize,
+    delayed: usize,
+    timers: usize,
+    /// Keys a GroupByKey still buffers windows for.
+    windows: usize,
+    /// The stage waits for its side inputs.
+    waiting_for_side_inputs: bool,
 }
 
 impl JobContext {
+    /// Records that stage `stage` made progress and what it is doing now.
+    fn report(&self, stage: usize, status: StageStatus) {
+        let mut all = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        if all[stage] != status {
+            all[stage] = status;
+            self.activity.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A notice describing where a job that made no progress is waiting:
+    /// the first stage (in pipeline order) whose input is not done.
+    fn stuck_notice(&self, idle: Duration) -> String {
+        let all = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        let waiting: Vec<String> = all
+            .iter()
+            .enumerate()
+            .filter(|(_, st)| st.watermark.is_some() || st.in_flight > 0 || st.pending > 0)
+            .take(3)
+            .map(|(i, st)| {
+                let stage = &self.graph.stages[i];
+                let wm = st.watermark.map(|w| w.millis().to_string()).unwrap_or_else(|| "+inf".into());
+                let mut what = vec![format!("input watermark {wm} ms")];
+                if st.waiting_for_side_inputs {
+                    what.push("waiting for its side inputs".into());
+                }
+                for (n, label) in [
+                    (st.in_flight, "bundle(s) at SDK harnesses"),
+                    (st.pending, "element(s) waiting for a bundle"),
+                    (st.delayed, "residual(s) waiting out a resume delay"),
+                    (st.timers, "timer(s) pending"),
+                    (st.windows, "key(s) with buffered windows"),
+                ] {
+                    if n > 0 {
+                        what.push(format!("{n} {label}"));
+                    }
+                }
+                format!("stage {} ({}): {}", stage.id, stage.name, what.join(", "))
+            })
+            .collect();
+        format!(
+            "the job has made no progress for {} s; it waits at {}",
+            idle.as_secs(),
+            if waiting.is_empty() { "no stage (all inputs done)".to_string() } else { waiting.join("; ") }
+        )
+    }
+
     fn fail(&self, e: EngineError) {
         let mut f = self.failure.lock().unwrap_or_else(|p| p.into_inner());
         if f.is_none() {
@@ -123,6 +190,7 @@ pub fn run_job(
     config: EngineConfig,
     cancel: Arc<AtomicBool>,
 ) -> Result<()> {
+    let stage_count = graph.stages.len();
     let graph_has_test_stream = graph
         .stages
         .iter()
@@ -133,6 +201,8 @@ pub fn run_job(
         config: config.clone(),
         failure: Arc::new(Mutex::new(None)),
         stop: Arc::new(AtomicBool::new(false)),
+        status: Arc::new(Mutex::new(vec![StageStatus::default(); stage_count])),
+        activity: Arc::default(),
         clock: if graph_has_test_stream {
             Clock::Test(Arc::new(std::sync::atomic::AtomicI64::new(wall_millis())))
         } else {
@@ -154,7 +224,19 @@ pub fn run_job(
             let peers = worker.peers();
             let index = worker.index();
             worker.dataflow::<Time, _, _>(|scope| build(scope, &ctx, &probe, index, peers));
+            let mut last_activity = (ctx.activity.load(Ordering::Relaxed), std::time::Instant::now());
             while !probe.done() {
+                if index == 0 {
+                    // Stuck-job watchdog: report (once per period) where a
+                    // job that stopped making progress waits.
+                    let activity = ctx.activity.load(Ordering::Relaxed);
+                    if activity != last_activity.0 {
+                        last_activity = (activity, std::time::Instant::now());
+                    } else if last_activity.1.elapsed() >= ctx.config.stuck_after {
+                        ctx.config.notices.send(ctx.stuck_notice(last_activity.1.elapsed()));
+                        last_activity.1 = std::time::Instant::now();
+                    }
+                }
                 if cancel.load(Ordering::SeqCst) {
                     ctx.fail(EngineError::Cancelled);
                 }
@@ -373,6 +455,14 @@ fn group_by_key<'s>(
                 Groups::Batch(b) => b.is_empty(),
                 Groups::Streaming(p) => p.is_empty(),
             };
+            ctx.report(stage_index, StageStatus {
+                watermark: (!frontier.is_empty()).then_some(watermark),
+                windows: match &groups {
+                    Groups::Batch(b) => b.buffered_keys(),
+                    Groups::Streaming(p) => p.buffered_keys(),
+                },
+                ..StageStatus::default()
+            });
             if empty {
                 if let (Some(_), Groups::Batch(buffer)) = (held.as_ref(), &mut groups) {
                     if let Some(hot) = buffer.take_hot_key() {
@@ -716,8 +806,18 @@ fn sdk_stage<'s>(
                     wakeup.activate_after(Duration::from_millis((next - now).max(1) as u64));
                 }
             }
+            let status = |st: &SdkState, waiting_for_side_inputs: bool| StageStatus {
+                watermark: (!frontier.is_empty()).then(|| watermark_of(frontier.frontier().as_ref())),
+                in_flight: st.in_flight.len(),
+                pending: st.pending.iter().map(|(_, e)| e.len()).sum(),
+                delayed: st.delayed.iter().map(|(_, _, e)| e.len()).sum(),
+                timers: st.timers.len(),
+                windows: 0,
+                waiting_for_side_inputs,
+            };
             // Start bundles while there is room.
             if st.side_inputs.is_none() {
+                ctx.report(stage_index, status(st, true));
                 return;
             }
             // A stateful stage runs one bundle at a time, so bundles never race on a key's state.
@@ -747,7 +847,9 @@ fn sdk_stage<'s>(
                 tracing::debug!(stage = %name, fired = fired.is_some(), hold = st.timer_hold.is_some(), "timer check");
                 if let (Some(timers), Some(cap)) = (fired, st.timer_hold.clone()) {
                     st.timer_rounds += 1;
-                    if st.timer_rounds > MAX_TIMER_ROUNDS {
+                    // In batch a timer that keeps re-arming would never let the
+                    // job end; in streaming a looping timer is legitimate.
+                    if st.timer_rounds > MAX_TIMER_ROUNDS && !ctx.graph.streaming {
                         ctx.fail(EngineError::BundleFailed {
                             stage: ctx.graph.stages[stage_index].id.clone(),
                             message: format!("timers kept re-arming for {MAX_TIMER_ROUNDS} rounds; giving up"),
@@ -802,6 +904,7 @@ fn sdk_stage<'s>(
                 }
                 submit(st, cap, elements, vec![]);
             }
+            ctx.report(stage_index, status(st, false));
         }
     })
 }

@@ -118,6 +118,11 @@ impl GroupByKeyBuffer {
         })
     }
 
+    /// How many keys have buffered windows.
+    pub fn buffered_keys(&self) -> usize {
+        self.groups.len()
+    }
+
     /// True when nothing is buffered.
     pub fn is_empty(&self) -> bool {
         self.groups.is_empty()

@@ -48,6 +48,10 @@ pub struct EngineConfig {
     pub hot_key_logging: bool,
     /// Where the engine sends notices meant for the job's message stream.
     pub notices: Notices,
+    /// After how long without progress anywhere in the job the engine
+    /// reports it as stuck (naming the stages it waits at and their input
+    /// watermarks) in the job's messages; repeated every period.
+    pub stuck_after: std::time::Duration,
 }
 
 /// A sink for engine notices (e.g. hot keys), shown in the job's messages.
@@ -84,6 +88,7 @@ impl Default for EngineConfig {
             max_bundles_in_flight: 2,
             hot_key_logging: false,
             notices: Notices::default(),
+            stuck_after: std::time::Duration::from_secs(300),
         }
     }
 }

@@ -79,6 +79,11 @@ impl PaneBuffer {
         }
     }
 
+    /// How many keys have windows with state.
+    pub fn buffered_keys(&self) -> usize {
+        self.windows.len()
+    }
+
     /// True when no window holds state.
     pub fn is_empty(&self) -> bool {
         self.windows.is_empty()

@@ -109,6 +109,11 @@ impl TimerStore {
         Ok(())
     }
 
+    /// How many timers are pending.
+    pub fn len(&self) -> usize {
+        self.timers.len()
+    }
+
     /// True when no timer is pending.
     pub fn is_empty(&self) -> bool {
         self.timers.is_empty()

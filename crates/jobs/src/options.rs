@@ -68,6 +68,13 @@ pub fn has_experiment(options: &Struct, name: &str) -> bool {
         .any(|e| e == name || e.starts_with(&format!("{name}=")))
 }
 
+/// The value of experiment `name=value` in `experiments`, if present.
+pub fn experiment_value(options: &Struct, name: &str) -> Option<String> {
+    strings(options, "experiments")
+        .iter()
+        .find_map(|e| e.strip_prefix(&format!("{name}=")).map(str::to_string))
+}
+
 /// How many SDK harnesses each environment gets: one per core (Dataflow's
 /// rule), or one with `--experiments=no_use_multiple_sdk_containers`.
 pub fn sdk_workers_per_environment(options: &Struct) -> usize {
@@ -114,6 +121,10 @@ pub const TEST_TIMEOUT_EXPERIMENT: &str = "weir_test_element_processing_timeout_
 /// does the same for its tests): splittable DoFns truncate their
 /// restrictions before processing them.
 pub const TEST_DRAIN_EXPERIMENT: &str = "weir_test_drain_at_start";
+
+/// Test-only experiment: `weir_test_stuck_after_seconds=N` reports the job
+/// as stuck after N seconds without progress (default: 5 minutes).
+pub const TEST_STUCK_EXPERIMENT: &str = "weir_test_stuck_after_seconds";
 
 /// Dataflow's smallest element processing timeout.
 pub const MIN_ELEMENT_PROCESSING_TIMEOUT: Duration = Duration::from_secs(60);

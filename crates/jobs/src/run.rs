@@ -127,6 +127,11 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
             tracing::warn!(job = %notice_job.id, "{text}");
             notice_job.message(Importance::JobMessageWarning, text);
         })),
+        stuck_after: crate::options::experiment_value(&job.options, crate::options::TEST_STUCK_EXPERIMENT)
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|&n| n > 0)
+            .map(std::time::Duration::from_secs)
+            .unwrap_or(EngineConfig::default().stuck_after),
         ..EngineConfig::default()
     };
     let cancel = job.cancel.clone();
