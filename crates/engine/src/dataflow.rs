@@ -97,7 +97,7 @@ struct JobContext {
     stop: Arc<AtomicBool>,
     clock: Clock,
     /// What each stage is doing, for stuck-job reports.
-    status: Arc<Mutex<Vec<StageStatus>>>,
+    status: Arc<Mutex<Vec<Vec<StageStatus>>>>,
     /// Bumped whenever any stage makes progress.
     activity: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -120,11 +120,13 @@ struct StageStatus {
 }
 
 impl JobContext {
-    /// Records that stage `stage` made progress and what it is doing now.
-    fn report(&self, stage: usize, status: StageStatus) {
+    /// Records what stage `stage` does on timely worker `worker` now, and
+    /// counts a change as progress.
+    fn report(&self, stage: usize, worker: usize, status: StageStatus) {
         let mut all = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        if all[stage] != status {
-            all[stage] = status;
+        let slot = &mut all[stage][worker];
+        if *slot != status {
+            *slot = status;
             self.activity.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -132,7 +134,26 @@ impl JobContext {
     /// A notice describing where a job that made no progress is waiting:
     /// the first stage (in pipeline order) whose input is not done.
     fn stuck_notice(&self, idle: Duration) -> String {
-        let all = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        let per_worker = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        // One line per stage: counts summed over workers, the least watermark.
+        let all: Vec<StageStatus> = per_worker
+            .iter()
+            .map(|workers| {
+                workers.iter().fold(StageStatus::default(), |mut a, w| {
+                    a.watermark = match (a.watermark, w.watermark) {
+                        (Some(x), Some(y)) => Some(x.min(y)),
+                        (x, y) => x.or(y),
+                    };
+                    a.in_flight += w.in_flight;
+                    a.pending += w.pending;
+                    a.delayed += w.delayed;
+                    a.timers += w.timers;
+                    a.windows += w.windows;
+                    a.waiting_for_side_inputs |= w.waiting_for_side_inputs;
+                    a
+                })
+            })
+            .collect();
         let waiting: Vec<String> = all
             .iter()
             .enumerate()
@@ -140,8 +161,12 @@ impl JobContext {
             .take(3)
             .map(|(i, st)| {
                 let stage = &self.graph.stages[i];
-                let wm = st.watermark.map(|w| w.millis().to_string()).unwrap_or_else(|| "+inf".into());
-                let mut what = vec![format!("input watermark {wm} ms")];
+                let wm = match st.watermark {
+                    None => "+inf (input done)".to_string(),
+                    Some(w) if w <= Timestamp::MIN => "-inf (Beam's MIN)".to_string(),
+                    Some(w) => format!("{} ms", w.millis()),
+                };
+                let mut what = vec![format!("input watermark {wm}")];
                 if st.waiting_for_side_inputs {
                     what.push("waiting for its side inputs".into());
                 }
@@ -190,6 +215,12 @@ pub fn run_job(
     config: EngineConfig,
     cancel: Arc<AtomicBool>,
 ) -> Result<()> {
+    // Streaming jobs run on one timely worker: elements then reach each
+    // GroupByKey in the order their producers emitted them, so count- and
+    // processing-time triggers cut panes the way Beam's other runners do
+    // (Prism, the Python DirectRunner). SDK harnesses still run bundles of
+    // different stages in parallel.
+    let workers = if graph.streaming { 1 } else { config.workers.max(1) };
     let stage_count = graph.stages.len();
     let graph_has_test_stream = graph
         .stages
@@ -201,7 +232,7 @@ pub fn run_job(
         config: config.clone(),
         failure: Arc::new(Mutex::new(None)),
         stop: Arc::new(AtomicBool::new(false)),
-        status: Arc::new(Mutex::new(vec![StageStatus::default(); stage_count])),
+        status: Arc::new(Mutex::new(vec![vec![StageStatus::default(); workers]; stage_count])),
         activity: Arc::default(),
         clock: if graph_has_test_stream {
             Clock::Test(Arc::new(std::sync::atomic::AtomicI64::new(wall_millis())))
@@ -209,12 +240,6 @@ pub fn run_job(
             Clock::Wall
         },
     };
-    // Streaming jobs run on one timely worker: elements then reach each
-    // GroupByKey in the order their producers emitted them, so count- and
-    // processing-time triggers cut panes the way Beam's other runners do
-    // (Prism, the Python DirectRunner). SDK harnesses still run bundles of
-    // different stages in parallel.
-    let workers = if ctx.graph.streaming { 1 } else { config.workers.max(1) };
     let worker_ctx = ctx.clone();
     let guards = timely::execute(
         timely::Config::process(workers),
@@ -382,6 +407,7 @@ fn group_by_key<'s>(
     let ctx = ctx.clone();
     let name = graph.stages[stage_index].name.clone();
     let worker = input.scope().worker().clone();
+    let worker_index = worker.index();
     input.unary_frontier(Exchange::new(route), &name.clone(), move |cap, op_info| {
         drop(cap);
         let info = &ctx.graph.pcollections[input_pc];
@@ -455,7 +481,7 @@ fn group_by_key<'s>(
                 Groups::Batch(b) => b.is_empty(),
                 Groups::Streaming(p) => p.is_empty(),
             };
-            ctx.report(stage_index, StageStatus {
+            ctx.report(stage_index, worker_index, StageStatus {
                 watermark: (!frontier.is_empty()).then_some(watermark),
                 windows: match &groups {
                     Groups::Batch(b) => b.buffered_keys(),
@@ -599,6 +625,33 @@ struct SdkState {
     timer_rounds: u64,
 }
 
+/// `elements` (encoded windowed values of `info`) without their windows
+/// that expired at input watermark `watermark` (end of window plus allowed
+/// lateness passed); elements left with no window are dropped. Elements
+/// that do not decode are kept (the SDK reports them).
+fn drop_expired(info: &weir_plan::PCollectionInfo, elements: Vec<Element>, watermark: Timestamp) -> Vec<Element> {
+    let lateness = info.windowing.allowed_lateness_ms;
+    let live = |w: &weir_model::Window| watermark <= w.max_timestamp().saturating_add_millis(lateness);
+    elements
+        .into_iter()
+        .filter_map(|e| {
+            let Ok((mut wv, _)) = weir_model::WindowedValue::decode(&info.value_coder, &info.window_coder, &e) else {
+                return Some(e);
+            };
+            if wv.windows.iter().all(live) {
+                return Some(e);
+            }
+            wv.windows.retain(live);
+            if wv.windows.is_empty() {
+                return None;
+            }
+            let mut out = Vec::with_capacity(e.len());
+            wv.encode(&mut out);
+            Some(out)
+        })
+        .collect()
+}
+
 /// Keeps the stage's timer hold at the earliest hold timestamp of its
 /// pending timers (never earlier than a capability it may use: the current
 /// hold or `bundle`, the capability of a bundle that just completed), and
@@ -627,6 +680,7 @@ fn sdk_stage<'s>(
     sdk: &SdkStage,
 ) -> StreamVec<'s, Time, (u32, Element)> {
     let worker = scope.worker();
+    let worker_index = worker.index();
     let ctx = ctx.clone();
     let sdk = sdk.clone();
     let name = ctx.graph.stages[stage_index].name.clone();
@@ -705,9 +759,28 @@ fn sdk_stage<'s>(
                     st.side_data[i as usize].push(e);
                 }
             });
+            // A stateful DoFn never sees data of expired windows (the input
+            // watermark past the window's end plus the allowed lateness): its
+            // state for them is gone, as in Beam's StatefulDoFnRunner.
+            let input_watermark = watermark_of(frontier.frontier().as_ref());
             input.for_each(|cap, data| {
+                let mut elements = std::mem::take(data);
+                if sdk.stateful && ctx.graph.streaming {
+                    let info = &ctx.graph.pcollections[sdk.input];
+                    let before = elements.len();
+                    elements = drop_expired(info, elements, input_watermark);
+                    if elements.len() < before {
+                        ctx.config.notices.send(format!(
+                            "stage {name} dropped {} late element(s) for a stateful DoFn: their windows had expired",
+                            before - elements.len()
+                        ));
+                    }
+                }
+                if elements.is_empty() {
+                    return;
+                }
                 if let Some(c) = cap.retain_least(0) {
-                    st.pending.push_back((c, std::mem::take(data)));
+                    st.pending.push_back((c, elements));
                 }
             });
             if ctx.stopped() {
@@ -817,7 +890,7 @@ fn sdk_stage<'s>(
             };
             // Start bundles while there is room.
             if st.side_inputs.is_none() {
-                ctx.report(stage_index, status(st, true));
+                ctx.report(stage_index, worker_index, status(st, true));
                 return;
             }
             // A stateful stage runs one bundle at a time, so bundles never race on a key's state.
@@ -904,7 +977,7 @@ fn sdk_stage<'s>(
                 }
                 submit(st, cap, elements, vec![]);
             }
-            ctx.report(stage_index, status(st, false));
+            ctx.report(stage_index, worker_index, status(st, false));
         }
     })
 }

@@ -160,7 +160,8 @@ impl CompiledTrigger {
 
     /// The state of a window merged from windows with `states` (session
     /// merging): counts add up, the earliest deadline wins, a node is
-    /// finished when it finished in any of them.
+    /// finished when it finished in any of them, and end-of-window triggers
+    /// wait for the merged window's end again.
     pub fn merge(&self, states: &[TriggerState]) -> TriggerState {
         let mut out = self.new_state();
         for (i, n) in out.nodes.iter_mut().enumerate() {
@@ -173,7 +174,13 @@ impl CompiledTrigger {
                     (a, b) => a.or(b),
                 };
                 n.current = n.current.max(o.current);
-                n.on_time_fired |= o.on_time_fired;
+            }
+            // The merged window ends later than its parts: whether its
+            // end-of-window firing happened is decided afresh by the
+            // watermark (as in Java's AfterWatermark on merge).
+            n.on_time_fired = false;
+            if matches!(self.nodes[i], Node::Default | Node::AfterEndOfWindow { .. }) {
+                n.finished = false;
             }
         }
         out
