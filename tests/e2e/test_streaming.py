@@ -255,15 +255,11 @@ DIRECT_DIFFERS = {
 
 # Weir bugs: the test asserts Beam's output and is expected to fail until
 # the engine is fixed.
-WEIR_BUGS = {
-    'sessions_late':
-        'merged session trigger state keeps the on-time firing of [1, 8), so '
-        'Weir fires [3] at once as an EARLY pane of [1, 11) instead of '
-        'ON_TIME when the watermark passes 10.999',
-    'stateful_late':
-        'stateful ParDo processes an element of an expired window (and fires '
-        'its timer) instead of dropping it',
-}
+# Pipelines Weir gets wrong, asserted with Beam's output and expected to
+# fail (strict) until the engine is fixed. Both bugs these tests found (merged
+# session windows inheriting the on-time firing; stateful DoFns seeing late
+# data) are fixed.
+WEIR_BUGS = {}
 
 
 def _params(names):
