@@ -105,7 +105,7 @@ def test_autoscaling_none_keeps_num_workers(beam, weir_server):
             '--max_num_workers=3', '--autoscaling_algorithm=NONE')
   assert got.returncode == 0, got.describe(weir_server)
   assert 'starting 2 SDK harness(es) per environment (2 worker(s)' in got.stderr, got.describe()
-  assert 'autoscaling' not in got.stderr, got.describe()
+  assert 'autoscaling (THROUGHPUT_BASED)' not in got.stderr, got.describe()
 
 
 def _max_overlap_per_process(lines):

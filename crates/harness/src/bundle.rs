@@ -82,9 +82,8 @@ impl BundlePolicy {
     /// How often a running bundle's progress is asked for: a quarter of the
     /// timeout, between 100 ms and 10 s.
     pub fn progress_interval(&self) -> Option<Duration> {
-        self.element_processing_timeout.map(|t| {
-            (t / 4).clamp(Duration::from_millis(100), Duration::from_secs(10))
-        })
+        self.element_processing_timeout
+            .map(|t| (t / 4).clamp(Duration::from_millis(100), Duration::from_secs(10)))
     }
 }
 
@@ -167,6 +166,9 @@ impl JobWorkers {
     }
 }
 
+/// One progress MonitoringInfo: URN, sorted labels, payload.
+type Signal = (String, Vec<(String, String)>, Vec<u8>);
+
 /// Progress of one running bundle, as Weir judges it for the element
 /// processing timeout. The signal is what moves when an element finishes:
 /// the SDK's element counts per PCollection (`beam:metric:element_count:v1`),
@@ -177,7 +179,8 @@ impl JobWorkers {
 /// the last movement is the one named as stuck.
 #[derive(Debug)]
 pub struct Progress {
-    last_signal: Option<(Vec<(String, Vec<(String, String)>, Vec<u8>)>, usize)>,
+    /// The progress infos and output bytes at the last observation.
+    last_signal: Option<(Vec<Signal>, usize)>,
     last_change: std::time::Instant,
     msecs_at_change: HashMap<String, u64>,
     msecs_now: HashMap<String, u64>,
@@ -214,8 +217,11 @@ impl Progress {
         if let Some(infos) = infos {
             for i in infos {
                 if PROGRESS_URNS.contains(&i.urn.as_str()) {
-                    let mut labels: Vec<(String, String)> =
-                        i.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                    let mut labels: Vec<(String, String)> = i
+                        .labels
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
                     labels.sort();
                     signal.push((i.urn.clone(), labels, i.payload.clone()));
                 } else if i.urn == PROCESS_MSECS_URN {
@@ -259,7 +265,12 @@ impl Progress {
     pub fn busiest_transform(&self) -> Option<String> {
         self.msecs_now
             .iter()
-            .map(|(t, ms)| (ms.saturating_sub(*self.msecs_at_change.get(t).unwrap_or(&0)), t))
+            .map(|(t, ms)| {
+                (
+                    ms.saturating_sub(*self.msecs_at_change.get(t).unwrap_or(&0)),
+                    t,
+                )
+            })
             .filter(|(grew, _)| *grew > 0)
             .max()
             .map(|(_, t)| t.clone())
@@ -590,17 +601,17 @@ impl Inner {
                 worker.id
             )));
         };
-        let Some(beam::instruction_response::Response::ProcessBundleSplit(split)) =
-            split.response
+        let Some(beam::instruction_response::Response::ProcessBundleSplit(split)) = split.response
         else {
             return Ok(splits); // the bundle finished first, or the SDK declined
         };
         let mut residuals = residual_elements(split.residual_roots, stage)?;
         // A split at the element boundary leaves the (single) input element
         // to the runner: schedule it again as a whole.
-        let element_returned = split.channel_splits.iter().any(|c| {
-            c.transform_id == stage.input_transform_id && c.first_residual_element == 0
-        });
+        let element_returned = split
+            .channel_splits
+            .iter()
+            .any(|c| c.transform_id == stage.input_transform_id && c.first_residual_element == 0);
         if element_returned {
             residuals.push(request.input[0].clone());
         }
@@ -648,11 +659,7 @@ impl Inner {
             .await
             .is_err()
         {
-            return Err(format!(
-                "SDK harness {} never opened its data stream",
-                worker.id
-            )
-            .into());
+            return Err(format!("SDK harness {} never opened its data stream", worker.id).into());
         }
         // Whole elements only in each Data message, about DATA_CHUNK_BYTES each.
         let mut chunk = Vec::new();
@@ -780,5 +787,134 @@ impl Inner {
             residuals,
             timers,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn info(urn: &str, label: (&str, &str), value: u64) -> beam::MonitoringInfo {
+        let mut payload = vec![];
+        prost::encoding::encode_varint(value, &mut payload);
+        beam::MonitoringInfo {
+            urn: urn.to_string(),
+            labels: [(label.0.to_string(), label.1.to_string())]
+                .into_iter()
+                .collect(),
+            payload,
+            ..Default::default()
+        }
+    }
+
+    fn count(pcoll: &str, n: u64) -> beam::MonitoringInfo {
+        info(
+            weir_proto::urns::monitoring::ELEMENT_COUNT,
+            ("PCOLLECTION", pcoll),
+            n,
+        )
+    }
+
+    fn msecs(transform: &str, n: u64) -> beam::MonitoringInfo {
+        info(PROCESS_MSECS_URN, ("PTRANSFORM", transform), n)
+    }
+
+    #[test]
+    fn progress_moves_with_element_counts_and_output_not_with_time() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut p = Progress::new(t0);
+        p.observe(
+            at(1),
+            Some(&[count("in", 1), msecs("a", 10), msecs("b", 5)]),
+            0,
+        );
+        assert_eq!(
+            p.stalled_for(at(1)),
+            Duration::ZERO,
+            "first answer shows work done"
+        );
+        // Only processing time grows: no progress; b is the busy transform.
+        p.observe(
+            at(2),
+            Some(&[count("in", 1), msecs("a", 10), msecs("b", 900)]),
+            0,
+        );
+        p.observe(
+            at(4),
+            Some(&[count("in", 1), msecs("a", 10), msecs("b", 2900)]),
+            0,
+        );
+        assert_eq!(p.stalled_for(at(4)), Duration::from_secs(3));
+        assert_eq!(p.busiest_transform().as_deref(), Some("b"));
+        // No answer at all is no progress either.
+        p.observe(at(5), None, 0);
+        assert_eq!(p.stalled_for(at(5)), Duration::from_secs(4));
+        // Output bytes received move it, answer or not.
+        p.observe(at(6), None, 100);
+        assert_eq!(p.stalled_for(at(7)), Duration::from_secs(1));
+        // So does a new element count.
+        p.observe(
+            at(8),
+            Some(&[count("in", 2), msecs("a", 10), msecs("b", 3000)]),
+            100,
+        );
+        assert_eq!(p.stalled_for(at(8)), Duration::ZERO);
+        assert_eq!(
+            p.busiest_transform(),
+            None,
+            "nothing grew since the movement"
+        );
+    }
+
+    #[test]
+    fn stuck_from_the_start_counts_from_the_bundle_start() {
+        let t0 = Instant::now();
+        let mut p = Progress::new(t0);
+        p.observe(t0 + Duration::from_secs(2), Some(&[]), 0);
+        p.observe(t0 + Duration::from_secs(4), Some(&[]), 0);
+        assert_eq!(
+            p.stalled_for(t0 + Duration::from_secs(4)),
+            Duration::from_secs(4)
+        );
+    }
+
+    #[test]
+    fn batch_caps_attempts_and_streaming_does_not() {
+        let batch = BundlePolicy::default();
+        assert!(batch.retries_after(1) && batch.retries_after(3));
+        assert!(!batch.retries_after(MAX_ATTEMPTS));
+        assert_eq!(batch.backoff(3), Duration::ZERO);
+        let streaming = BundlePolicy {
+            streaming: true,
+            ..Default::default()
+        };
+        assert!(streaming.retries_after(MAX_ATTEMPTS) && streaming.retries_after(1000));
+        assert_eq!(streaming.backoff(2), Duration::ZERO);
+        assert_eq!(streaming.backoff(5), Duration::from_secs(5));
+        assert_eq!(streaming.backoff(1000), MAX_RETRY_BACKOFF);
+    }
+
+    #[test]
+    fn progress_is_polled_four_times_per_timeout_within_bounds() {
+        let every = |secs| {
+            BundlePolicy {
+                element_processing_timeout: Some(Duration::from_secs(secs)),
+                ..Default::default()
+            }
+            .progress_interval()
+        };
+        assert_eq!(every(3), Some(Duration::from_millis(750)));
+        assert_eq!(every(180), Some(Duration::from_secs(10)));
+        assert_eq!(BundlePolicy::default().progress_interval(), None);
+    }
+
+    #[test]
+    fn durations_read_like_go_durations() {
+        assert_eq!(human_duration(Duration::from_secs(3)), "3s");
+        assert_eq!(human_duration(Duration::from_secs(180)), "3m");
+        assert_eq!(human_duration(Duration::from_secs(210)), "3m30s");
+        assert_eq!(human_duration(Duration::from_millis(250)), "250ms");
     }
 }

@@ -316,7 +316,13 @@ impl SdkHarnesses {
     /// says what happened to it for the job's messages ("died (...)"). The
     /// old harness is stopped: given `grace` to exit on its own, then
     /// killed. Does nothing when the worker already left the pool.
-    pub fn replace(self: &Arc<Self>, env_id: &str, worker: &Arc<Worker>, what: String, grace: Duration) {
+    pub fn replace(
+        self: &Arc<Self>,
+        env_id: &str,
+        worker: &Arc<Worker>,
+        what: String,
+        grace: Duration,
+    ) {
         {
             let mut pool = self.pool();
             let Some(ws) = pool.workers.get_mut(env_id) else {
@@ -354,7 +360,10 @@ impl SdkHarnesses {
                 ),
                 Err(e) => (this.log)(
                     WorkerLog::Error,
-                    format!("SDK harness {} {what}; restarting it failed: {e}", worker.id),
+                    format!(
+                        "SDK harness {} {what}; restarting it failed: {e}",
+                        worker.id
+                    ),
                 ),
             }
         });
@@ -402,9 +411,7 @@ impl SdkHarnesses {
                 let ws = pool.workers.get(env_id).cloned().unwrap_or_default();
                 let free = ws
                     .iter()
-                    .filter(|w| {
-                        w.is_connected() && w.bundles_in_flight() < self.bundles_per_worker
-                    })
+                    .filter(|w| w.is_connected() && w.bundles_in_flight() < self.bundles_per_worker)
                     .min_by_key(|w| w.bundles_in_flight());
                 let done = match free {
                     Some(w) => {
@@ -414,9 +421,7 @@ impl SdkHarnesses {
                     None if ws.is_empty()
                         && pool.starting.get(env_id).copied().unwrap_or(0) == 0 =>
                     {
-                        Some(Err(format!(
-                            "no SDK harness left for environment {env_id}"
-                        )))
+                        Some(Err(format!("no SDK harness left for environment {env_id}")))
                     }
                     None => None,
                 };
@@ -460,11 +465,7 @@ impl SdkHarnesses {
 
     /// Workers of `env_id` in the pool now.
     pub fn workers(&self, env_id: &str) -> Vec<Arc<Worker>> {
-        self.pool()
-            .workers
-            .get(env_id)
-            .cloned()
-            .unwrap_or_default()
+        self.pool().workers.get(env_id).cloned().unwrap_or_default()
     }
 
     /// Bundles waiting for a free worker of `env_id`.
@@ -573,8 +574,7 @@ impl SdkHarnesses {
             // Under the lock: a launch that sees `stopping` false has
             // registered its handle before this takes them.
             self.stopping.store(true, Ordering::SeqCst);
-            let workers: Vec<Arc<Worker>> =
-                pool.workers.drain().flat_map(|(_, ws)| ws).collect();
+            let workers: Vec<Arc<Worker>> = pool.workers.drain().flat_map(|(_, ws)| ws).collect();
             let handles: Vec<(String, Handle)> = pool.handles.drain().collect();
             (workers, handles)
         };
@@ -679,7 +679,13 @@ async fn spawn_harness(
                     addr,
                 )
                 .await
-                .map_err(|e| env_error(env_id, &env.urn, format!("cannot reach worker pool {pool}: {e}")))?
+                .map_err(|e| {
+                    env_error(
+                        env_id,
+                        &env.urn,
+                        format!("cannot reach worker pool {pool}: {e}"),
+                    )
+                })?
                 .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
             let resp = client
@@ -692,7 +698,13 @@ async fn spawn_harness(
                     params: p.params.clone(),
                 })
                 .await
-                .map_err(|e| env_error(env_id, &env.urn, format!("StartWorker on {pool} failed: {e}")))?
+                .map_err(|e| {
+                    env_error(
+                        env_id,
+                        &env.urn,
+                        format!("StartWorker on {pool} failed: {e}"),
+                    )
+                })?
                 .into_inner();
             if !resp.error.is_empty() {
                 return Err(env_error(
@@ -736,7 +748,9 @@ async fn spawn_harness(
                 .stderr(Stdio::piped())
                 .kill_on_drop(true)
                 .spawn()
-                .map_err(|e| env_error(env_id, &env.urn, format!("cannot start {program:?}: {e}")))?;
+                .map_err(|e| {
+                    env_error(env_id, &env.urn, format!("cannot start {program:?}: {e}"))
+                })?;
             if let Some(out) = child.stdout.take() {
                 forward_output(out, worker_id.to_string());
             }

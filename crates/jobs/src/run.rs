@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use weir_engine::EngineConfig;
-use weir_harness::environment;
 use weir_harness::bundle::BundlePolicy;
+use weir_harness::environment;
 use weir_harness::{JobWorkers, WorkerLog};
 use weir_proto::beam;
 use weir_proto::beam::job_message::MessageImportance as Importance;

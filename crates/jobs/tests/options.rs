@@ -217,7 +217,10 @@ fn java_camel_case_spellings_in_both_key_forms() {
     assert_eq!(o.flexrs_goal.as_deref(), Some("SPEED_OPTIMIZED"));
     assert_eq!(o.gcp_temp_location.as_deref(), Some("gs://bucket/tmp"));
     assert!(has_note(&o, "--usePublicIps=false: "));
-    assert!(!has_note(&o, "--numWorkers"), "num_workers is honoured, not noted");
+    assert!(
+        !has_note(&o, "--numWorkers"),
+        "num_workers is honoured, not noted"
+    );
     assert!(has_note(&o, "--hotKeyLoggingEnabled=true: "));
     assert!(has_note(&o, "--flex_r_s_goal=SPEED_OPTIMIZED: "));
     assert!(has_note(&o, "--dumpHeapOnOOM=true: "));
@@ -1351,7 +1354,10 @@ fn worker_options_size_the_sdk_harnesses() {
     let one_each = || py("experiments");
     // Default: one worker of one SDK harness (with no_use_multiple_sdk_containers), one bundle each.
     let p = plan(serde_json::json!({ one_each(): ["no_use_multiple_sdk_containers"] }));
-    assert_eq!((p.per_worker, p.scaling, p.bundles_per_worker), (1, Scaling::Fixed(1), 1));
+    assert_eq!(
+        (p.per_worker, p.scaling, p.bundles_per_worker),
+        (1, Scaling::Fixed(1), 1)
+    );
     // num_workers multiplies; NONE keeps the count fixed.
     let p = plan(serde_json::json!({
         one_each(): ["no_use_multiple_sdk_containers"], py("num_workers"): 3,
@@ -1374,5 +1380,8 @@ fn worker_options_size_the_sdk_harnesses() {
     // Per worker: one SDK harness per core.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let p = plan(serde_json::json!({ py("num_workers"): 2 }));
-    assert_eq!((p.per_worker, p.scaling), (cores, Scaling::Fixed(2 * cores)));
+    assert_eq!(
+        (p.per_worker, p.scaling),
+        (cores, Scaling::Fixed(2 * cores))
+    );
 }
