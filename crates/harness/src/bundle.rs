@@ -307,7 +307,10 @@ impl Inner {
                 }
                 Err((e, split_handed_over)) => {
                     tracing::warn!(job = %self.job_id, stage = %request.stage_name, attempt = attempts, "bundle failed: {e}");
-                    if split_handed_over || !self.policy.retries_after(attempts) {
+                    if split_handed_over
+                        || !self.policy.retries_after(attempts)
+                        || self.harnesses.is_stopping()
+                    {
                         break e;
                     }
                     let pause = self.policy.backoff(attempts);

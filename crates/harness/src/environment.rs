@@ -408,6 +408,12 @@ impl SdkHarnesses {
             let changed = self.changed.notified();
             {
                 let mut pool = self.pool();
+                if self.is_stopping() {
+                    return Err(format!(
+                        "the SDK harnesses of job {} are stopped",
+                        self.job_id
+                    ));
+                }
                 let ws = pool.workers.get(env_id).cloned().unwrap_or_default();
                 let free = ws
                     .iter()
@@ -441,6 +447,11 @@ impl SdkHarnesses {
             // Also wake up now and then, in case a worker died without finishing a bundle.
             let _ = tokio::time::timeout(Duration::from_millis(200), changed).await;
         }
+    }
+
+    /// True once [`SdkHarnesses::stop`] was called (the job ended).
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
     }
 
     /// Gives back a worker [`SdkHarnesses::pick`] handed out.
