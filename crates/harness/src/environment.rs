@@ -283,7 +283,7 @@ impl SdkHarnesses {
                 if self.stopping.load(Ordering::SeqCst) {
                     drop(pool);
                     self.fn_api.remove_worker(&worker_id);
-                    stop_handle(handle, Duration::ZERO).await;
+                    stop_handle_of(handle, &worker_id, Duration::ZERO).await;
                     return Err(env_error(env_id, &env.urn, "the job is stopping"));
                 }
                 pool.handles.insert(worker_id, handle);
@@ -657,10 +657,6 @@ async fn stop_handle_of(handle: Handle, worker_id: &str, grace: Duration) -> Opt
             exited
         }
     }
-}
-
-async fn stop_handle(handle: Handle, grace: Duration) {
-    stop_handle_of(handle, "", grace).await;
 }
 
 /// Starts one SDK harness of `env` as worker `worker_id`: StartWorker on an
