@@ -26,6 +26,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 WEIR_BIN = Path(os.environ.get('WEIR_BIN', REPO / 'target' / 'release' / 'weir'))
 PIPELINES_PY = Path(__file__).resolve().with_name('pipelines.py')
+SUPERVISION_PY = Path(__file__).resolve().with_name('pipelines_supervision.py')
 PIPELINE_TIMEOUT = float(os.environ.get('WEIR_E2E_TIMEOUT', '300'))
 
 # How Weir runs SDK workers in each mode the tests use.

@@ -1,6 +1,7 @@
 """Failures: a user DoFn error reaches the client; bad requests are refused."""
 
 import collections
+import re
 
 import grpc
 import pytest
@@ -52,6 +53,10 @@ def test_sdk_process_killed_mid_bundle_is_retried(beam, weir_server):
       dict(lines), run.describe(weir_server))
   log = weir_server.log_tail(1000000)
   assert 'SDK harness is unhealthy' in log, weir_server.log_tail()
+  # The dead harness is replaced, and the job's messages say so (the job
+  # may end on the other harness before the replacement is up).
+  assert re.search(r'SDK harness \S+ died \([^\n]*\); restarting it', run.stderr), (
+      run.describe(weir_server))
 
 
 @pytest.mark.parametrize('env', ENVIRONMENTS)

@@ -10,6 +10,7 @@ use weir_engine::{BundleProcessor, BundleRequest, BundleResult, Completion};
 use weir_plan::{StageGraph, StageKind};
 use weir_proto::beam;
 
+use crate::environment::SdkHarnesses;
 use crate::metrics::JobMetrics;
 use crate::registry::{BundleState, BundleUserState, FnApi, UserState, Worker};
 
@@ -18,10 +19,10 @@ use crate::registry::{BundleState, BundleUserState, FnApi, UserState, Worker};
 const DATA_CHUNK_BYTES: usize = 1 << 20;
 /// How often a running splittable bundle is checked for splitting.
 const SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(500);
-/// Bundles one SDK harness runs at a time.
-const BUNDLES_PER_WORKER: usize = 1;
-/// Attempts of one bundle before its stage fails the job.
-const MAX_ATTEMPTS: usize = 4;
+/// Attempts of one bundle before its stage fails a batch job (Dataflow's rule).
+pub const MAX_ATTEMPTS: usize = 4;
+/// Longest pause between two attempts of a bundle in a streaming job.
+const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(30);
 /// Most dynamic splits requested of one bundle.
 const MAX_SPLITS_PER_BUNDLE: u32 = 16;
 /// How long to wait for outputs' `is_last` after a successful bundle response.
@@ -72,6 +73,69 @@ fn residual_elements(
     Ok(out)
 }
 
+/// How a job's bundles are retried and watched.
+#[derive(Clone, Debug, Default)]
+pub struct BundlePolicy {
+    /// Streaming job: a failed bundle is retried without a cap (Dataflow's
+    /// streaming rule); batch: up to [`MAX_ATTEMPTS`] attempts.
+    pub streaming: bool,
+    /// Dataflow's `element_processing_timeout`: a bundle whose progress
+    /// does not move for this long is taken to be stuck on one element; its
+    /// SDK harness is restarted and the bundle retried.
+    pub element_processing_timeout: Option<Duration>,
+}
+
+impl BundlePolicy {
+    /// Whether a bundle that failed `attempts` times is tried again.
+    pub fn retries_after(&self, attempts: usize) -> bool {
+        self.streaming || attempts < MAX_ATTEMPTS
+    }
+
+    /// Pause before attempt `attempts + 1`: none in batch (the retry goes
+    /// to another or a fresh SDK harness), growing to [`MAX_RETRY_BACKOFF`]
+    /// in streaming, where retries do not end.
+    pub fn backoff(&self, attempts: usize) -> Duration {
+        if !self.streaming || attempts < MAX_ATTEMPTS {
+            return Duration::ZERO;
+        }
+        Duration::from_secs(attempts as u64).min(MAX_RETRY_BACKOFF)
+    }
+
+    /// How often a running bundle's progress is asked for: a quarter of the
+    /// timeout, between 100 ms and 10 s.
+    pub fn progress_interval(&self) -> Option<Duration> {
+        self.element_processing_timeout
+            .map(|t| (t / 4).clamp(Duration::from_millis(100), Duration::from_secs(10)))
+    }
+}
+
+/// A failed attempt: the message, and whether the attempt was stuck.
+enum Failure {
+    Error(String),
+    /// No progress for the element processing timeout; the message names
+    /// the transform.
+    Stuck(String),
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Self {
+        Failure::Error(e)
+    }
+}
+
+/// A duration the way a user writes it: `45s`, `2m`, `3m30s`, `250ms`.
+pub fn human_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs == 0 {
+        return format!("{}ms", d.as_millis());
+    }
+    match (secs / 60, secs % 60) {
+        (0, s) => format!("{s}s"),
+        (m, 0) => format!("{m}m"),
+        (m, s) => format!("{m}m{s}s"),
+    }
+}
+
 /// A job's SDK workers by environment; the engine's [`BundleProcessor`].
 #[derive(Clone)]
 pub struct JobWorkers {
@@ -82,38 +146,38 @@ struct Inner {
     fn_api: Arc<FnApi>,
     job_id: String,
     graph: Arc<StageGraph>,
-    workers: HashMap<String, Vec<Arc<Worker>>>,
+    harnesses: Arc<SdkHarnesses>,
     runtime: tokio::runtime::Handle,
     instruction_seq: Mutex<u64>,
     metrics: Arc<JobMetrics>,
     user_state: Arc<UserState>,
-    pick_lock: Mutex<()>,
-    worker_freed: tokio::sync::Notify,
+    policy: BundlePolicy,
 }
 
 impl JobWorkers {
-    /// Wraps started workers; bundle MonitoringInfos are added to `metrics`. Descriptor ids registered with `fn_api` must be
-    /// `descriptor_id(job_id, stage_id)`.
+    /// Runs bundles on the job's started SDK harnesses under `policy`;
+    /// bundle MonitoringInfos are added to `metrics`. Descriptor ids
+    /// registered with `fn_api` must be `descriptor_id(job_id, stage_id)`.
     pub fn new(
         fn_api: Arc<FnApi>,
         job_id: String,
         graph: Arc<StageGraph>,
-        workers: HashMap<String, Vec<Arc<Worker>>>,
+        harnesses: Arc<SdkHarnesses>,
         runtime: tokio::runtime::Handle,
         metrics: Arc<JobMetrics>,
+        policy: BundlePolicy,
     ) -> Self {
         JobWorkers {
             inner: Arc::new(Inner {
                 fn_api,
                 job_id,
                 graph,
-                workers,
+                harnesses,
                 runtime,
                 instruction_seq: Mutex::new(0),
                 metrics,
                 user_state: Arc::default(),
-                pick_lock: Mutex::new(()),
-                worker_freed: tokio::sync::Notify::new(),
+                policy,
             }),
         }
     }
@@ -121,6 +185,117 @@ impl JobWorkers {
     /// The descriptor id of stage `stage_id` of job `job_id`, unique across jobs.
     pub fn descriptor_id(job_id: &str, stage_id: &str) -> String {
         format!("{job_id}/{stage_id}")
+    }
+}
+
+/// One progress MonitoringInfo: URN, sorted labels, payload.
+type Signal = (String, Vec<(String, String)>, Vec<u8>);
+
+/// Progress of one running bundle, as Weir judges it for the element
+/// processing timeout. The signal is what moves when an element finishes:
+/// the SDK's element counts per PCollection (`beam:metric:element_count:v1`),
+/// sampled byte sizes and SDF work completed, from `ProcessBundleProgress`
+/// responses, and the output bytes the runner has received for the bundle.
+/// Execution-time metrics grow while an element is stuck and are left out of
+/// the signal; the transform whose `process_bundle_msecs` grew most since
+/// the last movement is the one named as stuck.
+#[derive(Debug)]
+pub struct Progress {
+    /// The progress infos and output bytes at the last observation.
+    last_signal: Option<(Vec<Signal>, usize)>,
+    last_change: std::time::Instant,
+    msecs_at_change: HashMap<String, u64>,
+    msecs_now: HashMap<String, u64>,
+}
+
+const PROGRESS_URNS: &[&str] = &[
+    weir_proto::urns::monitoring::ELEMENT_COUNT,
+    "beam:metric:sampled_byte_size:v1",
+    "beam:metric:ptransform_progress:completed:v1",
+];
+const PROCESS_MSECS_URN: &str = "beam:metric:pardo_execution_time:process_bundle_msecs:v1";
+
+impl Progress {
+    /// A bundle that started at `start` (no progress seen yet).
+    pub fn new(start: std::time::Instant) -> Self {
+        Progress {
+            last_signal: None,
+            last_change: start,
+            msecs_at_change: HashMap::new(),
+            msecs_now: HashMap::new(),
+        }
+    }
+
+    /// Records one observation at `now`: the progress response's
+    /// MonitoringInfos (`None` when the SDK did not answer) and the output
+    /// bytes received so far.
+    pub fn observe(
+        &mut self,
+        now: std::time::Instant,
+        infos: Option<&[beam::MonitoringInfo]>,
+        output_bytes: usize,
+    ) {
+        let mut signal = vec![];
+        if let Some(infos) = infos {
+            for i in infos {
+                if PROGRESS_URNS.contains(&i.urn.as_str()) {
+                    let mut labels: Vec<(String, String)> = i
+                        .labels
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    labels.sort();
+                    signal.push((i.urn.clone(), labels, i.payload.clone()));
+                } else if i.urn == PROCESS_MSECS_URN {
+                    if let (Some(t), Ok(ms)) = (
+                        i.labels.get("PTRANSFORM"),
+                        prost::encoding::decode_varint(&mut i.payload.as_slice()),
+                    ) {
+                        self.msecs_now.insert(t.clone(), ms);
+                    }
+                }
+            }
+            signal.sort();
+        }
+        // Without an answer only the output bytes can show movement.
+        let signal = match (infos, &self.last_signal) {
+            (None, Some((previous, _))) => previous.clone(),
+            _ => signal,
+        };
+        let current = (signal, output_bytes);
+        let moved = match &self.last_signal {
+            // The first answer is movement when it shows any work done.
+            None => infos.is_some_and(|_| !current.0.is_empty()) || output_bytes > 0,
+            Some(previous) => *previous != current,
+        };
+        if moved {
+            self.last_change = now;
+            self.msecs_at_change = self.msecs_now.clone();
+        }
+        if infos.is_some() || moved {
+            self.last_signal = Some(current);
+        }
+    }
+
+    /// How long the progress has not moved, at `now`.
+    pub fn stalled_for(&self, now: std::time::Instant) -> Duration {
+        now.saturating_duration_since(self.last_change)
+    }
+
+    /// The transform id whose processing time grew most since the last
+    /// movement, if the SDK reports processing times.
+    pub fn busiest_transform(&self) -> Option<String> {
+        self.msecs_now
+            .iter()
+            .map(|(t, ms)| {
+                (
+                    ms.saturating_sub(*self.msecs_at_change.get(t).unwrap_or(&0)),
+                    t,
+                )
+            })
+            .filter(|(grew, _)| *grew > 0)
+            .max()
+            .map(|(_, t)| t.clone())
     }
 }
 
@@ -135,48 +310,17 @@ impl BundleProcessor for JobWorkers {
 }
 
 impl Inner {
-    /// A connected worker of `environment_id` with no bundle in flight, with
-    /// its in-flight count already raised (choice and count under one lock).
-    /// Waits while every worker is busy: one bundle per SDK process at a time
-    /// keeps CPU-bound SDKs (Python's GIL) from thrashing, and the queue of
-    /// waiting bundles is what lets an idle worker take split-off work.
-    async fn pick(&self, environment_id: &str) -> Result<Arc<Worker>, String> {
-        let workers = self
-            .workers
-            .get(environment_id)
-            .ok_or_else(|| format!("no SDK workers for environment {environment_id}"))?;
-        loop {
-            let freed = self.worker_freed.notified();
-            {
-                let _choosing = self.pick_lock.lock().unwrap_or_else(|p| p.into_inner());
-                let connected: Vec<&Arc<Worker>> =
-                    workers.iter().filter(|w| w.is_connected()).collect();
-                if connected.is_empty() {
-                    return Err(format!(
-                        "no connected SDK harness for environment {environment_id}"
-                    ));
-                }
-                if let Some(w) = connected
-                    .into_iter()
-                    .find(|w| w.in_flight.load(Ordering::Relaxed) < BUNDLES_PER_WORKER)
-                {
-                    w.in_flight.fetch_add(1, Ordering::Relaxed);
-                    return Ok(w.clone());
-                }
-            }
-            // Also wake up now and then, in case a worker died without finishing a bundle.
-            let _ = tokio::time::timeout(Duration::from_millis(200), freed).await;
-        }
-    }
-
-    /// Runs a bundle, retrying a failed attempt (up to [`MAX_ATTEMPTS`], as
-    /// Dataflow does in batch) on the least busy SDK worker. Outputs, timers,
-    /// user state and metrics of a failed attempt are discarded, so a retry
-    /// duplicates nothing. A bundle that already handed split-off work to the
-    /// engine is not retried (the retry would redo that work).
+    /// Runs a bundle, retrying a failed attempt on the least busy SDK
+    /// worker (a fresh one when its worker died or was stuck): up to
+    /// [`MAX_ATTEMPTS`] attempts in batch, without a cap in streaming, as
+    /// Dataflow does. Outputs, timers, user state and metrics of a failed
+    /// attempt are discarded, so a retry duplicates nothing. A bundle that
+    /// already handed split-off work to the engine is not retried (the
+    /// retry would redo that work).
     async fn run(&self, request: BundleRequest) -> Result<BundleResult, String> {
-        let mut errors = Vec::new();
-        for attempt in 1..=MAX_ATTEMPTS {
+        let mut attempts = 0;
+        let last = loop {
+            attempts += 1;
             let started = std::time::Instant::now();
             match self.attempt(&request).await {
                 Ok(r) => {
@@ -184,16 +328,21 @@ impl Inner {
                     return Ok(r);
                 }
                 Err((e, split_handed_over)) => {
-                    tracing::warn!(job = %self.job_id, stage = %request.stage_name, attempt, "bundle failed: {e}");
-                    errors.push(e);
-                    if split_handed_over {
-                        break;
+                    tracing::warn!(job = %self.job_id, stage = %request.stage_name, attempt = attempts, "bundle failed: {e}");
+                    if split_handed_over
+                        || !self.policy.retries_after(attempts)
+                        || self.harnesses.is_stopping()
+                    {
+                        break e;
                     }
+                    let pause = self.policy.backoff(attempts);
+                    if self.policy.streaming && attempts >= MAX_ATTEMPTS {
+                        tracing::warn!(job = %self.job_id, stage = %request.stage_name, "streaming: retrying a bundle that failed {attempts} times in {}", human_duration(pause));
+                    }
+                    tokio::time::sleep(pause).await;
                 }
             }
-        }
-        let attempts = errors.len();
-        let last = errors.pop().unwrap_or_default();
+        };
         Err(if attempts > 1 {
             format!("bundle failed {attempts} times; last error: {last}")
         } else {
@@ -210,6 +359,7 @@ impl Inner {
             ));
         };
         let worker = self
+            .harnesses
             .pick(&stage.environment_id)
             .await
             .map_err(|e| (e, false))?;
@@ -250,8 +400,20 @@ impl Inner {
         let result = self
             .exchange(&worker, &instruction_id, request, stage, &bundle, sinks)
             .await;
-        worker.in_flight.fetch_sub(1, Ordering::Relaxed);
-        self.worker_freed.notify_waiters();
+        self.harnesses.release(&worker);
+        let result = result.map_err(|f| match f {
+            Failure::Error(e) => e,
+            Failure::Stuck(what) => {
+                // Dataflow restarts the SDK harness of a stuck element.
+                self.harnesses.replace(
+                    &stage.environment_id,
+                    &worker,
+                    what.clone(),
+                    Duration::ZERO,
+                );
+                format!("SDK harness {} {what}; it was restarted", worker.id)
+            }
+        });
         self.fn_api
             .bundles
             .lock()
@@ -266,23 +428,15 @@ impl Inner {
         }
     }
 
-    /// True when some other connected worker of `env` has no bundle in flight.
-    fn idle_worker(&self, env: &str, busy: &Worker) -> bool {
-        self.workers
-            .get(env)
-            .map(|ws| {
-                ws.iter().any(|w| {
-                    w.id != busy.id && w.is_connected() && w.in_flight.load(Ordering::Relaxed) == 0
-                })
-            })
-            .unwrap_or(false)
-    }
-
-    /// Waits for the bundle's response. Meanwhile, for a splittable stage
-    /// whose bundle holds one element, asks the SDK to split the rest of the
-    /// element in half whenever another SDK worker sits idle
-    /// (`ProcessBundleSplitRequest`, fraction_of_remainder 0.5), and hands the
-    /// residuals to the engine at once so the idle worker takes them.
+    /// Waits for the bundle's response, meanwhile:
+    /// * for a splittable stage whose bundle holds one element, asks the SDK
+    ///   to split the rest of the element in half whenever another SDK worker
+    ///   sits idle (`ProcessBundleSplitRequest`, fraction_of_remainder 0.5),
+    ///   and hands the residuals to the engine at once so the idle worker
+    ///   takes them;
+    /// * with an element processing timeout, watches the bundle's progress
+    ///   ([`Progress`]) and gives up on it ([`Failure::Stuck`]) when the
+    ///   progress has not moved for the timeout.
     async fn await_response(
         &self,
         worker: &Worker,
@@ -291,62 +445,207 @@ impl Inner {
         stage: &weir_plan::SdkStage,
         bundle: &BundleState,
         mut response: tokio::sync::oneshot::Receiver<beam::InstructionResponse>,
-    ) -> Result<beam::InstructionResponse, String> {
-        let gone = || format!("SDK harness {} went away", worker.id);
-        if !stage.splittable || request.input.len() != 1 {
-            return response.await.map_err(|_| gone());
-        }
+    ) -> Result<beam::InstructionResponse, Failure> {
+        let gone = || Failure::Error(format!("SDK harness {} went away", worker.id));
+        let splittable = stage.splittable && request.input.len() == 1;
+        let progress_every = self.policy.progress_interval();
+        let (Some(timeout), Some(progress_every)) =
+            (self.policy.element_processing_timeout, progress_every)
+        else {
+            if !splittable {
+                return response.await.map_err(|_| gone());
+            }
+            return self
+                .split_while_waiting(worker, instruction_id, request, stage, bundle, response)
+                .await;
+        };
+        let tick = if splittable {
+            progress_every.min(SPLIT_CHECK_INTERVAL)
+        } else {
+            progress_every
+        };
+        let mut progress = Progress::new(std::time::Instant::now());
+        let mut last_poll = std::time::Instant::now();
+        let mut polls = 0u32;
         let mut splits = 0u32;
         loop {
             tokio::select! {
                 r = &mut response => return r.map_err(|_| gone()),
-                _ = tokio::time::sleep(SPLIT_CHECK_INTERVAL) => {}
+                _ = tokio::time::sleep(tick) => {}
             }
-            if splits >= MAX_SPLITS_PER_BUNDLE || !self.idle_worker(&stage.environment_id, worker) {
+            if splittable {
+                splits = self
+                    .maybe_split(worker, instruction_id, request, stage, bundle, splits)
+                    .await?;
+            }
+            if last_poll.elapsed() < progress_every {
                 continue;
             }
-            splits += 1;
-            let split = worker.send(beam::InstructionRequest {
-                instruction_id: format!("{instruction_id}-split-{splits}"),
-                request: Some(beam::instruction_request::Request::ProcessBundleSplit(
-                    beam::ProcessBundleSplitRequest {
-                        instruction_id: instruction_id.to_string(),
-                        desired_splits: [(
-                            stage.input_transform_id.clone(),
-                            beam::process_bundle_split_request::DesiredSplit {
-                                fraction_of_remainder: 0.5,
-                                allowed_split_points: vec![],
-                                estimated_input_elements: 1,
-                            },
-                        )]
-                        .into_iter()
-                        .collect(),
-                    },
-                )),
-            })?;
-            let Ok(split) = split.await else {
-                return Err(gone());
-            };
-            let Some(beam::instruction_response::Response::ProcessBundleSplit(split)) =
-                split.response
-            else {
-                continue; // the bundle finished first, or the SDK declined
-            };
-            let mut residuals = residual_elements(split.residual_roots, stage)?.elements;
-            // A split at the element boundary leaves the (single) input element
-            // to the runner: schedule it again as a whole.
-            let element_returned = split.channel_splits.iter().any(|c| {
-                c.transform_id == stage.input_transform_id && c.first_residual_element == 0
-            });
-            if element_returned {
-                residuals.push(request.input[0].clone());
-            }
-            if !residuals.is_empty() {
-                tracing::info!(worker = %worker.id, bundle = %instruction_id, "split off {} residual(s)", residuals.len());
-                bundle.split_handed_over.store(true, Ordering::Relaxed);
-                (request.on_split)(residuals);
+            last_poll = std::time::Instant::now();
+            polls += 1;
+            let infos = self
+                .poll_progress(worker, instruction_id, polls, progress_every)
+                .await;
+            let received = bundle
+                .outputs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .0
+                .iter()
+                .map(Vec::len)
+                .sum();
+            let now = std::time::Instant::now();
+            progress.observe(now, infos.as_deref(), received);
+            if progress.stalled_for(now) >= timeout {
+                let transform = progress
+                    .busiest_transform()
+                    .and_then(|id| self.transform_name(&request.stage_id, &id))
+                    .unwrap_or_else(|| request.stage_name.clone());
+                return Err(Failure::Stuck(format!(
+                    "was stuck: an element of transform {transform} made no progress for {} (element processing timeout {})",
+                    human_duration(progress.stalled_for(now)),
+                    human_duration(timeout)
+                )));
             }
         }
+    }
+
+    /// The user's name of transform `id` in stage `stage_id`'s descriptor.
+    fn transform_name(&self, stage_id: &str, id: &str) -> Option<String> {
+        let d = self
+            .fn_api
+            .descriptor(&JobWorkers::descriptor_id(&self.job_id, stage_id))?;
+        d.transforms
+            .get(id)
+            .map(|t| t.unique_name.clone())
+            .filter(|n| !n.is_empty())
+    }
+
+    /// Asks for the bundle's progress; `None` when the SDK did not answer
+    /// within `wait` or answered with an error.
+    async fn poll_progress(
+        &self,
+        worker: &Worker,
+        instruction_id: &str,
+        n: u32,
+        wait: Duration,
+    ) -> Option<Vec<beam::MonitoringInfo>> {
+        let id = format!("{instruction_id}-progress-{n}");
+        let rx = worker
+            .send(beam::InstructionRequest {
+                instruction_id: id.clone(),
+                request: Some(beam::instruction_request::Request::ProcessBundleProgress(
+                    beam::ProcessBundleProgressRequest {
+                        instruction_id: instruction_id.to_string(),
+                    },
+                )),
+            })
+            .ok()?;
+        match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(r)) if r.error.is_empty() => match r.response {
+                Some(beam::instruction_response::Response::ProcessBundleProgress(p)) => {
+                    Some(p.monitoring_infos)
+                }
+                _ => None,
+            },
+            Ok(_) => None,
+            Err(_) => {
+                worker
+                    .pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+                None
+            }
+        }
+    }
+
+    /// Waits for the response of a splittable bundle, splitting it for idle workers.
+    async fn split_while_waiting(
+        &self,
+        worker: &Worker,
+        instruction_id: &str,
+        request: &BundleRequest,
+        stage: &weir_plan::SdkStage,
+        bundle: &BundleState,
+        mut response: tokio::sync::oneshot::Receiver<beam::InstructionResponse>,
+    ) -> Result<beam::InstructionResponse, Failure> {
+        let mut splits = 0u32;
+        loop {
+            tokio::select! {
+                r = &mut response => return r.map_err(|_| Failure::Error(format!("SDK harness {} went away", worker.id))),
+                _ = tokio::time::sleep(SPLIT_CHECK_INTERVAL) => {}
+            }
+            splits = self
+                .maybe_split(worker, instruction_id, request, stage, bundle, splits)
+                .await?;
+        }
+    }
+
+    /// Splits the running bundle in half when another worker is idle and
+    /// fewer than [`MAX_SPLITS_PER_BUNDLE`] splits were asked; returns the
+    /// number of splits asked so far.
+    async fn maybe_split(
+        &self,
+        worker: &Worker,
+        instruction_id: &str,
+        request: &BundleRequest,
+        stage: &weir_plan::SdkStage,
+        bundle: &BundleState,
+        mut splits: u32,
+    ) -> Result<u32, Failure> {
+        if splits >= MAX_SPLITS_PER_BUNDLE
+            || !self
+                .harnesses
+                .has_idle_worker(&stage.environment_id, &worker.id)
+        {
+            return Ok(splits);
+        }
+        splits += 1;
+        let split = worker.send(beam::InstructionRequest {
+            instruction_id: format!("{instruction_id}-split-{splits}"),
+            request: Some(beam::instruction_request::Request::ProcessBundleSplit(
+                beam::ProcessBundleSplitRequest {
+                    instruction_id: instruction_id.to_string(),
+                    desired_splits: [(
+                        stage.input_transform_id.clone(),
+                        beam::process_bundle_split_request::DesiredSplit {
+                            fraction_of_remainder: 0.5,
+                            allowed_split_points: vec![],
+                            estimated_input_elements: 1,
+                        },
+                    )]
+                    .into_iter()
+                    .collect(),
+                },
+            )),
+        })?;
+        let Ok(split) = split.await else {
+            return Err(Failure::Error(format!(
+                "SDK harness {} went away",
+                worker.id
+            )));
+        };
+        let Some(beam::instruction_response::Response::ProcessBundleSplit(split)) = split.response
+        else {
+            return Ok(splits); // the bundle finished first, or the SDK declined
+        };
+        let mut residuals = residual_elements(split.residual_roots, stage)?.elements;
+        // A split at the element boundary leaves the (single) input element
+        // to the runner: schedule it again as a whole.
+        let element_returned = split
+            .channel_splits
+            .iter()
+            .any(|c| c.transform_id == stage.input_transform_id && c.first_residual_element == 0);
+        if element_returned {
+            residuals.push(request.input[0].clone());
+        }
+        if !residuals.is_empty() {
+            tracing::info!(worker = %worker.id, bundle = %instruction_id, "split off {} residual(s)", residuals.len());
+            bundle.split_handed_over.store(true, Ordering::Relaxed);
+            (request.on_split)(residuals);
+        }
+        Ok(splits)
     }
 
     async fn exchange(
@@ -357,7 +656,7 @@ impl Inner {
         stage: &weir_plan::SdkStage,
         bundle: &BundleState,
         sinks: usize,
-    ) -> Result<BundleResult, String> {
+    ) -> Result<BundleResult, Failure> {
         let response = worker.send(beam::InstructionRequest {
             instruction_id: instruction_id.to_string(),
             request: Some(beam::instruction_request::Request::ProcessBundle(
@@ -385,10 +684,7 @@ impl Inner {
             .await
             .is_err()
         {
-            return Err(format!(
-                "SDK harness {} never opened its data stream",
-                worker.id
-            ));
+            return Err(format!("SDK harness {} never opened its data stream", worker.id).into());
         }
         // Whole elements only in each Data message, about DATA_CHUNK_BYTES each.
         let mut chunk = Vec::new();
@@ -449,14 +745,15 @@ impl Inner {
             .await_response(worker, instruction_id, request, stage, bundle, response)
             .await?;
         if !response.error.is_empty() {
-            return Err(response.error);
+            return Err(response.error.into());
         }
         let Some(beam::instruction_response::Response::ProcessBundle(pb)) = response.response
         else {
             return Err(format!(
                 "SDK harness {} answered a bundle with something else",
                 worker.id
-            ));
+            )
+            .into());
         };
         // Wait for every sink's is_last (the data stream may lag the control stream).
         loop {
@@ -471,7 +768,8 @@ impl Inner {
                 return Err(format!(
                     "SDK harness {} never finished sending outputs of bundle {instruction_id}",
                     worker.id
-                ));
+                )
+                .into());
             }
         }
         let residuals = residual_elements(pb.residual_roots, stage)?;
@@ -501,7 +799,8 @@ impl Inner {
                     return Err(format!(
                         "SDK harness {} went away during bundle finalization",
                         worker.id
-                    ))
+                    )
+                    .into())
                 }
             }
         }
@@ -515,5 +814,134 @@ impl Inner {
             residual_watermark: residuals.watermark,
             timers,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn info(urn: &str, label: (&str, &str), value: u64) -> beam::MonitoringInfo {
+        let mut payload = vec![];
+        prost::encoding::encode_varint(value, &mut payload);
+        beam::MonitoringInfo {
+            urn: urn.to_string(),
+            labels: [(label.0.to_string(), label.1.to_string())]
+                .into_iter()
+                .collect(),
+            payload,
+            ..Default::default()
+        }
+    }
+
+    fn count(pcoll: &str, n: u64) -> beam::MonitoringInfo {
+        info(
+            weir_proto::urns::monitoring::ELEMENT_COUNT,
+            ("PCOLLECTION", pcoll),
+            n,
+        )
+    }
+
+    fn msecs(transform: &str, n: u64) -> beam::MonitoringInfo {
+        info(PROCESS_MSECS_URN, ("PTRANSFORM", transform), n)
+    }
+
+    #[test]
+    fn progress_moves_with_element_counts_and_output_not_with_time() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut p = Progress::new(t0);
+        p.observe(
+            at(1),
+            Some(&[count("in", 1), msecs("a", 10), msecs("b", 5)]),
+            0,
+        );
+        assert_eq!(
+            p.stalled_for(at(1)),
+            Duration::ZERO,
+            "first answer shows work done"
+        );
+        // Only processing time grows: no progress; b is the busy transform.
+        p.observe(
+            at(2),
+            Some(&[count("in", 1), msecs("a", 10), msecs("b", 900)]),
+            0,
+        );
+        p.observe(
+            at(4),
+            Some(&[count("in", 1), msecs("a", 10), msecs("b", 2900)]),
+            0,
+        );
+        assert_eq!(p.stalled_for(at(4)), Duration::from_secs(3));
+        assert_eq!(p.busiest_transform().as_deref(), Some("b"));
+        // No answer at all is no progress either.
+        p.observe(at(5), None, 0);
+        assert_eq!(p.stalled_for(at(5)), Duration::from_secs(4));
+        // Output bytes received move it, answer or not.
+        p.observe(at(6), None, 100);
+        assert_eq!(p.stalled_for(at(7)), Duration::from_secs(1));
+        // So does a new element count.
+        p.observe(
+            at(8),
+            Some(&[count("in", 2), msecs("a", 10), msecs("b", 3000)]),
+            100,
+        );
+        assert_eq!(p.stalled_for(at(8)), Duration::ZERO);
+        assert_eq!(
+            p.busiest_transform(),
+            None,
+            "nothing grew since the movement"
+        );
+    }
+
+    #[test]
+    fn stuck_from_the_start_counts_from_the_bundle_start() {
+        let t0 = Instant::now();
+        let mut p = Progress::new(t0);
+        p.observe(t0 + Duration::from_secs(2), Some(&[]), 0);
+        p.observe(t0 + Duration::from_secs(4), Some(&[]), 0);
+        assert_eq!(
+            p.stalled_for(t0 + Duration::from_secs(4)),
+            Duration::from_secs(4)
+        );
+    }
+
+    #[test]
+    fn batch_caps_attempts_and_streaming_does_not() {
+        let batch = BundlePolicy::default();
+        assert!(batch.retries_after(1) && batch.retries_after(3));
+        assert!(!batch.retries_after(MAX_ATTEMPTS));
+        assert_eq!(batch.backoff(3), Duration::ZERO);
+        let streaming = BundlePolicy {
+            streaming: true,
+            ..Default::default()
+        };
+        assert!(streaming.retries_after(MAX_ATTEMPTS) && streaming.retries_after(1000));
+        assert_eq!(streaming.backoff(2), Duration::ZERO);
+        assert_eq!(streaming.backoff(5), Duration::from_secs(5));
+        assert_eq!(streaming.backoff(1000), MAX_RETRY_BACKOFF);
+    }
+
+    #[test]
+    fn progress_is_polled_four_times_per_timeout_within_bounds() {
+        let every = |secs| {
+            BundlePolicy {
+                element_processing_timeout: Some(Duration::from_secs(secs)),
+                ..Default::default()
+            }
+            .progress_interval()
+        };
+        assert_eq!(every(3), Some(Duration::from_millis(750)));
+        assert_eq!(every(180), Some(Duration::from_secs(10)));
+        assert_eq!(BundlePolicy::default().progress_interval(), None);
+    }
+
+    #[test]
+    fn durations_read_like_go_durations() {
+        assert_eq!(human_duration(Duration::from_secs(3)), "3s");
+        assert_eq!(human_duration(Duration::from_secs(180)), "3m");
+        assert_eq!(human_duration(Duration::from_secs(210)), "3m30s");
+        assert_eq!(human_duration(Duration::from_millis(250)), "250ms");
     }
 }

@@ -3,28 +3,19 @@
 
 use std::collections::HashMap;
 use std::process::Stdio;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use prost::Message;
 use tokio::io::AsyncBufReadExt;
 use weir_proto::{beam, urns, MAX_GRPC_MESSAGE_BYTES};
 
-use crate::registry::{FnApi, LogSink, Worker};
+use crate::registry::{FnApi, LogSink, Worker, WorkerLog};
 use crate::{HarnessError, Result};
 
 /// How long SDK harnesses get to dial the control service after being started.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// The SDK workers of one job, and what it takes to stop them.
-pub struct StartedWorkers {
-    /// Workers by environment id.
-    pub workers: HashMap<String, Vec<Arc<Worker>>>,
-    children: Vec<tokio::process::Child>,
-    pool_workers: Vec<(String, String)>,
-    /// Semi-persistent folders of PROCESS workers, removed at stop.
-    dirs: Vec<std::path::PathBuf>,
-}
 
 /// The semi-persistent folder (artifacts, pickled main session) of a PROCESS worker.
 fn worker_dir(worker_id: &str) -> std::path::PathBuf {
@@ -101,167 +92,539 @@ fn forward_output<R: tokio::io::AsyncRead + Unpin + Send + 'static>(reader: R, w
     });
 }
 
-/// Starts `per_environment` SDK harnesses for each environment and waits until
-/// they have all dialed the control service.
+/// How often the autoscaler looks at the backlog.
+pub const AUTOSCALE_INTERVAL: Duration = Duration::from_secs(1);
+/// How long an SDK harness must sit idle before the autoscaler stops it.
+pub const AUTOSCALE_IDLE: Duration = Duration::from_secs(5);
+/// How long a dead SDK process gets to report its exit status.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+/// How the job's SDK harness count is managed (Dataflow's
+/// `autoscaling_algorithm`, applied per environment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scaling {
+    /// A fixed number of SDK harnesses per environment (`NONE`, or no algorithm).
+    Fixed(usize),
+    /// `THROUGHPUT_BASED`: between `min` and `max` SDK harnesses per
+    /// environment, more while bundles wait for a free one, fewer when some
+    /// sit idle for [`AUTOSCALE_IDLE`].
+    ThroughputBased { min: usize, max: usize },
+}
+
+impl Scaling {
+    /// SDK harnesses each environment starts with.
+    pub fn initial(&self) -> usize {
+        match *self {
+            Scaling::Fixed(n) => n.max(1),
+            Scaling::ThroughputBased { min, .. } => min.max(1),
+        }
+    }
+}
+
+/// How one SDK harness was started, so it can be stopped.
+enum Handle {
+    /// PROCESS or DOCKER: the child process and its semi-persistent folder.
+    Process {
+        child: tokio::process::Child,
+        dir: Option<std::path::PathBuf>,
+    },
+    /// EXTERNAL / LOOPBACK: the worker pool that started it.
+    Pool { endpoint: String },
+}
+
+#[derive(Default)]
+struct Pool {
+    /// Workers by environment id that take bundles: connected, or dead and
+    /// about to be replaced by their watcher.
+    workers: HashMap<String, Vec<Arc<Worker>>>,
+    /// Replacements and scale-ups being started, by environment id.
+    starting: HashMap<String, usize>,
+    /// Bundles waiting for a free worker, by environment id (the backlog).
+    waiting: HashMap<String, usize>,
+    /// When each worker last finished a bundle (or joined), by worker id.
+    last_busy: HashMap<String, Instant>,
+    /// How each worker was started, by worker id.
+    handles: HashMap<String, Handle>,
+}
+
+/// The SDK harnesses of one job, looked after the way Dataflow's runner
+/// harness looks after its SDK processes: a harness that dies is replaced
+/// (a fresh worker id, started the way its environment says), a stuck one
+/// can be restarted ([`SdkHarnesses::replace`]), and under
+/// [`Scaling::ThroughputBased`] the count follows the backlog. Every change
+/// goes to the job's messages through its [`LogSink`].
+pub struct SdkHarnesses {
+    fn_api: Arc<FnApi>,
+    job_id: String,
+    environments: HashMap<String, beam::Environment>,
+    provision: beam::ProvisionInfo,
+    log: LogSink,
+    bundles_per_worker: usize,
+    pool: Mutex<Pool>,
+    changed: tokio::sync::Notify,
+    stopping: AtomicBool,
+}
+
+/// Starts `scaling.initial()` SDK harnesses for each environment, waits until
+/// they have all dialed the control service, and starts looking after them.
+/// Each harness is sent at most `bundles_per_worker` bundles at a time.
 ///
 /// # Errors
 /// [`HarnessError::Environment`] when one cannot be started,
-/// [`HarnessError::ConnectTimeout`] when one does not connect in time.
+/// [`HarnessError::ConnectTimeout`] when one does not connect in time; the
+/// ones already started are stopped.
 pub async fn start(
     fn_api: &Arc<FnApi>,
     job_id: &str,
     environments: &HashMap<String, beam::Environment>,
-    per_environment: usize,
+    scaling: Scaling,
+    bundles_per_worker: usize,
     provision: &beam::ProvisionInfo,
     log: LogSink,
-) -> Result<StartedWorkers> {
-    let url = fn_api.url.clone();
-    let mut started = StartedWorkers {
-        workers: HashMap::new(),
-        children: vec![],
-        pool_workers: vec![],
-        dirs: vec![],
-    };
-    let mut env_ids: Vec<_> = environments.keys().cloned().collect();
-    env_ids.sort();
-    for env_id in env_ids {
-        let env = &environments[&env_id];
-        validate(&env_id, env)?;
-        for _ in 0..per_environment.max(1) {
-            let worker_id = fn_api.fresh_id(&format!("{job_id}-worker-"));
-            let mut info = provision.clone();
-            info.logging_endpoint = descriptor(&url);
-            info.artifact_endpoint = descriptor(&url);
-            info.control_endpoint = descriptor(&url);
-            info.dependencies = env.dependencies.clone();
-            let worker =
-                fn_api.add_worker(worker_id.clone(), job_id.to_string(), info, log.clone());
-            started
-                .workers
-                .entry(env_id.clone())
+) -> Result<Arc<SdkHarnesses>> {
+    for (env_id, env) in environments {
+        validate(env_id, env)?;
+    }
+    let harnesses = Arc::new(SdkHarnesses {
+        fn_api: fn_api.clone(),
+        job_id: job_id.to_string(),
+        environments: environments.clone(),
+        provision: provision.clone(),
+        log,
+        bundles_per_worker: bundles_per_worker.max(1),
+        pool: Mutex::default(),
+        changed: tokio::sync::Notify::new(),
+        stopping: AtomicBool::new(false),
+    });
+    match harnesses.start_initial(scaling.initial()).await {
+        Ok(()) => {
+            if let Scaling::ThroughputBased { min, max } = scaling {
+                harnesses.autoscale(min.max(1), max.max(min).max(1));
+            }
+            Ok(harnesses)
+        }
+        Err(e) => {
+            harnesses.stop().await;
+            Err(e)
+        }
+    }
+}
+
+impl SdkHarnesses {
+    fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
+        self.pool.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn start_initial(self: &Arc<Self>, per_environment: usize) -> Result<()> {
+        let mut env_ids: Vec<_> = self.environments.keys().cloned().collect();
+        env_ids.sort();
+        let mut started = vec![];
+        for env_id in env_ids {
+            for _ in 0..per_environment {
+                started.push((env_id.clone(), self.launch(&env_id).await?));
+            }
+        }
+        for (_, w) in &started {
+            wait_connected(w).await?;
+        }
+        for (env_id, w) in started {
+            self.join(&env_id, w);
+        }
+        Ok(())
+    }
+
+    /// Adds a connected worker to the pool and watches it for death.
+    fn join(self: &Arc<Self>, env_id: &str, worker: Arc<Worker>) {
+        {
+            let mut pool = self.pool();
+            pool.last_busy.insert(worker.id.clone(), Instant::now());
+            pool.workers
+                .entry(env_id.to_string())
                 .or_default()
-                .push(worker);
-            let flags = vec![
-                format!("--id={worker_id}"),
-                format!("--provision_endpoint={url}"),
-                format!("--logging_endpoint={url}"),
-                format!("--artifact_endpoint={url}"),
-                format!("--control_endpoint={url}"),
-            ];
-            match env.urn.as_str() {
-                urns::env::EXTERNAL => {
-                    let p = beam::ExternalPayload::decode(env.payload.as_slice())
-                        .map_err(|e| env_error(&env_id, &env.urn, e.to_string()))?;
-                    let pool = p.endpoint.map(|e| e.url).unwrap_or_default();
-                    let addr = weir_proto::grpc_uri(&pool);
-                    let mut client = beam::beam_fn_external_worker_pool_client::BeamFnExternalWorkerPoolClient::connect(addr)
-                        .await
-                        .map_err(|e| env_error(&env_id, &env.urn, format!("cannot reach worker pool {pool}: {e}")))?
-                        .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
-                        .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
-                    let resp = client
-                        .start_worker(beam::StartWorkerRequest {
-                            worker_id: worker_id.clone(),
-                            control_endpoint: descriptor(&url),
-                            logging_endpoint: descriptor(&url),
-                            artifact_endpoint: descriptor(&url),
-                            provision_endpoint: descriptor(&url),
-                            params: p.params.clone(),
-                        })
-                        .await
-                        .map_err(|e| {
-                            env_error(
-                                &env_id,
-                                &env.urn,
-                                format!("StartWorker on {pool} failed: {e}"),
-                            )
-                        })?
-                        .into_inner();
-                    if !resp.error.is_empty() {
-                        return Err(env_error(
-                            &env_id,
-                            &env.urn,
-                            format!("worker pool {pool}: {}", resp.error),
-                        ));
-                    }
-                    started.pool_workers.push((pool, worker_id.clone()));
+                .push(worker.clone());
+        }
+        self.changed.notify_waiters();
+        let this = self.clone();
+        let env_id = env_id.to_string();
+        tokio::spawn(async move {
+            let mut rx = worker.connected.subscribe();
+            if rx.wait_for(|c| !*c).await.is_err() || this.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            let why = worker
+                .disconnect_reason
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+                .unwrap_or_else(|| "control stream closed".into());
+            this.replace(&env_id, &worker, format!("died ({why})"), EXIT_GRACE);
+        });
+    }
+
+    /// Starts one SDK harness of `env_id` (without waiting for it to connect).
+    async fn launch(&self, env_id: &str) -> Result<Arc<Worker>> {
+        let env = &self.environments[env_id];
+        let url = self.fn_api.url.clone();
+        let worker_id = self.fn_api.fresh_id(&format!("{}-worker-", self.job_id));
+        let mut info = self.provision.clone();
+        info.logging_endpoint = descriptor(&url);
+        info.artifact_endpoint = descriptor(&url);
+        info.control_endpoint = descriptor(&url);
+        info.dependencies = env.dependencies.clone();
+        let worker = self.fn_api.add_worker(
+            worker_id.clone(),
+            self.job_id.clone(),
+            info,
+            self.log.clone(),
+        );
+        match spawn_harness(env_id, env, &worker_id, &url).await {
+            Ok(handle) => {
+                let mut pool = self.pool();
+                if self.stopping.load(Ordering::SeqCst) {
+                    drop(pool);
+                    self.fn_api.remove_worker(&worker_id);
+                    stop_handle_of(handle, &worker_id, Duration::ZERO).await;
+                    return Err(env_error(env_id, &env.urn, "the job is stopping"));
                 }
-                urns::env::PROCESS | urns::env::DOCKER => {
-                    let (program, args, envs) = if env.urn == urns::env::PROCESS {
-                        let p = beam::ProcessPayload::decode(env.payload.as_slice())
-                            .map_err(|e| env_error(&env_id, &env.urn, e.to_string()))?;
-                        let mut words = p.command.split_whitespace().map(str::to_string);
-                        let program = words.next().unwrap_or_default();
-                        let mut args: Vec<String> = words.collect();
-                        args.extend(flags.clone());
-                        let dir = worker_dir(&worker_id);
-                        args.push(format!("--semi_persistent_directory={}", dir.display()));
-                        started.dirs.push(dir);
-                        (program, args, p.env)
-                    } else {
-                        let p = beam::DockerPayload::decode(env.payload.as_slice())
-                            .map_err(|e| env_error(&env_id, &env.urn, e.to_string()))?;
-                        let mut args = vec![
-                            "run".into(),
-                            "--rm".into(),
-                            "--network=host".into(),
-                            p.container_image,
-                        ];
-                        args.extend(flags.clone());
-                        ("docker".to_string(), args, HashMap::new())
-                    };
-                    let mut child = tokio::process::Command::new(&program)
-                        .args(&args)
-                        .envs(envs)
-                        .stdin(Stdio::null())
-                        .stdout(Stdio::piped())
-                        .stderr(Stdio::piped())
-                        .kill_on_drop(true)
-                        .spawn()
-                        .map_err(|e| {
-                            env_error(&env_id, &env.urn, format!("cannot start {program:?}: {e}"))
-                        })?;
-                    if let Some(out) = child.stdout.take() {
-                        forward_output(out, worker_id.clone());
-                    }
-                    if let Some(err) = child.stderr.take() {
-                        forward_output(err, worker_id.clone());
-                    }
-                    started.children.push(child);
-                }
-                other => return Err(env_error(&env_id, other, "unsupported environment type")),
+                pool.handles.insert(worker_id, handle);
+                Ok(worker)
+            }
+            Err(e) => {
+                self.fn_api.remove_worker(&worker_id);
+                Err(e)
             }
         }
     }
-    for workers in started.workers.values() {
-        for w in workers {
-            let mut rx = w.connected.subscribe();
-            if tokio::time::timeout(CONNECT_TIMEOUT, rx.wait_for(|c| *c))
-                .await
-                .is_err()
+
+    /// Forgets a worker and stops its process (or asks its pool to);
+    /// returns how the process ended when it did so within `grace`.
+    async fn stop_worker(&self, worker: &Worker, grace: Duration) -> Option<String> {
+        self.fn_api.remove_worker(&worker.id);
+        let handle = {
+            let mut pool = self.pool();
+            pool.last_busy.remove(&worker.id);
+            pool.handles.remove(&worker.id)
+        };
+        match handle {
+            Some(h) => stop_handle_of(h, &worker.id, grace).await,
+            None => None,
+        }
+    }
+
+    /// Takes `worker` of `env_id` out of the pool and starts a replacement
+    /// (returns at once; a bundle waiting for a worker waits for it). `what`
+    /// says what happened to it for the job's messages ("died (...)"). The
+    /// old harness is stopped: given `grace` to exit on its own, then
+    /// killed. Does nothing when the worker already left the pool.
+    pub fn replace(
+        self: &Arc<Self>,
+        env_id: &str,
+        worker: &Arc<Worker>,
+        what: String,
+        grace: Duration,
+    ) {
+        {
+            let mut pool = self.pool();
+            let Some(ws) = pool.workers.get_mut(env_id) else {
+                return;
+            };
+            let Some(i) = ws.iter().position(|w| w.id == worker.id) else {
+                return;
+            };
+            ws.remove(i);
+            *pool.starting.entry(env_id.to_string()).or_default() += 1;
+        }
+        if !self.stopping.load(Ordering::SeqCst) {
+            tracing::warn!(job = %self.job_id, worker = %worker.id, "SDK harness {what}; restarting it");
+            (self.log)(
+                WorkerLog::Warning,
+                format!("SDK harness {} {what}; restarting it", worker.id),
+            );
+        }
+        let this = self.clone();
+        let (env_id, worker) = (env_id.to_string(), worker.clone());
+        tokio::spawn(async move {
+            let exit = this.stop_worker(&worker, grace).await;
+            let what = match exit {
+                Some(status) => format!("{what}, exit status {status}"),
+                None => what,
+            };
+            if this.stopping.load(Ordering::SeqCst) {
+                this.done_starting(&env_id);
+                return;
+            }
+            match this.start_one(&env_id).await {
+                Ok(new) => (this.log)(
+                    WorkerLog::Warning,
+                    format!("SDK harness {} {what}; restarted as {}", worker.id, new.id),
+                ),
+                Err(e) => (this.log)(
+                    WorkerLog::Error,
+                    format!(
+                        "SDK harness {} {what}; restarting it failed: {e}",
+                        worker.id
+                    ),
+                ),
+            }
+        });
+    }
+
+    /// Starts one more worker of `env_id` whose start is already counted in
+    /// `starting`; adds it to the pool once connected.
+    async fn start_one(self: &Arc<Self>, env_id: &str) -> Result<Arc<Worker>> {
+        let started = async {
+            let w = self.launch(env_id).await?;
+            if let Err(e) = wait_connected(&w).await {
+                self.stop_worker(&w, Duration::ZERO).await;
+                return Err(e);
+            }
+            Ok(w)
+        }
+        .await;
+        if let Ok(w) = &started {
+            self.join(env_id, w.clone());
+        }
+        self.done_starting(env_id);
+        started
+    }
+
+    fn done_starting(&self, env_id: &str) {
+        if let Some(n) = self.pool().starting.get_mut(env_id) {
+            *n = n.saturating_sub(1);
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// A connected worker of `env_id` with fewer than `bundles_per_worker`
+    /// bundles in flight (the least busy), its in-flight count already
+    /// raised. Waits, counted in the backlog, while every worker is busy or
+    /// being replaced.
+    ///
+    /// # Errors
+    /// When the environment has no worker left and none is starting.
+    pub(crate) async fn pick(&self, env_id: &str) -> std::result::Result<Arc<Worker>, String> {
+        let mut counted = false;
+        loop {
+            let changed = self.changed.notified();
             {
-                return Err(HarnessError::ConnectTimeout {
-                    worker_id: w.id.clone(),
-                    seconds: CONNECT_TIMEOUT.as_secs(),
+                let mut pool = self.pool();
+                if self.is_stopping() {
+                    return Err(format!(
+                        "the SDK harnesses of job {} are stopped",
+                        self.job_id
+                    ));
+                }
+                let ws = pool.workers.get(env_id).cloned().unwrap_or_default();
+                let free = ws
+                    .iter()
+                    .filter(|w| w.is_connected() && w.bundles_in_flight() < self.bundles_per_worker)
+                    .min_by_key(|w| w.bundles_in_flight());
+                let done = match free {
+                    Some(w) => {
+                        w.in_flight.fetch_add(1, Ordering::Relaxed);
+                        Some(Ok(w.clone()))
+                    }
+                    None if ws.is_empty()
+                        && pool.starting.get(env_id).copied().unwrap_or(0) == 0 =>
+                    {
+                        Some(Err(format!("no SDK harness left for environment {env_id}")))
+                    }
+                    None => None,
+                };
+                if let Some(result) = done {
+                    if counted {
+                        if let Some(n) = pool.waiting.get_mut(env_id) {
+                            *n = n.saturating_sub(1);
+                        }
+                    }
+                    return result;
+                }
+                if !counted {
+                    counted = true;
+                    *pool.waiting.entry(env_id.to_string()).or_default() += 1;
+                }
+            }
+            // Also wake up now and then, in case a worker died without finishing a bundle.
+            let _ = tokio::time::timeout(Duration::from_millis(200), changed).await;
+        }
+    }
+
+    /// True once [`SdkHarnesses::stop`] was called (the job ended).
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Gives back a worker [`SdkHarnesses::pick`] handed out.
+    pub(crate) fn release(&self, worker: &Worker) {
+        worker.in_flight.fetch_sub(1, Ordering::Relaxed);
+        {
+            let mut pool = self.pool();
+            if pool.last_busy.contains_key(&worker.id) {
+                pool.last_busy.insert(worker.id.clone(), Instant::now());
+            }
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// True when a connected worker of `env_id` other than `busy` has no bundle.
+    pub(crate) fn has_idle_worker(&self, env_id: &str, busy: &str) -> bool {
+        self.pool().workers.get(env_id).is_some_and(|ws| {
+            ws.iter()
+                .any(|w| w.id != busy && w.is_connected() && w.bundles_in_flight() == 0)
+        })
+    }
+
+    /// Workers of `env_id` in the pool now.
+    pub fn workers(&self, env_id: &str) -> Vec<Arc<Worker>> {
+        self.pool().workers.get(env_id).cloned().unwrap_or_default()
+    }
+
+    /// Bundles waiting for a free worker of `env_id`.
+    pub fn backlog(&self, env_id: &str) -> usize {
+        self.pool().waiting.get(env_id).copied().unwrap_or(0)
+    }
+
+    /// Runs the THROUGHPUT_BASED autoscaler until the job stops: every
+    /// [`AUTOSCALE_INTERVAL`], an environment with waiting bundles gets
+    /// enough new workers for them (one per `bundles_per_worker` waiting
+    /// bundles, up to `max`); one with no backlog stops a worker idle for
+    /// [`AUTOSCALE_IDLE`] while it has more than `min`.
+    fn autoscale(self: &Arc<Self>, min: usize, max: usize) {
+        (self.log)(
+            WorkerLog::Info,
+            format!("autoscaling (THROUGHPUT_BASED): between {min} and {max} SDK harness(es) per environment, following the bundles waiting for one"),
+        );
+        let this = self.clone();
+        let mut env_ids: Vec<String> = self.environments.keys().cloned().collect();
+        env_ids.sort();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(AUTOSCALE_INTERVAL).await;
+                if this.stopping.load(Ordering::SeqCst) {
+                    return;
+                }
+                for env_id in &env_ids {
+                    this.autoscale_step(env_id, min, max).await;
+                }
+            }
+        });
+    }
+
+    async fn autoscale_step(self: &Arc<Self>, env_id: &str, min: usize, max: usize) {
+        let now = Instant::now();
+        let (grow, retire, count) = {
+            let mut pool = self.pool();
+            let live = pool.workers.get(env_id).map_or(0, Vec::len);
+            let starting = pool.starting.get(env_id).copied().unwrap_or(0);
+            let waiting = pool.waiting.get(env_id).copied().unwrap_or(0);
+            let count = live + starting;
+            if waiting > 0 && count < max {
+                let want = waiting.div_ceil(self.bundles_per_worker).min(max - count);
+                *pool.starting.entry(env_id.to_string()).or_default() += want;
+                (want, None, count)
+            } else if waiting == 0 && starting == 0 && live > min {
+                let idle = pool.workers[env_id]
+                    .iter()
+                    .filter(|w| w.is_connected() && w.bundles_in_flight() == 0)
+                    .filter_map(|w| Some((w.clone(), *pool.last_busy.get(&w.id)?)))
+                    .filter(|(_, since)| now.duration_since(*since) >= AUTOSCALE_IDLE)
+                    .min_by_key(|(_, since)| *since);
+                // Out of the pool under the lock, so no bundle picks it meanwhile.
+                let retire = idle.map(|(w, since)| {
+                    pool.workers
+                        .get_mut(env_id)
+                        .expect("present")
+                        .retain(|x| x.id != w.id);
+                    (w, now.duration_since(since))
+                });
+                (0, retire, live)
+            } else {
+                (0, None, count)
+            }
+        };
+        if grow > 0 {
+            (self.log)(
+                WorkerLog::Info,
+                format!(
+                    "autoscaling (THROUGHPUT_BASED): bundles are waiting for an SDK harness of environment {env_id}; scaling from {count} to {} SDK harness(es) (at most {max})",
+                    count + grow
+                ),
+            );
+            for _ in 0..grow {
+                let this = self.clone();
+                let env_id = env_id.to_string();
+                tokio::spawn(async move {
+                    if let Err(e) = this.start_one(&env_id).await {
+                        (this.log)(
+                            WorkerLog::Warning,
+                            format!("autoscaling (THROUGHPUT_BASED): starting an SDK harness of environment {env_id} failed: {e}"),
+                        );
+                    }
                 });
             }
         }
+        if let Some((w, idle)) = retire {
+            self.stop_worker(&w, Duration::ZERO).await;
+            (self.log)(
+                WorkerLog::Info,
+                format!(
+                    "autoscaling (THROUGHPUT_BASED): SDK harness {} of environment {env_id} was idle for {}s; stopped it, scaling from {count} to {} SDK harness(es) (at least {min})",
+                    w.id,
+                    idle.as_secs(),
+                    count - 1
+                ),
+            );
+        }
     }
-    Ok(started)
-}
 
-impl StartedWorkers {
-    /// Stops every worker: StopWorker on pools, kill for processes.
-    pub async fn stop(mut self, fn_api: &FnApi) {
+    /// Stops every worker: StopWorker on pools, kill for processes. Workers
+    /// still starting are stopped as soon as they are up.
+    pub async fn stop(&self) {
+        let (workers, handles) = {
+            let mut pool = self.pool();
+            // Under the lock: a launch that sees `stopping` false has
+            // registered its handle before this takes them.
+            self.stopping.store(true, Ordering::SeqCst);
+            let workers: Vec<Arc<Worker>> = pool.workers.drain().flat_map(|(_, ws)| ws).collect();
+            let handles: Vec<(String, Handle)> = pool.handles.drain().collect();
+            (workers, handles)
+        };
         // Forget the workers first, so their streams closing is not taken
         // for a dying SDK harness.
-        for workers in self.workers.values() {
-            for w in workers {
-                fn_api.remove_worker(&w.id);
-            }
+        for w in &workers {
+            self.fn_api.remove_worker(&w.id);
         }
-        for (pool, worker_id) in self.pool_workers.drain(..) {
-            let addr = weir_proto::grpc_uri(&pool);
+        for (id, _) in &handles {
+            self.fn_api.remove_worker(id);
+        }
+        for (id, h) in handles {
+            stop_handle_of(h, &id, Duration::ZERO).await;
+        }
+        self.changed.notify_waiters();
+    }
+}
+
+async fn wait_connected(w: &Worker) -> Result<()> {
+    let mut rx = w.connected.subscribe();
+    let connected = tokio::time::timeout(CONNECT_TIMEOUT, rx.wait_for(|c| *c))
+        .await
+        .is_ok_and(|r| r.is_ok());
+    if connected {
+        Ok(())
+    } else {
+        Err(HarnessError::ConnectTimeout {
+            worker_id: w.id.clone(),
+            seconds: CONNECT_TIMEOUT.as_secs(),
+        })
+    }
+}
+
+/// Stops a harness; a process gets `grace` to exit by itself first. Returns
+/// the exit status of a process that exited within `grace`.
+async fn stop_handle_of(handle: Handle, worker_id: &str, grace: Duration) -> Option<String> {
+    match handle {
+        Handle::Pool { endpoint } => {
+            let addr = weir_proto::grpc_uri(&endpoint);
             if let Ok(mut client) =
                 beam::beam_fn_external_worker_pool_client::BeamFnExternalWorkerPoolClient::connect(
                     addr,
@@ -270,17 +633,139 @@ impl StartedWorkers {
             {
                 let _ = client
                     .stop_worker(beam::StopWorkerRequest {
-                        worker_id: worker_id.clone(),
+                        worker_id: worker_id.to_string(),
                     })
                     .await;
             }
+            None
         }
-        for mut child in self.children.drain(..) {
-            let _ = child.start_kill();
-            let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+        Handle::Process { mut child, dir } => {
+            let exited = match tokio::time::timeout(grace, child.wait()).await {
+                Ok(Ok(status)) => Some(match status.code() {
+                    Some(code) => code.to_string(),
+                    None => status.to_string(),
+                }),
+                _ => {
+                    let _ = child.start_kill();
+                    let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+                    None
+                }
+            };
+            if let Some(dir) = dir {
+                let _ = tokio::fs::remove_dir_all(dir).await;
+            }
+            exited
         }
-        for dir in self.dirs.drain(..) {
-            let _ = tokio::fs::remove_dir_all(dir).await;
+    }
+}
+
+/// Starts one SDK harness of `env` as worker `worker_id`: StartWorker on an
+/// EXTERNAL environment's worker pool, or the PROCESS command / `docker run`
+/// with Beam's boot flags.
+async fn spawn_harness(
+    env_id: &str,
+    env: &beam::Environment,
+    worker_id: &str,
+    url: &str,
+) -> Result<Handle> {
+    let flags = vec![
+        format!("--id={worker_id}"),
+        format!("--provision_endpoint={url}"),
+        format!("--logging_endpoint={url}"),
+        format!("--artifact_endpoint={url}"),
+        format!("--control_endpoint={url}"),
+    ];
+    match env.urn.as_str() {
+        urns::env::EXTERNAL => {
+            let p = beam::ExternalPayload::decode(env.payload.as_slice())
+                .map_err(|e| env_error(env_id, &env.urn, e.to_string()))?;
+            let pool = p.endpoint.map(|e| e.url).unwrap_or_default();
+            let addr = weir_proto::grpc_uri(&pool);
+            let mut client =
+                beam::beam_fn_external_worker_pool_client::BeamFnExternalWorkerPoolClient::connect(
+                    addr,
+                )
+                .await
+                .map_err(|e| {
+                    env_error(
+                        env_id,
+                        &env.urn,
+                        format!("cannot reach worker pool {pool}: {e}"),
+                    )
+                })?
+                .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
+            let resp = client
+                .start_worker(beam::StartWorkerRequest {
+                    worker_id: worker_id.to_string(),
+                    control_endpoint: descriptor(url),
+                    logging_endpoint: descriptor(url),
+                    artifact_endpoint: descriptor(url),
+                    provision_endpoint: descriptor(url),
+                    params: p.params.clone(),
+                })
+                .await
+                .map_err(|e| {
+                    env_error(
+                        env_id,
+                        &env.urn,
+                        format!("StartWorker on {pool} failed: {e}"),
+                    )
+                })?
+                .into_inner();
+            if !resp.error.is_empty() {
+                return Err(env_error(
+                    env_id,
+                    &env.urn,
+                    format!("worker pool {pool}: {}", resp.error),
+                ));
+            }
+            Ok(Handle::Pool { endpoint: pool })
         }
+        urns::env::PROCESS | urns::env::DOCKER => {
+            let mut dir = None;
+            let (program, args, envs) = if env.urn == urns::env::PROCESS {
+                let p = beam::ProcessPayload::decode(env.payload.as_slice())
+                    .map_err(|e| env_error(env_id, &env.urn, e.to_string()))?;
+                let mut words = p.command.split_whitespace().map(str::to_string);
+                let program = words.next().unwrap_or_default();
+                let mut args: Vec<String> = words.collect();
+                args.extend(flags);
+                let d = worker_dir(worker_id);
+                args.push(format!("--semi_persistent_directory={}", d.display()));
+                dir = Some(d);
+                (program, args, p.env)
+            } else {
+                let p = beam::DockerPayload::decode(env.payload.as_slice())
+                    .map_err(|e| env_error(env_id, &env.urn, e.to_string()))?;
+                let mut args = vec![
+                    "run".into(),
+                    "--rm".into(),
+                    "--network=host".into(),
+                    p.container_image,
+                ];
+                args.extend(flags);
+                ("docker".to_string(), args, HashMap::new())
+            };
+            let mut child = tokio::process::Command::new(&program)
+                .args(&args)
+                .envs(envs)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(|e| {
+                    env_error(env_id, &env.urn, format!("cannot start {program:?}: {e}"))
+                })?;
+            if let Some(out) = child.stdout.take() {
+                forward_output(out, worker_id.to_string());
+            }
+            if let Some(err) = child.stderr.take() {
+                forward_output(err, worker_id.to_string());
+            }
+            Ok(Handle::Process { child, dir })
+        }
+        other => Err(env_error(env_id, other, "unsupported environment type")),
     }
 }

@@ -35,6 +35,8 @@ pub struct Worker {
     pub(crate) connected: watch::Sender<bool>,
     pub(crate) data_connected: watch::Sender<bool>,
     pub(crate) in_flight: AtomicUsize,
+    /// Why the control stream last closed (set by [`Worker::disconnected`]).
+    pub(crate) disconnect_reason: Mutex<Option<String>>,
 }
 
 impl Worker {
@@ -67,6 +69,10 @@ impl Worker {
     /// Marks the worker disconnected and fails every instruction waiting on it.
     pub(crate) fn disconnected(&self, why: &str) {
         *self.control_tx.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.disconnect_reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(|| why.to_string());
         let _ = self.connected.send_replace(false);
         let pending: Vec<_> = self
             .pending
@@ -86,6 +92,11 @@ impl Worker {
     /// True while the control stream is open.
     pub fn is_connected(&self) -> bool {
         *self.connected.borrow()
+    }
+
+    /// Bundles currently sent to this worker and not yet answered.
+    pub fn bundles_in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
     }
 }
 
@@ -150,6 +161,7 @@ impl FnApi {
             connected: watch::channel(false).0,
             data_connected: watch::channel(false).0,
             in_flight: AtomicUsize::new(0),
+            disconnect_reason: Mutex::new(None),
         });
         self.workers
             .lock()

@@ -75,8 +75,9 @@ pub fn experiment_value(options: &Struct, name: &str) -> Option<String> {
         .find_map(|e| e.strip_prefix(&format!("{name}=")).map(str::to_string))
 }
 
-/// How many SDK harnesses each environment gets: one per core (Dataflow's
-/// rule), or one with `--experiments=no_use_multiple_sdk_containers`.
+/// How many SDK harnesses one worker (Dataflow's worker VM) runs per
+/// environment: one per core (Dataflow's rule), or one with
+/// `--experiments=no_use_multiple_sdk_containers`.
 pub fn sdk_workers_per_environment(options: &Struct) -> usize {
     if has_experiment(options, "no_use_multiple_sdk_containers") {
         return 1;
@@ -84,6 +85,48 @@ pub fn sdk_workers_per_environment(options: &Struct) -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
+}
+
+/// How a job's SDK harnesses are sized, from Dataflow's worker options.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SdkHarnessPlan {
+    /// SDK harnesses per worker ([`sdk_workers_per_environment`]).
+    pub per_worker: usize,
+    /// Harness count per environment: fixed at `num_workers` (default 1)
+    /// × `per_worker`, or with `autoscaling_algorithm=THROUGHPUT_BASED`
+    /// between that and `max_num_workers` (default `num_workers`) ×
+    /// `per_worker`.
+    pub scaling: weir_harness::environment::Scaling,
+    /// Bundles one SDK harness runs at a time:
+    /// `number_of_worker_harness_threads` (default 1, which keeps CPU-bound
+    /// SDKs such as Python's from sharing one interpreter lock).
+    pub bundles_per_worker: usize,
+}
+
+/// The [`SdkHarnessPlan`] of a job with checked options `validated`
+/// (sent as `options`).
+pub fn sdk_harness_plan(validated: &JobOptions, options: &Struct) -> SdkHarnessPlan {
+    use weir_harness::environment::Scaling;
+    let per_worker = sdk_workers_per_environment(options);
+    let workers = validated.num_workers.unwrap_or(1).max(1) as usize;
+    let min = workers.saturating_mul(per_worker);
+    let scaling = match validated.autoscaling_algorithm {
+        Some(AutoscalingAlgorithm::ThroughputBased) => Scaling::ThroughputBased {
+            min,
+            max: (validated.max_num_workers.map_or(workers, |m| m as usize))
+                .max(workers)
+                .saturating_mul(per_worker),
+        },
+        _ => Scaling::Fixed(min),
+    };
+    SdkHarnessPlan {
+        per_worker,
+        scaling,
+        bundles_per_worker: validated
+            .number_of_worker_harness_threads
+            .unwrap_or(1)
+            .max(1) as usize,
+    }
 }
 
 /// The Go SDK's flags: `beam:option:go_options:v1` (older SDKs: `options`)
@@ -581,13 +624,6 @@ pub fn validate(options: &Struct) -> Result<JobOptions, OptionError> {
             "dataflow_endpoint" => values::string(key, value)?
                 .is_some_and(|e| e.trim_end_matches('/') != PUBLIC_DATAFLOW_ENDPOINT),
             "use_public_ips" => true,
-            "element_processing_timeout_minutes" | "element_processing_timeout" => {
-                values::is_set(value)
-                    && !o
-                        .experiments
-                        .iter()
-                        .any(|e| e.starts_with(TEST_TIMEOUT_EXPERIMENT))
-            }
             _ => values::is_set(value),
         };
         if noteworthy {

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use weir_engine::EngineConfig;
+use weir_harness::bundle::BundlePolicy;
 use weir_harness::environment;
 use weir_harness::{JobWorkers, WorkerLog};
 use weir_proto::beam;
@@ -77,19 +78,38 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         retrieval_token: job.id.clone(),
         ..Default::default()
     };
-    let per_env = crate::options::sdk_workers_per_environment(&job.options);
+    let sizing = crate::options::sdk_harness_plan(&job.validated, &job.options);
     job.message(
         Importance::JobMessageBasic,
         format!(
-            "starting {per_env} SDK harness(es) per environment for {} stage(s)",
-            plan.graph.stages.len()
+            "starting {} SDK harness(es) per environment ({} worker(s) of {} SDK harness(es) each) for {} stage(s); each SDK harness runs up to {} bundle(s) at a time",
+            sizing.scaling.initial(),
+            sizing.scaling.initial() / sizing.per_worker.max(1),
+            sizing.per_worker,
+            plan.graph.stages.len(),
+            sizing.bundles_per_worker,
         ),
     );
+    if let Some(t) = job.validated.element_processing_timeout {
+        job.message(
+            Importance::JobMessageBasic,
+            format!(
+                "element processing timeout {}: an SDK harness whose bundle makes no progress for that long is restarted and the bundle retried ({})",
+                weir_harness::bundle::human_duration(t),
+                if job.validated.streaming {
+                    "streaming: without a cap".to_string()
+                } else {
+                    format!("batch: at most {} attempts", weir_harness::bundle::MAX_ATTEMPTS)
+                }
+            ),
+        );
+    }
     let started = environment::start(
         &registry.fn_api,
         &job.id,
         &plan.environments,
-        per_env,
+        sizing.scaling,
+        sizing.bundles_per_worker,
         &provision,
         log,
     )
@@ -109,9 +129,13 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         registry.fn_api.clone(),
         job.id.clone(),
         graph.clone(),
-        started.workers.clone(),
+        started.clone(),
         tokio::runtime::Handle::current(),
         job.metrics.clone(),
+        BundlePolicy {
+            streaming: job.validated.streaming,
+            element_processing_timeout: job.validated.element_processing_timeout,
+        },
     );
     let notice_job = job.clone();
     let config = EngineConfig {
@@ -145,7 +169,7 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         ))
     });
 
-    started.stop(&registry.fn_api).await;
+    started.stop().await;
     registry.fn_api.remove_descriptors(&prefix);
     match result? {
         Ok(()) => Ok(()),

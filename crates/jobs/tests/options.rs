@@ -132,10 +132,6 @@ fn python_dataflow_options_are_typed_and_noted() {
         "--region=us-central1: ",
         "--worker_region=us-east1: ",
         "--labels: recorded with the job: a=b, c=d, e=",
-        "--num_workers=2: ",
-        "--max_num_workers=5: ",
-        "--autoscaling_algorithm=THROUGHPUT_BASED: ",
-        "--number_of_worker_harness_threads=4: ",
         "--machine_type=n1-standard-2: ",
         "--disk_size_gb=50: ",
         "--use_public_ips=false: ",
@@ -143,7 +139,6 @@ fn python_dataflow_options_are_typed_and_noted() {
         "--dataflow_service_options=enable_prime,min_num_workers=2: ",
         "--transform_name_mapping=",
         "--update=true: ",
-        "--element_processing_timeout_minutes=3: ",
         "--service_account_email=x@y.iam.gserviceaccount.com: ",
         "--dataflow_kms_key=k: ",
         "--streaming=true: ",
@@ -163,6 +158,11 @@ fn python_dataflow_options_are_typed_and_noted() {
         "--job_name",
         "--gcp_oauth_scopes",
         "--dataflow_endpoint",
+        "--num_workers",
+        "--max_num_workers",
+        "--autoscaling_algorithm",
+        "--number_of_worker_harness_threads",
+        "--element_processing_timeout_minutes",
     ] {
         assert!(!has_note(&o, quiet), "{quiet} noted: {:#?}", o.notes);
     }
@@ -216,7 +216,11 @@ fn java_camel_case_spellings_in_both_key_forms() {
     assert_eq!(o.use_public_ips, Some(false));
     assert_eq!(o.flexrs_goal.as_deref(), Some("SPEED_OPTIMIZED"));
     assert_eq!(o.gcp_temp_location.as_deref(), Some("gs://bucket/tmp"));
-    assert!(has_note(&o, "--numWorkers=3: "));
+    assert!(has_note(&o, "--usePublicIps=false: "));
+    assert!(
+        !has_note(&o, "--numWorkers"),
+        "num_workers is honoured, not noted"
+    );
     assert!(has_note(&o, "--hotKeyLoggingEnabled=true: "));
     assert!(has_note(&o, "--flex_r_s_goal=SPEED_OPTIMIZED: "));
     assert!(has_note(&o, "--dumpHeapOnOOM=true: "));
@@ -280,7 +284,8 @@ fn go_flags_inside_go_options() {
     assert_eq!(o.experiments, vec!["beam_fn_api"]);
     assert!(!o.update);
     assert!(has_note(&o, "--worker_machine_type=e2-standard-4: "));
-    assert!(has_note(&o, "--element_processing_timeout=3m30s: "));
+    // Honoured: the job's messages say what Weir does with it, not a note.
+    assert!(!has_note(&o, "--element_processing_timeout"));
     refused(
         go(serde_json::json!({ "element_processing_timeout": "30s" })),
         "element_processing_timeout",
@@ -1338,3 +1343,45 @@ const PYTHON_DATAFLOW_OPTIONS: &str = r#"{
  "beam:option:worker_harness_container_image:v1": "img",
  "beam:option:worker_region:v1": "us-east1"
 }"#;
+
+#[test]
+fn worker_options_size_the_sdk_harnesses() {
+    use weir_harness::environment::Scaling;
+    let plan = |json: serde_json::Value| {
+        let s = opts(json);
+        options::sdk_harness_plan(&options::validate(&s).expect("valid"), &s)
+    };
+    let one_each = || py("experiments");
+    // Default: one worker of one SDK harness (with no_use_multiple_sdk_containers), one bundle each.
+    let p = plan(serde_json::json!({ one_each(): ["no_use_multiple_sdk_containers"] }));
+    assert_eq!(
+        (p.per_worker, p.scaling, p.bundles_per_worker),
+        (1, Scaling::Fixed(1), 1)
+    );
+    // num_workers multiplies; NONE keeps the count fixed.
+    let p = plan(serde_json::json!({
+        one_each(): ["no_use_multiple_sdk_containers"], py("num_workers"): 3,
+        py("max_num_workers"): 5, py("autoscaling_algorithm"): "NONE",
+        py("number_of_worker_harness_threads"): 4,
+    }));
+    assert_eq!((p.scaling, p.bundles_per_worker), (Scaling::Fixed(3), 4));
+    // THROUGHPUT_BASED: between num_workers and max_num_workers.
+    let p = plan(serde_json::json!({
+        one_each(): ["no_use_multiple_sdk_containers"], py("num_workers"): 2,
+        py("max_num_workers"): 5, py("autoscaling_algorithm"): "THROUGHPUT_BASED",
+    }));
+    assert_eq!(p.scaling, Scaling::ThroughputBased { min: 2, max: 5 });
+    assert_eq!(p.scaling.initial(), 2);
+    // Without max_num_workers there is no room to grow.
+    let p = plan(serde_json::json!({
+        one_each(): ["no_use_multiple_sdk_containers"], py("autoscaling_algorithm"): "THROUGHPUT_BASED",
+    }));
+    assert_eq!(p.scaling, Scaling::ThroughputBased { min: 1, max: 1 });
+    // Per worker: one SDK harness per core.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let p = plan(serde_json::json!({ py("num_workers"): 2 }));
+    assert_eq!(
+        (p.per_worker, p.scaling),
+        (cores, Scaling::Fixed(2 * cores))
+    );
+}

@@ -48,18 +48,16 @@ impl beam::beam_fn_control_server::BeamFnControl for ControlService {
                             }
                         }
                     }
-                    Some(Err(e)) => break format!("control stream error: {e}"),
+                    Some(Err(e)) => break format!("control stream broken: {}", e.message()),
                     None => break "control stream closed".to_string(),
                 }
             };
             tracing::info!(worker = %worker.id, "SDK harness {why}");
             // Still registered means its job is running: the harness died.
+            // The job's supervisor (environment::SdkHarnesses) sees the
+            // worker disconnect, replaces it and says so in the job's messages.
             if fn_api.worker(&worker.id).is_some() {
                 tracing::warn!(worker = %worker.id, "SDK harness is unhealthy: {why}");
-                (worker.log)(
-                    crate::WorkerLog::Warning,
-                    format!("SDK harness {} is unhealthy ({why}); its bundles are retried on other SDK harnesses", worker.id),
-                );
             }
             worker.disconnected(&why);
         });
