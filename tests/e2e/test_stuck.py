@@ -15,9 +15,14 @@ def test_stuck_job_names_its_stage_and_watermark(beam, weir_server):
   out = run.stdout + run.stderr
   assert 'CANCELLED' in out, run.describe(weir_server)
   m = re.search(
-      r'the job has made no progress for (\d+) s; it waits at stage (\S+) \(([^)]*)\): '
-      r'input watermark (\S+) ms, \d+ bundle\(s\) at SDK harnesses', out)
+      r'the job has made no progress for (\d+) s; it waits at stage (\S+) '
+      r'\((\S*Nap\S*)\): input watermark ([^,;]+), (\d+) bundle\(s\) at SDK harnesses',
+      out)
   assert m, run.describe(weir_server)
   assert int(m.group(1)) >= 2
-  assert 'Nap' in m.group(3), m.group(0)
+  # The napping stage's input is done; its bundle is what the job waits for.
+  assert m.group(4) == '+inf (input done)', m.group(0)
+  assert int(m.group(5)) >= 1
+  # Stages downstream wait at Beam's minimum watermark.
+  assert "input watermark -inf (Beam's MIN)" in out, out
   assert weir_server.alive(), weir_server.log_tail()
