@@ -198,6 +198,9 @@ impl JobContext {
         }
         self.stop.store(true, Ordering::SeqCst);
     }
+    fn draining(&self) -> bool {
+        self.config.drain.load(Ordering::SeqCst)
+    }
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
@@ -550,7 +553,7 @@ fn test_stream<'s>(
         let mut sequence: u64 = 0;
         move |output| {
             let Some(c) = cap.as_mut() else { return };
-            if ctx.stopped() {
+            if ctx.stopped() || ctx.draining() {
                 cap = None;
                 return;
             }
@@ -866,6 +869,11 @@ fn sdk_stage<'s>(
             }
             if ctx.stopped() {
                 return;
+            }
+            // Draining: residuals waiting to resume later (sources polling
+            // for more) are dropped, so the sources finish.
+            if ctx.draining() && !st.delayed.is_empty() {
+                st.delayed.clear();
             }
             // Residuals whose resume delay has passed become pending work.
             if !st.delayed.is_empty() {

@@ -52,6 +52,10 @@ pub struct EngineConfig {
     /// reports it as stuck (naming the stages it waits at and their input
     /// watermarks) in the job's messages; repeated every period.
     pub stuck_after: std::time::Duration,
+    /// Set when the job is drained: a TestStream ends and splittable-DoFn
+    /// residuals that asked to resume later (polling, unbounded sources)
+    /// are dropped, so the sources finish and every window fires.
+    pub drain: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A sink for engine notices (e.g. hot keys), shown in the job's messages.
@@ -89,6 +93,7 @@ impl Default for EngineConfig {
             hot_key_logging: false,
             notices: Notices::default(),
             stuck_after: std::time::Duration::from_secs(300),
+            drain: Default::default(),
         }
     }
 }

@@ -40,6 +40,9 @@ pub struct Job {
     pub validated: crate::options::JobOptions,
     /// Set to cancel a running job.
     pub cancel: Arc<AtomicBool>,
+    /// Set by DrainJob: sources stop, everything in flight finishes, windows
+    /// fire, and the job ends DRAINED.
+    pub drain: Arc<AtomicBool>,
     /// Weir's default folder for this job's staged artifacts
     /// (`<staging root>/<job id>`, removed when the job ends).
     pub staging_dir: PathBuf,
@@ -296,6 +299,7 @@ impl JobRegistry {
             validated,
             locations,
             cancel: Arc::new(AtomicBool::new(false)),
+            drain: Arc::new(AtomicBool::new(false)),
             metrics: Arc::default(),
             resources: JobResources::default(),
             created: SystemTime::now(),

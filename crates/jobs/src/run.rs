@@ -20,7 +20,11 @@ pub(crate) async fn run(registry: Arc<JobRegistry>, job: Arc<Job>) {
                 Importance::JobMessageBasic,
                 format!("job {} finished", job.name),
             );
-            job.set_state(JobState::Done);
+            if job.drain.load(std::sync::atomic::Ordering::SeqCst) {
+                job.set_state(JobState::Drained);
+            } else {
+                job.set_state(JobState::Done);
+            }
         }
         Err((state, message)) => {
             tracing::warn!(job = %job.id, "{message}");
@@ -156,6 +160,7 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
             .filter(|&n| n > 0)
             .map(std::time::Duration::from_secs)
             .unwrap_or(EngineConfig::default().stuck_after),
+        drain: job.drain.clone(),
         ..EngineConfig::default()
     };
     let cancel = job.cancel.clone();

@@ -277,14 +277,26 @@ impl beam::job_service_server::JobService for JobService {
         }))
     }
 
+    /// Drains a running job (Dataflow's drain): its sources stop reading
+    /// (splittable DoFn residuals that asked to resume later are dropped, a
+    /// TestStream ends), work in flight finishes, every window fires, and the
+    /// job ends DRAINED. A job that has not started is cancelled.
     async fn drain(
         &self,
         request: tonic::Request<beam::DrainJobRequest>,
     ) -> Result<tonic::Response<beam::DrainJobResponse>, tonic::Status> {
-        Err(tonic::Status::unimplemented(format!(
-            "Drain (job {}): Weir runs batch pipelines only so far; use Cancel",
-            request.get_ref().job_id
-        )))
+        let job = self.job(&request.get_ref().job_id)?;
+        match job.state() {
+            JobState::Stopped => job.set_state(JobState::Cancelled),
+            s if is_terminal(s) => {}
+            _ => {
+                job.drain.store(true, Ordering::SeqCst);
+                job.set_state(JobState::Draining);
+            }
+        }
+        Ok(tonic::Response::new(beam::DrainJobResponse {
+            state: job.state() as i32,
+        }))
     }
 
     type GetStateStreamStream = EventStream<beam::JobStateEvent>;

@@ -313,6 +313,16 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
                 }
             }
         }
+        JobsAction::Drain { job_id } => {
+            let state = client
+                .drain(beam::DrainJobRequest {
+                    job_id: job_id.clone(),
+                })
+                .await?
+                .into_inner()
+                .state;
+            println!("{job_id}\t{}", state_name(state));
+        }
         JobsAction::Cancel { job_id } => {
             let state = client
                 .cancel(beam::CancelJobRequest {

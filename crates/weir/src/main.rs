@@ -55,6 +55,9 @@ enum JobsAction {
     Describe { job_id: String },
     /// Cancel a job.
     Cancel { job_id: String },
+    /// Drain a job: its sources stop, work in flight finishes, windows fire,
+    /// and it ends DRAINED.
+    Drain { job_id: String },
     /// A job's messages: runner notes and SDK harness log entries (the
     /// last 10,000), one a line: time, importance, text.
     Logs {

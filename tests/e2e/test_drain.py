@@ -1,0 +1,64 @@
+"""Draining a running streaming job (`weir jobs drain`, the Job API's
+DrainJob): its unbounded source stops, the windows it opened fire, and the
+job ends DRAINED long before its source would have ended."""
+
+import os
+import subprocess
+import sys
+import time
+
+from conftest import WEIR_BIN
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def weir_jobs(server, *args):
+  out = subprocess.run(
+      [str(WEIR_BIN), 'jobs', '--endpoint', server.endpoint] + list(args),
+      capture_output=True, text=True, timeout=60)
+  assert out.returncode == 0, out.stderr
+  return out.stdout
+
+
+def states(server):
+  rows = [l.split('\t') for l in weir_jobs(server, 'list').splitlines()[1:]]
+  return {r[0]: r[1] for r in rows}
+
+
+def test_drain_ends_a_streaming_job_with_its_windows_fired(weir_server, tmp_path):
+  output = tmp_path / 'counts.txt'
+  before = set(states(weir_server))
+  client = subprocess.Popen(
+      [sys.executable, os.path.join(HERE, 'pipelines_drain.py'), str(output),
+       '--runner=PortableRunner', '--job_endpoint=' + weir_server.endpoint,
+       '--environment_type=LOOPBACK'],
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  try:
+    job = None
+    deadline = time.time() + 90
+    while time.time() < deadline:
+      now = states(weir_server)
+      new = [j for j in now if j not in before]
+      if new and now[new[0]] == 'RUNNING' and output.exists() and output.read_text().count('\n') >= 2:
+        job = new[0]
+        break
+      time.sleep(0.5)
+    assert job, 'the streaming job never emitted two windows; log:\n%s' % weir_server.log_tail()
+    started_drain = time.time()
+    assert weir_jobs(weir_server, 'drain', job).split() == [job, 'DRAINING']
+    out, _ = client.communicate(timeout=60)
+    assert time.time() - started_drain < 30, 'drain took too long'
+    assert 'DRAINED' in out, out
+    assert states(weir_server)[job] == 'DRAINED'
+    # Every window that fired holds at most two impulses (0.5 s apart in 1 s
+    # windows), and none fired twice.
+    lines = output.read_text().split()
+    starts, counts = lines[0::2], [int(c) for c in lines[1::2]]
+    assert len(starts) >= 2 and len(set(starts)) == len(starts), lines
+    assert all(1 <= c <= 2 for c in counts), lines
+    # Draining a job that already ended leaves it DRAINED.
+    assert weir_jobs(weir_server, 'drain', job).split() == [job, 'DRAINED']
+  finally:
+    if client.poll() is None:
+      client.kill()
+  assert weir_server.alive(), weir_server.log_tail()
