@@ -177,7 +177,25 @@ impl GroupByKeyBuffer {
 /// Merges overlapping interval windows of one key (Beam's session merging:
 /// windows that intersect become their span).
 fn merge_sessions(by_window: &mut HashMap<Window, Group>) {
-    let mut windows: Vec<Window> = by_window.keys().cloned().collect();
+    for (target, members) in session_merges(by_window.keys()) {
+        let mut g = Group::new();
+        for m in members {
+            if let Some(old) = by_window.remove(&m) {
+                g.absorb(old);
+            }
+        }
+        by_window.entry(target).or_insert_with(Group::new).absorb(g);
+    }
+}
+
+/// Beam's session merging over one key's interval windows: windows that
+/// intersect become their span. Returns each merged window with the
+/// windows it replaces (only merges of two or more windows).
+pub(crate) fn session_merges<'a>(windows: impl Iterator<Item = &'a Window>) -> Vec<(Window, Vec<Window>)> {
+    let mut windows: Vec<Window> = windows
+        .filter(|w| matches!(w, Window::Interval { .. }))
+        .cloned()
+        .collect();
     windows.sort_by_key(|w| match w {
         Window::Interval { start, .. } => *start,
         Window::Global | Window::Custom(_) => Timestamp::MIN,
@@ -196,18 +214,8 @@ fn merge_sessions(by_window: &mut HashMap<Window, Group>) {
         }
         merged.push((w.clone(), vec![w]));
     }
-    for (target, members) in merged {
-        if members.len() == 1 && members[0] == target {
-            continue;
-        }
-        let mut g = Group::new();
-        for m in members {
-            if let Some(old) = by_window.remove(&m) {
-                g.absorb(old);
-            }
-        }
-        by_window.entry(target).or_insert_with(Group::new).absorb(g);
-    }
+    merged.retain(|(_, members)| members.len() > 1);
+    merged
 }
 
 #[cfg(test)]

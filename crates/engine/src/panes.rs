@@ -302,31 +302,7 @@ pub(crate) fn pane_timestamp(
 /// Merges the intersecting session windows of one key into their span,
 /// merging their panes' values and trigger states.
 fn merge_sessions(trigger: &CompiledTrigger, by_window: &mut HashMap<Window, WindowPanes>) {
-    let mut windows: Vec<Window> = by_window
-        .keys()
-        .filter(|w| matches!(w, Window::Interval { .. }))
-        .cloned()
-        .collect();
-    windows.sort_by_key(|w| match w {
-        Window::Interval { start, .. } => *start,
-        _ => Timestamp::MIN,
-    });
-    let mut merged: Vec<(Window, Vec<Window>)> = Vec::new();
-    for w in windows {
-        let Window::Interval { start, end } = w else { continue };
-        if let Some((Window::Interval { end: cur_end, .. }, members)) = merged.last_mut() {
-            if start < *cur_end {
-                *cur_end = (*cur_end).max(end);
-                members.push(w);
-                continue;
-            }
-        }
-        merged.push((w.clone(), vec![w]));
-    }
-    for (target, members) in merged {
-        if members.len() == 1 {
-            continue;
-        }
+    for (target, members) in crate::group_by_key::session_merges(by_window.keys()) {
         let parts: Vec<WindowPanes> = members.iter().filter_map(|m| by_window.remove(m)).collect();
         let states: Vec<TriggerState> = parts.iter().map(|p| p.trigger.clone()).collect();
         let mut p = WindowPanes {
