@@ -448,21 +448,16 @@ impl Inner {
     ) -> Result<beam::InstructionResponse, Failure> {
         let gone = || Failure::Error(format!("SDK harness {} went away", worker.id));
         let splittable = stage.splittable && request.input.len() == 1;
-        let progress_every = self.policy.progress_interval();
-        let (Some(timeout), Some(progress_every)) =
-            (self.policy.element_processing_timeout, progress_every)
-        else {
-            if !splittable {
-                return response.await.map_err(|_| gone());
-            }
-            return self
-                .split_while_waiting(worker, instruction_id, request, stage, bundle, response)
-                .await;
-        };
-        let tick = if splittable {
-            progress_every.min(SPLIT_CHECK_INTERVAL)
-        } else {
-            progress_every
+        // Progress is watched only with an element processing timeout.
+        let watch = self
+            .policy
+            .element_processing_timeout
+            .zip(self.policy.progress_interval());
+        let tick = match watch {
+            None if !splittable => return response.await.map_err(|_| gone()),
+            None => SPLIT_CHECK_INTERVAL,
+            Some((_, every)) if splittable => every.min(SPLIT_CHECK_INTERVAL),
+            Some((_, every)) => every,
         };
         let mut progress = Progress::new(std::time::Instant::now());
         let mut last_poll = std::time::Instant::now();
@@ -478,6 +473,9 @@ impl Inner {
                     .maybe_split(worker, instruction_id, request, stage, bundle, splits)
                     .await?;
             }
+            let Some((timeout, progress_every)) = watch else {
+                continue;
+            };
             if last_poll.elapsed() < progress_every {
                 continue;
             }
@@ -557,28 +555,6 @@ impl Inner {
                     .remove(&id);
                 None
             }
-        }
-    }
-
-    /// Waits for the response of a splittable bundle, splitting it for idle workers.
-    async fn split_while_waiting(
-        &self,
-        worker: &Worker,
-        instruction_id: &str,
-        request: &BundleRequest,
-        stage: &weir_plan::SdkStage,
-        bundle: &BundleState,
-        mut response: tokio::sync::oneshot::Receiver<beam::InstructionResponse>,
-    ) -> Result<beam::InstructionResponse, Failure> {
-        let mut splits = 0u32;
-        loop {
-            tokio::select! {
-                r = &mut response => return r.map_err(|_| Failure::Error(format!("SDK harness {} went away", worker.id))),
-                _ = tokio::time::sleep(SPLIT_CHECK_INTERVAL) => {}
-            }
-            splits = self
-                .maybe_split(worker, instruction_id, request, stage, bundle, splits)
-                .await?;
         }
     }
 
