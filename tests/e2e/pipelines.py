@@ -226,7 +226,9 @@ PIPELINES = {
 }
 
 
-def main(argv):
+def main(argv, write=WriteToText):
+  """Runs the pipeline named in `argv`; `write(output)` is the sink its
+  result goes to (WriteToText, or a DoFn for unbounded results)."""
   parser = argparse.ArgumentParser()
   parser.add_argument('name', choices=sorted(PIPELINES))
   parser.add_argument('--output', required=True)
@@ -237,7 +239,7 @@ def main(argv):
   FLAGS.output = args.output
 
   p = beam.Pipeline(options=PipelineOptions(beam_args))
-  _ = PIPELINES[args.name](p) | 'Write' >> WriteToText(args.output)
+  _ = PIPELINES[args.name](p) | 'Write' >> write(args.output)
   try:
     result = p.run()
     if args.cancel_after is not None:

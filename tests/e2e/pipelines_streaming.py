@@ -24,7 +24,6 @@ file naming; the tests read all files back as a multiset of lines.
 
 import os
 import sys
-import traceback
 import uuid
 
 import apache_beam as beam
@@ -38,6 +37,8 @@ from apache_beam.transforms import window as bw
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.utils.timestamp import Duration
 from apache_beam.utils.timestamp import Timestamp
+
+import pipelines
 
 ACC = tr.AccumulationMode.ACCUMULATING
 DIS = tr.AccumulationMode.DISCARDING
@@ -524,34 +525,9 @@ STREAMING = (default_late, default_no_lateness, watermark_early_late_acc,
 PIPELINES = {f.__name__: f for f in STREAMING}
 
 
-def main(argv):
-  import argparse
-  from apache_beam.options.pipeline_options import PipelineOptions
-  parser = argparse.ArgumentParser()
-  parser.add_argument('name', choices=sorted(PIPELINES))
-  parser.add_argument('--output', required=True)
-  parser.add_argument('--error_file', default=None)
-  args, beam_args = parser.parse_known_args(argv)
-  options = PipelineOptions(beam_args)
-  p = beam.Pipeline(options=options)
-  prefix = os.path.abspath(args.output)
-  _ = PIPELINES[args.name](p) | 'Write' >> beam.ParDo(WriteLines(prefix))
-  try:
-    state = p.run().wait_until_finish()
-  except Exception as e:  # pylint: disable=broad-except
-    text = '%s: %s' % (type(e).__name__, e)
-    traceback.print_exc()
-    if args.error_file:
-      with open(args.error_file, 'w') as f:
-        f.write(text)
-    print('PIPELINE FAILED: %s' % text, file=sys.stderr)
-    return 3
-  print('PIPELINE STATE: %s' % state)
-  if str(state).split('.')[-1] != 'DONE':
-    print('PIPELINE did not finish in state DONE: %s' % state, file=sys.stderr)
-    return 4
-  return 0
-
-
 if __name__ == '__main__':
-  sys.exit(main(sys.argv[1:]))
+  pipelines.PIPELINES.update(PIPELINES)
+  sys.exit(
+      pipelines.main(
+          sys.argv[1:],
+          write=lambda output: beam.ParDo(WriteLines(os.path.abspath(output)))))
