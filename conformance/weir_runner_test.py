@@ -27,6 +27,12 @@ class WeirRunnerTest(prism_runner_test.PrismRunnerTest):
   def test_custom_window_type(self):
     fn_runner_test.FnApiRunnerTest.test_custom_window_type(self)
 
+  # PrismRunnerTest skips it: "Requires Prism to support ... Merging Custom
+  # Windows". Weir's GroupByKey has the SDK merge them
+  # (beam:transform:merge_windows:v1).
+  def test_custom_merging_window(self):
+    fn_runner_test.FnApiRunnerTest.test_custom_merging_window(self)
+
 
   # FnApiRunnerTest marks these @unittest.skip for the Python FnApiRunner's own
   # flakiness (beam#23944, beam#21228, BEAM-9119); the pipelines are valid

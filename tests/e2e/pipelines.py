@@ -113,6 +113,54 @@ def windowed(p):
   return (fixed, sessions) | 'Both' >> beam.Flatten()
 
 
+class DecadeWindows(beam.transforms.window.WindowFn):
+  """A custom merging WindowFn (Beam runs its `merge` in the SDK): each
+  element gets the window [t, t + 1) (seconds); windows whose starts fall
+  in the same decade [10n, 10n + 10) merge into one spanning them all,
+  whether or not they touch (unlike sessions)."""
+  def assign(self, context):
+    from apache_beam.transforms import window
+    return [window.IntervalWindow(context.timestamp, context.timestamp + 1)]
+
+  def merge(self, merge_context):
+    from apache_beam.transforms import window
+    by_decade = {}
+    for w in merge_context.windows:
+      by_decade.setdefault(int(w.start) // 10, []).append(w)
+    for ws in by_decade.values():
+      if len(ws) > 1:
+        merge_context.merge(
+            ws,
+            window.IntervalWindow(min(w.start for w in ws), max(w.end for w in ws)))
+
+  def get_window_coder(self):
+    from apache_beam.coders import coders
+    return coders.IntervalWindowCoder()
+
+
+def custom_merging(p):
+  """A custom merging WindowFn (DecadeWindows), grouped and combined
+  (CombinePerKey(sum) is lifted: partial sums per unmerged window merge in
+  the GroupByKey); window bounds in the output."""
+  from apache_beam.transforms import window
+  events = [('k%d' % (i % 3), i, i * 7 % 50) for i in range(40)]
+  stamped = (
+      p
+      | 'Events' >> beam.Create(events)
+      | 'Stamp' >> beam.Map(lambda e: window.TimestampedValue((e[0], e[1]), e[2]))
+      | 'Decades' >> beam.WindowInto(DecadeWindows()))
+
+  def fmt(kind):
+    def f(kv, w=beam.DoFn.WindowParam, t=beam.DoFn.TimestampParam):
+      v = sorted(kv[1]) if kind == 'group' else kv[1]
+      return '%s %s [%s, %s) @%s: %s' % (kind, kv[0], w.start, w.end, t, v)
+    return f
+
+  grouped = stamped | 'Group' >> beam.GroupByKey() | 'FormatGroup' >> beam.Map(fmt('group'))
+  summed = stamped | 'Sum' >> beam.CombinePerKey(sum) | 'FormatSum' >> beam.Map(fmt('sum'))
+  return (grouped, summed) | 'Both' >> beam.Flatten()
+
+
 def multimap_side_input(p):
   """A side input read as a multimap (beam.pvalue.AsMultiMap)."""
   side = p | 'Side' >> beam.Create([('a', 1), ('b', 2), ('a', 3), ('c', 4)])
@@ -221,7 +269,7 @@ def hot_key(p):
 
 PIPELINES = {
     f.__name__: f
-    for f in (gbk, flatten, side_input, combine_per_key, good, boom, windowed,
+    for f in (gbk, flatten, side_input, combine_per_key, good, boom, windowed, custom_merging,
               multimap_side_input, sdf_split, large_elements, flaky, crash, slow, hot_key)
 }
 

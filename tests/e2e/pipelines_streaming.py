@@ -364,6 +364,32 @@ def sessions_late(p):
   ], bw.Sessions(5), tr.DefaultTrigger(), DIS, lateness=10)
 
 
+def custom_merging_early(p):
+  """A custom merging WindowFn (pipelines.DecadeWindows: [t, t + 1) windows
+  of one decade merge) with AfterWatermark(early=AfterCount(2)),
+  accumulating: the SDK merges windows as they arrive."""
+  return _panes(p, [
+      ('e', [('k', 1, 1), ('k', 2, 3)]),  # [1, 2) + [3, 4) -> [1, 4): early pane
+      ('e', [('k', 3, 12)]),              # [12, 13), alone
+      ('e', [('k', 4, 7)]),               # merges into [1, 8)
+      ('w', 20),
+      ('end',),
+  ], pipelines.DecadeWindows(), tr.AfterWatermark(early=tr.AfterCount(2)), ACC)
+
+
+def custom_merging_late(p):
+  """DecadeWindows, Default trigger, lateness 10: a late element merging
+  into an already fired window, and one past the lateness."""
+  return _panes(p, [
+      ('e', [('k', 1, 1), ('k', 2, 3)]),  # [1, 4)
+      ('w', 5),                           # on time
+      ('e', [('k', 3, 8)]),               # late for [1, 4), but [8, 9) is not: [1, 9)
+      ('w', 30),
+      ('e', [('k', 4, 2)]),               # past the lateness: dropped
+      ('end',),
+  ], pipelines.DecadeWindows(), tr.DefaultTrigger(), DIS, lateness=10)
+
+
 # --- Streaming stateful DoFn with timers --------------------------------------
 
 
@@ -518,7 +544,8 @@ STREAMING = (default_late, default_no_lateness, watermark_early_late_acc,
              after_count, repeatedly_count_acc, repeatedly_count_dis,
              repeatedly_processing_time, synchronized_processing_time,
              after_each, after_any, after_all, or_finally, never, always,
-             sliding_early, sessions_early, sessions_late, timers_event,
+             sliding_early, sessions_early, sessions_late, custom_merging_early,
+             custom_merging_late, timers_event,
              timers_processing, stateful_late, batch_triggers,
              batch_processing_time_triggers)
 

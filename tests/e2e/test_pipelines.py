@@ -8,7 +8,7 @@ import pytest
 
 from conftest import ENVIRONMENTS
 
-PIPELINES = ('gbk', 'flatten', 'side_input', 'combine_per_key', 'windowed',
+PIPELINES = ('gbk', 'flatten', 'side_input', 'combine_per_key', 'windowed', 'custom_merging',
              'multimap_side_input', 'sdf_split', 'large_elements')
 
 _direct_cache = {}

@@ -203,6 +203,23 @@ EXPECTED = {
         pane('k', [1, 2], 'ON_TIME', 0, 0, True, False, '[1.0, 8.0) @7.999'),
         pane('k', [3], 'ON_TIME', 0, 0, True, True, '[1.0, 11.0) @10.999'),
     ],
+    # A custom merging WindowFn (DecadeWindows: [t, t + 1) windows of one
+    # decade merge), AfterWatermark(early=AfterCount(2)), accumulating: [1, 2)
+    # and [3, 4) merge into [1, 4), whose two elements fire early; element 4
+    # merges it with [7, 8) into [1, 8), whose panes are counted afresh.
+    'custom_merging_early': [
+        early('k', [1, 2], 0, True, '[1.0, 4.0) @3.999'),
+        pane('k', [1, 2, 4], 'ON_TIME', 0, 0, True, True, '[1.0, 8.0) @7.999'),
+        pane('k', [3], 'ON_TIME', 0, 0, True, True, '[12.0, 13.0) @12.999'),
+    ],
+    # DecadeWindows, Default trigger, lateness 10: [1, 4) is on time at
+    # watermark 5 (not last: it may still get late data); element 3 at 8
+    # (its window [8, 9) is not late) merges with it into [1, 9), on time
+    # at watermark 30, which expires it. Element 4 at watermark 30 is dropped.
+    'custom_merging_late': [
+        pane('k', [1, 2], 'ON_TIME', 0, 0, True, False, '[1.0, 4.0) @3.999'),
+        pane('k', [3], 'ON_TIME', 0, 0, True, True, '[1.0, 9.0) @8.999'),
+    ],
     # Stateful DoFn, event-time timer at the end of each key's window.
     'timers_event': [
         'event j [7] %s' % W0,
@@ -248,6 +265,7 @@ DIRECT_DIFFERS = {
                   "Java's behaviour; see Weir's departure)",
     'never': 'fails at the end of input (TypeError in its executor)',
     'sessions_late': 'last=False on the pane of the expired window [1, 11)',
+    'custom_merging_late': 'last=False on the pane of the expired window [1, 9)',
     'timers_processing': 'its TestStream clock starts at 0, so timers set from '
                          'the wall clock never fire',
     'stateful_late': 'keeps the late element in the stateful DoFn',

@@ -28,6 +28,7 @@ use weir_plan::{SdkStage, StageGraph, StageKind};
 use crate::bundle::{BundleProcessor, BundleRequest, BundleResult};
 use crate::elements::{impulse_element, split_elements};
 use crate::group_by_key::GroupByKeyBuffer;
+use crate::merge_windows::{decode_response, encode_request};
 use crate::panes::PaneBuffer;
 use crate::side_input::{SideInputSpec, SideInputs};
 use crate::timers::TimerStore;
@@ -360,7 +361,7 @@ fn build<'s>(
                 // reshuffle only needs to break fusion, which planning did.
                 streams[*output] = Some(get(&streams, *input));
             }
-            StageKind::GroupByKey { input, output } => {
+            StageKind::GroupByKey { input, output, .. } => {
                 let s = group_by_key(get(&streams, *input), ctx, stage_index, *input, *output);
                 let s = s.probe_with(probe);
                 streams[*output] = Some(s);
@@ -430,6 +431,17 @@ fn group_by_key<'s>(
         let activator = worker.activator_for(op_info.address.clone());
         let mut reported_late = 0u64;
         let mut held: Option<Capability<Time>> = None;
+        // A custom merging WindowFn: the keys of the merge bundle in flight
+        // (by nonce), and where its result lands.
+        let merge_stage = match &ctx.graph.stages[stage_index].kind {
+            StageKind::GroupByKey { merge_windows, .. } => merge_windows.is_some(),
+            _ => false,
+        };
+        // With the input watermark when it was sent: the merged windows'
+        // triggers are evaluated as of the elements' arrival.
+        let mut merging: Option<(Vec<Vec<u8>>, Timestamp)> = None;
+        let merged: Arc<Mutex<Option<std::result::Result<BundleResult, String>>>> = Arc::default();
+        let merge_activator = Arc::new(worker.sync_activator_for(op_info.address.to_vec()));
         move |(input, frontier), output| {
             let watermark = watermark_of(frontier.frontier().as_ref());
             let now = ctx.clock.now();
@@ -457,7 +469,63 @@ fn group_by_key<'s>(
                 held = None;
                 return;
             }
+            if merge_stage {
+                let result = merging.as_ref().and_then(|_| merged.lock().unwrap_or_else(|p| p.into_inner()).take());
+                let sent = if result.is_some() { merging.take() } else { None };
+                let done = result.zip(sent);
+                if let Some((result, (keys, sent_at))) = done {
+                    let window_coder = &ctx.graph.pcollections[input_pc].window_coder;
+                    let merges = result
+                        .and_then(|r| decode_response(window_coder, r.outputs.first().map(Vec::as_slice).unwrap_or(&[])));
+                    match merges {
+                        Ok(merges) => {
+                            for (nonce, m) in merges {
+                                let Some(key) = keys.get(nonce) else { continue };
+                                match &mut groups {
+                                    Groups::Batch(b) => b.apply_merges(key, m),
+                                    Groups::Streaming(p) => ready.extend(p.apply_merges(key, m, sent_at, now)),
+                                }
+                            }
+                        }
+                        Err(message) => ctx.fail(EngineError::BundleFailed {
+                            stage: format!("{name} (merging windows of its custom WindowFn)"),
+                            message,
+                        }),
+                    }
+                }
+                let needed = merging.is_none()
+                    && match &groups {
+                        Groups::Batch(b) => b.needs_merge(|t: Timestamp| watermark > t),
+                        Groups::Streaming(p) => p.has_unmerged(),
+                    };
+                if needed {
+                    let requests = match &mut groups {
+                        Groups::Batch(b) => b.take_unmerged(),
+                        Groups::Streaming(p) => p.take_unmerged(),
+                    };
+                    let input = encode_request(requests.iter().map(|(_, w)| w.as_slice()));
+                    merging = Some((requests.into_iter().map(|(k, _)| k).collect(), watermark));
+                    let (slot, activator) = (merged.clone(), merge_activator.clone());
+                    ctx.processor.process_bundle(
+                        BundleRequest {
+                            stage: stage_index,
+                            stage_id: ctx.graph.stages[stage_index].id.clone(),
+                            stage_name: format!("{name}/MergeWindows"),
+                            input,
+                            side_inputs: Arc::default(),
+                            timers: vec![],
+                            on_split: Arc::new(|_| {}),
+                        },
+                        Box::new(move |result| {
+                            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+                            let _ = activator.activate();
+                        }),
+                    );
+                }
+            }
+            // Windows wait for their merges before anything fires.
             match &mut groups {
+                _ if merging.is_some() => {}
                 Groups::Batch(b) => ready.extend(b.take_complete(|t: Timestamp| watermark > t)),
                 Groups::Streaming(p) => {
                     ready.extend(p.advance(watermark, now));
@@ -508,6 +576,9 @@ fn group_by_key<'s>(
                     }
                 }
                 held = None;
+            } else if merging.is_some() {
+                // Panes of windows being merged go out at the time their
+                // elements came in: downstream must not think them late.
             } else if let (Some(cap), Some(min)) = (held.as_mut(), frontier.frontier().iter().min())
             {
                 if *min > *cap.time() {

@@ -1,11 +1,14 @@
 //! GroupByKey buffering: values grouped by (encoded key, window), merged for
-//! session windows, released when the watermark passes the window's end.
+//! session windows (or by the SDK for custom merging WindowFns), released
+//! when the watermark passes the window's end.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use weir_model::windowed_value::{encode_iterable, split_kv};
 use weir_model::{Coder, PaneInfo, Timestamp, Window, WindowedValue};
 use weir_plan::{OutputTime, WindowFn, Windowing};
+
+use crate::merge_windows::Merges;
 
 #[derive(Debug)]
 struct Group {
@@ -44,6 +47,8 @@ pub struct GroupByKeyBuffer {
     /// Values seen per encoded key, and in all, for hot-key detection.
     key_counts: HashMap<Vec<u8>, u64>,
     total: u64,
+    /// Keys with windows a custom merging WindowFn has not merged yet.
+    unmerged: HashSet<Vec<u8>>,
 }
 
 /// A key holding most of a GroupByKey's values on one worker.
@@ -69,6 +74,7 @@ impl GroupByKeyBuffer {
             groups: HashMap::new(),
             key_counts: HashMap::new(),
             total: 0,
+            unmerged: HashSet::new(),
         }
     }
 
@@ -98,10 +104,42 @@ impl GroupByKeyBuffer {
                 .or_insert_with(Group::new)
                 .add(wv.timestamp, v.to_vec());
         }
-        if let WindowFn::Sessions { .. } = self.windowing.window_fn {
-            merge_sessions(by_window);
+        match self.windowing.window_fn {
+            WindowFn::Sessions { .. } => {
+                let merges = session_merges(by_window.keys());
+                merge_groups(by_window, merges);
+            }
+            WindowFn::CustomMerging => {
+                self.unmerged.insert(k.to_vec());
+            }
+            WindowFn::Global | WindowFn::NonMerging => {}
         }
         Ok(())
+    }
+
+    /// True when a key whose windows a custom merging WindowFn has not
+    /// merged yet has a window `complete` (by its max timestamp): merge
+    /// before [`Self::take_complete`].
+    pub fn needs_merge(&self, complete: impl Fn(Timestamp) -> bool) -> bool {
+        self.unmerged.iter().any(|k| {
+            self.groups
+                .get(k)
+                .is_some_and(|by_window| by_window.keys().any(|w| complete(w.max_timestamp())))
+        })
+    }
+
+    /// Takes the keys with unmerged windows, each with all its windows (the
+    /// input of `beam:transform:merge_windows:v1`).
+    pub fn take_unmerged(&mut self) -> Vec<(Vec<u8>, Vec<Window>)> {
+        take_unmerged(&mut self.unmerged, &self.groups)
+    }
+
+    /// Applies merges of `key`'s windows computed by the SDK: the values of
+    /// each group of windows move into their merged window.
+    pub fn apply_merges(&mut self, key: &[u8], merges: Merges) {
+        if let Some(by_window) = self.groups.get_mut(key) {
+            merge_groups(by_window, merges);
+        }
     }
 
     /// The key with most values, when it holds at least half of all values
@@ -174,10 +212,28 @@ impl GroupByKeyBuffer {
     }
 }
 
-/// Merges overlapping interval windows of one key (Beam's session merging:
-/// windows that intersect become their span).
-fn merge_sessions(by_window: &mut HashMap<Window, Group>) {
-    for (target, members) in session_merges(by_window.keys()) {
+/// Drains `unmerged` into (key, all its windows) pairs, for keys that still
+/// hold windows in `by_key`.
+pub(crate) fn take_unmerged<V>(
+    unmerged: &mut HashSet<Vec<u8>>,
+    by_key: &HashMap<Vec<u8>, HashMap<Window, V>>,
+) -> Vec<(Vec<u8>, Vec<Window>)> {
+    unmerged
+        .drain()
+        .filter_map(|k| {
+            let windows: Vec<Window> = by_key.get(&k)?.keys().cloned().collect();
+            Some((k, windows))
+        })
+        .collect()
+}
+
+/// Moves the groups of each set of merged windows of one key into their
+/// merged window.
+fn merge_groups(by_window: &mut HashMap<Window, Group>, merges: Merges) {
+    for (target, members) in merges {
+        if members == [target.clone()] {
+            continue;
+        }
         let mut g = Group::new();
         for m in members {
             if let Some(old) = by_window.remove(&m) {
@@ -266,6 +322,65 @@ mod tests {
         assert_eq!(
             hex(&out[1]),
             "8020c49ba0bcf7f600000001070162000000010 2".replace(' ', "")
+        );
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn custom_merging_windows_wait_for_the_sdks_merges() {
+        let iw = |start: i64, end: i64| Window::Interval {
+            start: Timestamp(start),
+            end: Timestamp(end),
+        };
+        let windowing = Windowing {
+            window_fn: WindowFn::CustomMerging,
+            ..Windowing::global()
+        };
+        let mut b = GroupByKeyBuffer::new(coder(), Coder::IntervalWindow, windowing);
+        b.insert(&kv("a", 1, 1, iw(1, 2))).unwrap();
+        b.insert(&kv("a", 3, 3, iw(3, 4))).unwrap();
+        b.insert(&kv("a", 12, 12, iw(12, 13))).unwrap();
+        b.insert(&kv("b", 5, 5, iw(5, 6))).unwrap();
+        // Nothing is complete at watermark 0; everything at watermark 100.
+        assert!(!b.needs_merge(|t| t < Timestamp(0)));
+        assert!(b.needs_merge(|t| t < Timestamp(100)));
+        let mut unmerged = b.take_unmerged();
+        unmerged.sort();
+        for (_, windows) in unmerged.iter_mut() {
+            windows.sort();
+        }
+        assert_eq!(
+            unmerged,
+            vec![
+                (vec![1, b'a'], vec![iw(1, 2), iw(3, 4), iw(12, 13)]),
+                (vec![1, b'b'], vec![iw(5, 6)]),
+            ]
+        );
+        assert!(!b.needs_merge(|_| true));
+        // The SDK merged a's first two windows (which do not even touch),
+        // and left b's alone (a merge of a window into itself is a no-op).
+        b.apply_merges(&[1, b'a'], vec![(iw(1, 4), vec![iw(1, 2), iw(3, 4)])]);
+        b.apply_merges(&[1, b'b'], vec![(iw(5, 6), vec![iw(5, 6)])]);
+        let out = b.take_complete(|_| true);
+        let coder_out = Coder::Kv(
+            Box::new(Coder::StringUtf8),
+            Box::new(Coder::Iterable(Box::new(Coder::VarInt))),
+        );
+        let mut got: Vec<(Window, i64, Vec<u8>)> = out
+            .iter()
+            .map(|bytes| {
+                let (wv, _) = WindowedValue::decode(&coder_out, &Coder::IntervalWindow, bytes).unwrap();
+                (wv.windows[0].clone(), wv.timestamp.0, wv.value)
+            })
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                (iw(1, 4), 3, vec![1, b'a', 0, 0, 0, 2, 1, 3]),
+                (iw(5, 6), 5, vec![1, b'b', 0, 0, 0, 1, 5]),
+                (iw(12, 13), 12, vec![1, b'a', 0, 0, 0, 1, 12]),
+            ]
         );
         assert!(b.is_empty());
     }

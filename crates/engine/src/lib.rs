@@ -23,6 +23,7 @@ mod dataflow;
 pub mod elements;
 pub mod error;
 pub mod group_by_key;
+pub mod merge_windows;
 pub mod panes;
 pub mod side_input;
 pub mod timers;

@@ -24,12 +24,13 @@
 //! fires no more, but the window keeps collecting data and emits it in the
 //! final pane when it expires, rather than dropping it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use weir_model::windowed_value::{encode_iterable, split_kv};
 use weir_model::{Coder, PaneInfo, PaneTiming, Timestamp, Window, WindowedValue};
 use weir_plan::{Accumulation, OutputTime, WindowFn, Windowing};
 
+use crate::merge_windows::Merges;
 use crate::triggers::{CompiledTrigger, TriggerContext, TriggerState};
 
 /// The panes of one (key, window).
@@ -62,6 +63,9 @@ pub struct PaneBuffer {
     windows: HashMap<Vec<u8>, HashMap<Window, WindowPanes>>,
     /// Elements (per window) dropped because their window had expired or closed.
     pub dropped_late: u64,
+    /// Keys with windows a custom merging WindowFn has not merged yet: their
+    /// triggers are evaluated once the SDK's merges are applied.
+    unmerged: HashSet<Vec<u8>>,
 }
 
 impl PaneBuffer {
@@ -76,6 +80,7 @@ impl PaneBuffer {
             trigger,
             windows: HashMap::new(),
             dropped_late: 0,
+            unmerged: HashSet::new(),
         }
     }
 
@@ -160,26 +165,60 @@ impl PaneBuffer {
         if touched.is_empty() {
             return Ok(vec![]);
         }
-        if let WindowFn::Sessions { .. } = self.windowing.window_fn {
-            if let Some(by_window) = self.windows.get_mut(k) {
-                merge_sessions(&self.trigger, by_window);
+        match self.windowing.window_fn {
+            WindowFn::Sessions { .. } => {
+                if let Some(by_window) = self.windows.get_mut(k) {
+                    let merges = crate::group_by_key::session_merges(by_window.keys());
+                    merge_panes(&self.trigger, by_window, merges);
+                }
             }
+            WindowFn::CustomMerging => {
+                self.unmerged.insert(k.to_vec());
+                return Ok(vec![]);
+            }
+            WindowFn::Global | WindowFn::NonMerging => {}
         }
+        Ok(self.evaluate_key(k, watermark, now))
+    }
+
+    /// True when some key has windows a custom merging WindowFn has not
+    /// merged yet (no pane fires until they are: see [`Self::apply_merges`]).
+    pub fn has_unmerged(&self) -> bool {
+        !self.unmerged.is_empty()
+    }
+
+    /// Takes the keys with unmerged windows, each with all its windows (the
+    /// input of `beam:transform:merge_windows:v1`).
+    pub fn take_unmerged(&mut self) -> Vec<(Vec<u8>, Vec<Window>)> {
+        crate::group_by_key::take_unmerged(&mut self.unmerged, &self.windows)
+    }
+
+    /// Applies merges of `key`'s windows computed by the SDK (panes and
+    /// trigger states merge as for sessions), then evaluates the key's
+    /// triggers as an element arrival does; returns the panes fired.
+    pub fn apply_merges(&mut self, key: &[u8], merges: Merges, watermark: Timestamp, now: i64) -> Vec<Vec<u8>> {
+        if let Some(by_window) = self.windows.get_mut(key) {
+            merge_panes(&self.trigger, by_window, merges);
+        }
+        self.evaluate_key(key, watermark, now)
+    }
+
+    /// Evaluates the triggers of every window of `key` after elements arrived.
+    fn evaluate_key(&mut self, key: &[u8], watermark: Timestamp, now: i64) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
-        let key = k.to_vec();
-        if let Some(mut by_window) = self.windows.remove(&key) {
+        if let Some(mut by_window) = self.windows.remove(key) {
             let windows: Vec<Window> = by_window.keys().cloned().collect();
             for w in windows {
                 let p = by_window.get_mut(&w).expect("present");
-                if self.evaluate(&key, &w, p, watermark, now, false, &mut out) {
+                if self.evaluate(key, &w, p, watermark, now, false, &mut out) {
                     by_window.remove(&w);
                 }
             }
             if !by_window.is_empty() {
-                self.windows.insert(key, by_window);
+                self.windows.insert(key.to_vec(), by_window);
             }
         }
-        Ok(out)
+        out
     }
 
     /// Evaluates every window at input watermark `watermark` and processing
@@ -299,11 +338,21 @@ pub(crate) fn pane_timestamp(
     }
 }
 
-/// Merges the intersecting session windows of one key into their span,
-/// merging their panes' values and trigger states.
-fn merge_sessions(trigger: &CompiledTrigger, by_window: &mut HashMap<Window, WindowPanes>) {
-    for (target, members) in crate::group_by_key::session_merges(by_window.keys()) {
-        let parts: Vec<WindowPanes> = members.iter().filter_map(|m| by_window.remove(m)).collect();
+/// Merges the panes of each set of merged windows of one key (session
+/// windows that intersect, or the SDK's merges) into their merged window,
+/// merging their values and trigger states.
+fn merge_panes(trigger: &CompiledTrigger, by_window: &mut HashMap<Window, WindowPanes>, merges: Merges) {
+    for (target, members) in merges {
+        if members == [target.clone()] {
+            continue;
+        }
+        let mut parts: Vec<WindowPanes> = members.iter().filter_map(|m| by_window.remove(m)).collect();
+        if let Some(existing) = by_window.remove(&target) {
+            parts.push(existing);
+        }
+        if parts.is_empty() {
+            continue;
+        }
         let states: Vec<TriggerState> = parts.iter().map(|p| p.trigger.clone()).collect();
         let mut p = WindowPanes {
             values: Vec::new(),

@@ -531,6 +531,7 @@ fn fan_out_group_sum(workers: usize) -> (Vec<(String, i64, usize)>, FakeSdk, Arc
         StageKind::GroupByKey {
             input: pairs,
             output: grouped,
+            merge_windows: None,
         },
     );
     let s_sum = g.sdk("Sum", grouped, vec![], vec![]);
@@ -1064,6 +1065,7 @@ fn session_windows_merge_in_group_by_key() {
             StageKind::GroupByKey {
                 input: stamped,
                 output: grouped,
+                merge_windows: None,
             },
         );
         let s_collect = g.sdk("Collect", grouped, vec![], vec![]);

@@ -352,11 +352,18 @@ impl Inner {
 
     /// One attempt; on failure also says whether split-off work was handed to the engine.
     async fn attempt(&self, request: &BundleRequest) -> Result<BundleResult, (String, bool)> {
-        let StageKind::Sdk(stage) = &self.graph.stages[request.stage].kind else {
-            return Err((
-                format!("stage {} is not an SDK stage", request.stage_name),
-                false,
-            ));
+        let stage = match &self.graph.stages[request.stage].kind {
+            StageKind::Sdk(stage) => stage,
+            StageKind::GroupByKey {
+                merge_windows: Some(stage),
+                ..
+            } => &**stage,
+            _ => {
+                return Err((
+                    format!("stage {} runs no SDK bundles", request.stage_name),
+                    false,
+                ))
+            }
         };
         let worker = self
             .harnesses
@@ -371,7 +378,7 @@ impl Inner {
             *seq += 1;
             format!("{}-bundle-{}", self.job_id, *seq)
         };
-        let sinks = stage.outputs.len();
+        let sinks = stage.output_transform_ids.len();
         let streams = sinks + stage.timer_families.len();
         let bundle = Arc::new(BundleState {
             side_inputs: request.side_inputs.clone(),

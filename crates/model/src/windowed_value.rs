@@ -22,9 +22,13 @@ pub struct WindowedValue {
     pub value: Vec<u8>,
 }
 
-/// Read a window list (4-byte BE count then windows, or count -1 and
-/// varint-counted chunks ending with 0) from the front of `bytes`.
-pub(crate) fn decode_windows(window_coder: &Coder, bytes: &[u8]) -> Result<(Vec<Window>, usize)> {
+/// Read a window list, i.e. a `beam:coder:iterable:v1` of windows (4-byte
+/// BE count then windows, or count -1 and varint-counted chunks ending with
+/// 0) from the front of `bytes`; returns the windows and bytes consumed.
+///
+/// # Errors
+/// [`Error::Truncated`] when `bytes` ends early; window decoding errors.
+pub fn decode_windows(window_coder: &Coder, bytes: &[u8]) -> Result<(Vec<Window>, usize)> {
     let raw = bytes.get(..4).ok_or(Error::Truncated {
         what: "window count",
     })?;

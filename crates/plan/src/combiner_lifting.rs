@@ -350,7 +350,7 @@ mod tests {
             ]
         );
         // The accumulators cross the shuffle as KV<string, varint>, grouped into KV<string, iterable<varint>>.
-        let StageKind::GroupByKey { input, output } = plan.graph.stages[2].kind else {
+        let StageKind::GroupByKey { input, output, .. } = plan.graph.stages[2].kind else {
             panic!()
         };
         use weir_model::Coder;

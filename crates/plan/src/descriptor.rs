@@ -18,9 +18,9 @@ use crate::graph::*;
 use crate::leaves::{pardo_payload, LeafKind};
 use crate::{windowing, Plan, PlanError, PlanOptions, Result};
 
-struct Builder<'a> {
-    c: &'a beam::Components,
-    coders: HashMap<String, beam::Coder>,
+pub(crate) struct Builder<'a> {
+    pub(crate) c: &'a beam::Components,
+    pub(crate) coders: HashMap<String, beam::Coder>,
     index: HashMap<String, PCollectionIndex>,
     pcollections: Vec<PCollectionInfo>,
     /// PCollection id -> wire (element) coder id.
@@ -28,7 +28,7 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
-    fn pc(&self, id: &str) -> Result<&beam::PCollection> {
+    pub(crate) fn pc(&self, id: &str) -> Result<&beam::PCollection> {
         self.c
             .pcollections
             .get(id)
@@ -54,7 +54,6 @@ impl Builder<'_> {
         let wire = self.wire_of(id)?;
         let windowing = windowing::parse(
             &self.c.windowing_strategies,
-            &self.coders,
             &pc.windowing_strategy_id,
             id,
         )?;
@@ -72,7 +71,7 @@ impl Builder<'_> {
     }
 
     /// The wire window coder id of windowing strategy `ws`.
-    fn window_wire(&mut self, ws: &str) -> Result<String> {
+    pub(crate) fn window_wire(&mut self, ws: &str) -> Result<String> {
         let window = self
             .c
             .windowing_strategies
@@ -179,7 +178,31 @@ pub(crate) fn build(
                             )));
                         }
                         if *kind == LeafKind::GroupByKey {
-                            StageKind::GroupByKey { input, output }
+                            let merge_windows = if b.pcollections[input].windowing.window_fn
+                                == WindowFn::CustomMerging
+                            {
+                                let input_id = single(t, transform_id, "input", &t.inputs)?;
+                                let (stage, d) = crate::merge_windows::stage(
+                                    &mut b,
+                                    &stage_id,
+                                    &t.unique_name,
+                                    &input_id,
+                                    input,
+                                    options,
+                                )?;
+                                if let Some(env) = c.environments.get(&stage.environment_id) {
+                                    environments.insert(stage.environment_id.clone(), env.clone());
+                                }
+                                descriptors.insert(stage_id.clone(), d);
+                                Some(Box::new(stage))
+                            } else {
+                                None
+                            };
+                            StageKind::GroupByKey {
+                                input,
+                                output,
+                                merge_windows,
+                            }
                         } else {
                             StageKind::Reshuffle { input, output }
                         }

@@ -41,6 +41,11 @@ pub enum WindowFn {
     NonMerging,
     /// `beam:window_fn:session_windows:v1` with its gap in milliseconds.
     Sessions { gap_ms: i64 },
+    /// Any other merging WindowFn (`MergeStatus.NEEDS_MERGE`, e.g. a Python
+    /// `WindowFn` subclass with its own `merge`): the runner cannot merge its
+    /// windows itself and asks the SDK, through the GroupByKey's
+    /// [`StageKind::GroupByKey::merge_windows`] stage.
+    CustomMerging,
 }
 
 /// Output timestamp policy of a GroupByKey (`OutputTime` in beam_runner_api.proto).
@@ -184,6 +189,15 @@ pub enum StageKind {
     GroupByKey {
         input: PCollectionIndex,
         output: PCollectionIndex,
+        /// For input windowed by a [`WindowFn::CustomMerging`]: the SDK
+        /// stage (registered under this stage's id) that runs
+        /// `beam:transform:merge_windows:v1` on the WindowFn. It reads
+        /// `KV<nonce, iterable<window>>` and writes
+        /// `KV<nonce, KV<iterable<unmerged window>, iterable<KV<merged window,
+        /// iterable<window merged into it>>>>>`, nonces as `beam:coder:bytes:v1`,
+        /// in the global window. Its `outputs` is empty: its one sink
+        /// (`output_transform_ids[0]`) feeds no PCollection of the graph.
+        merge_windows: Option<Box<SdkStage>>,
     },
     /// `beam:transform:flatten:v1`, executed by the runner.
     Flatten {

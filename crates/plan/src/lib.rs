@@ -13,6 +13,7 @@ pub mod error;
 mod fusion;
 pub mod graph;
 mod leaves;
+mod merge_windows;
 mod sdf;
 mod transcode;
 mod windowing;

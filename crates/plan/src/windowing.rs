@@ -8,12 +8,11 @@ use weir_proto::{beam, urns};
 use crate::graph::{Accumulation, OutputTime, Trigger, WindowFn, Windowing};
 use crate::{PlanError, Result};
 
-/// Parses windowing strategy `id`, rejecting features Weir does not run yet
-/// (custom merging WindowFns, retracting accumulation).
+/// Parses windowing strategy `id`, rejecting what Weir does not run
+/// (retracting accumulation, malformed triggers).
 /// `pcollection` names the PCollection for messages.
 pub(crate) fn parse(
     strategies: &HashMap<String, beam::WindowingStrategy>,
-    coders: &HashMap<String, beam::Coder>,
     id: &str,
     pcollection: &str,
 ) -> Result<Windowing> {
@@ -28,21 +27,6 @@ pub(crate) fn parse(
         urn: urn.to_string(),
         feature,
     };
-    let window_coder_urn = coders
-        .get(&ws.window_coder_id)
-        .and_then(|c| c.spec.as_ref())
-        .map(|s| s.urn.as_str())
-        .unwrap_or("");
-    // Windows of custom types travel length-prefixed and stay opaque to the
-    // runner; merging them needs the SDK's merge_windows, not implemented yet.
-    let custom_window = window_coder_urn != urns::coder::GLOBAL_WINDOW
-        && window_coder_urn != urns::coder::INTERVAL_WINDOW;
-    if custom_window && ws.merge_status == beam::merge_status::Enum::NeedsMerge as i32 {
-        return Err(unsupported(
-            fn_urn,
-            "a merging WindowFn over a custom window type".into(),
-        ));
-    }
     let trigger = match ws.trigger.as_ref() {
         Some(t) => parse_trigger(t).map_err(|feature| unsupported(fn_urn, feature))?,
         None => Trigger::Default,
@@ -72,8 +56,10 @@ pub(crate) fn parse(
                 gap_ms: gap.seconds * 1000 + i64::from(gap.nanos) / 1_000_000,
             }
         }
+        // Windows of a merging WindowFn the runner does not know (of any
+        // window type) are merged by the SDK (`beam:transform:merge_windows:v1`).
         _ if ws.merge_status == beam::merge_status::Enum::NeedsMerge as i32 => {
-            return Err(unsupported(fn_urn, "custom merging WindowFn".into()))
+            WindowFn::CustomMerging
         }
         _ => WindowFn::NonMerging,
     };

@@ -290,7 +290,12 @@ fn check_invariants(p: &Plan) {
     let sdk_stages: BTreeSet<&str> = g
         .stages
         .iter()
-        .filter(|s| matches!(s.kind, StageKind::Sdk(_)))
+        .filter(|s| {
+            matches!(
+                s.kind,
+                StageKind::Sdk(_) | StageKind::GroupByKey { merge_windows: Some(_), .. }
+            )
+        })
         .map(|s| s.id.as_str())
         .collect();
     assert_eq!(
@@ -299,7 +304,7 @@ fn check_invariants(p: &Plan) {
             .map(|k| k.as_str())
             .collect::<BTreeSet<_>>(),
         sdk_stages,
-        "one descriptor per SDK stage"
+        "one descriptor per SDK stage and GroupByKey merge stage"
     );
 
     for (i, s) in g.stages.iter().enumerate() {
@@ -559,7 +564,7 @@ fn wordcount_stages() {
     // lifts the `combine_per_key` composite itself (not the SDK's lifted
     // subtransforms), under the composite's names.
     let combine = "ref_AppliedPTransform_GroupAndSum_10";
-    let StageKind::GroupByKey { input, output } = p.graph.stages[3].kind else {
+    let StageKind::GroupByKey { input, output, .. } = p.graph.stages[3].kind else {
         unreachable!()
     };
     assert_eq!(s2.outputs, [input]);
@@ -1025,6 +1030,7 @@ fn flatten_then_gbk_transcodes_flatten_inputs() {
     let StageKind::GroupByKey {
         input,
         output: grouped,
+        ..
     } = p.graph.stages[9].kind
     else {
         unreachable!()
@@ -1167,7 +1173,7 @@ fn sessions_windowing_reaches_the_gbk() {
         WindowFn::Global
     );
 
-    let StageKind::GroupByKey { input, output } = p.graph.stages[4].kind else {
+    let StageKind::GroupByKey { input, output, .. } = p.graph.stages[4].kind else {
         unreachable!()
     };
     assert_eq!(sdk(&p, 3).outputs, [input]);
@@ -1190,6 +1196,99 @@ fn sessions_windowing_reaches_the_gbk() {
         urn_of(&d.transforms["ref_AppliedPTransform_Window_15"]),
         "beam:transform:window_into:v1"
     );
+}
+
+/// A custom merging WindowFn (a Python `WindowFn` with its own `merge`):
+/// Prepare accepts it, and its GroupByKey carries a merge stage, registered
+/// under the GroupByKey's stage id, that runs Beam's
+/// `beam:transform:merge_windows:v1` on the pipeline's own WindowFn spec in
+/// the WindowFn's environment, between a data source of
+/// `KV<bytes, iterable<window>>` and a data sink of
+/// `KV<bytes, KV<iterable<window>, iterable<KV<window, iterable<window>>>>>`,
+/// both windowed in the global window.
+#[test]
+fn custom_merging_windowfn_gets_a_merge_windows_stage() {
+    let pipeline = load("custom_merging");
+    let p = plan_ok(&pipeline);
+    let (index, merge) = p
+        .graph
+        .stages
+        .iter()
+        .enumerate()
+        .find_map(|(i, s)| match &s.kind {
+            StageKind::GroupByKey { input, merge_windows, .. } if s.name == "Group" => {
+                assert_eq!(p.graph.pcollections[*input].windowing.window_fn, WindowFn::CustomMerging);
+                Some((i, merge_windows.clone().expect("a merge stage")))
+            }
+            StageKind::GroupByKey { merge_windows, .. } => {
+                assert!(merge_windows.is_none(), "{} merges no windows", s.name);
+                None
+            }
+            _ => None,
+        })
+        .expect("the Group GroupByKey");
+    assert_eq!(merge.environment_id, ENV_ID);
+    assert!(merge.outputs.is_empty());
+    assert_eq!(merge.output_transform_ids.len(), 1);
+    let d = descriptor(&p, index);
+    assert_eq!(d.transforms.len(), 3);
+    let source = &d.transforms[&merge.input_transform_id];
+    let sink = &d.transforms[&merge.output_transform_ids[0]];
+    assert_eq!(urn_of(source), SOURCE);
+    assert_eq!(urn_of(sink), SINK);
+    let (merge_id, merge_t) = d
+        .transforms
+        .iter()
+        .find(|(_, t)| urn_of(t) == "beam:transform:merge_windows:v1")
+        .expect("a merge_windows transform");
+    assert_eq!(merge_t.unique_name, "Group/MergeWindows");
+    assert_eq!(merge_t.environment_id, ENV_ID);
+    // Its payload is the WindowFn spec of the windowing strategy, with the
+    // pickle unwrapped from Python's BytesValue (what Python's SDK harness
+    // reads: see merge_windows.rs).
+    let c = pipeline.components.as_ref().unwrap();
+    let group = c.transforms.values().find(|t| t.unique_name == "Group").unwrap();
+    let ws = &c.windowing_strategies[&c.pcollections[group.inputs.values().next().unwrap()].windowing_strategy_id];
+    let original = ws.window_fn.as_ref().unwrap();
+    let spec = beam::FunctionSpec::decode(merge_t.spec.as_ref().unwrap().payload.as_slice()).unwrap();
+    assert_eq!(spec.urn, "beam:window_fn:pickled_python:v1");
+    assert_eq!(original.urn, spec.urn);
+    assert_eq!(original.payload[0], 0x0a, "BytesValue field 1");
+    let pickle = Vec::<u8>::decode(original.payload.as_slice()).unwrap();
+    assert!(pickle.starts_with(b"QlpoOTFBWSZTW"), "base64 of a bz2 stream");
+    assert_eq!(spec.payload, pickle);
+    // Wiring: source -> merge_windows -> sink.
+    let unmerged = &source.outputs["out"];
+    let merged = &merge_t.outputs["output"];
+    assert_eq!(&merge_t.inputs["input"], unmerged);
+    assert_eq!(&sink.inputs["in"], merged, "sink of {merge_id}");
+    // Coders: spell them out as URN trees.
+    fn tree(coders: &HashMap<String, beam::Coder>, id: &str) -> String {
+        let c = &coders[id];
+        let urn = c.spec.as_ref().unwrap().urn.trim_start_matches("beam:coder:").trim_end_matches(":v1");
+        if c.component_coder_ids.is_empty() {
+            urn.to_string()
+        } else {
+            let parts: Vec<String> = c.component_coder_ids.iter().map(|x| tree(coders, x)).collect();
+            format!("{urn}({})", parts.join(", "))
+        }
+    }
+    let port = |t: &beam::PTransform| {
+        beam::RemoteGrpcPort::decode(t.spec.as_ref().unwrap().payload.as_slice()).unwrap().coder_id
+    };
+    assert_eq!(
+        tree(&d.coders, &port(source)),
+        "windowed_value(kv(bytes, iterable(interval_window)), global_window)"
+    );
+    assert_eq!(
+        tree(&d.coders, &port(sink)),
+        "windowed_value(kv(bytes, kv(iterable(interval_window), iterable(kv(interval_window, iterable(interval_window))))), global_window)"
+    );
+    assert_eq!(tree(&d.coders, &d.pcollections[unmerged].coder_id), "kv(bytes, iterable(interval_window))");
+    let strategy = &d.windowing_strategies[&d.pcollections[merged].windowing_strategy_id];
+    assert_eq!(strategy.window_fn.as_ref().unwrap().urn, "beam:window_fn:global_windows:v1");
+    assert_eq!(tree(&d.coders, &strategy.window_coder_id), "global_window");
+    assert!(p.environments.contains_key(ENV_ID));
 }
 
 /// A DoFn with a `BagStateSpec`. Weir rejected user state until stateful

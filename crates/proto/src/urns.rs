@@ -81,6 +81,9 @@ pub mod window_fn {
     pub const FIXED: &str = "beam:window_fn:fixed_windows:v1";
     pub const SLIDING: &str = "beam:window_fn:sliding_windows:v1";
     pub const SESSIONS: &str = "beam:window_fn:session_windows:v1";
+    /// A Python `WindowFn` pickled by the SDK (python_urns.PICKLED_WINDOWFN);
+    /// its payload is a `google.protobuf.BytesValue` of the pickle.
+    pub const PICKLED_PYTHON: &str = "beam:window_fn:pickled_python:v1";
 }
 
 /// Side-input access patterns (`StandardSideInputTypes`).
