@@ -25,25 +25,30 @@ def states(server):
   return {r[0]: r[1] for r in rows}
 
 
-def test_drain_ends_a_streaming_job_with_its_windows_fired(weir_server, tmp_path):
-  output = tmp_path / 'counts.txt'
-  before = set(states(weir_server))
+def start_job(server, output, *extra):
+  """Starts pipelines_drain.py; returns the client process and the job id
+  once the job runs and has written two lines."""
+  before = set(states(server))
   client = subprocess.Popen(
       [sys.executable, os.path.join(HERE, 'pipelines_drain.py'), str(output),
-       '--runner=PortableRunner', '--job_endpoint=' + weir_server.endpoint,
-       '--environment_type=LOOPBACK'],
+       '--runner=PortableRunner', '--job_endpoint=' + server.endpoint,
+       '--environment_type=LOOPBACK'] + list(extra),
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  deadline = time.time() + 90
+  while time.time() < deadline:
+    now = states(server)
+    new = [j for j in now if j not in before]
+    if new and now[new[0]] == 'RUNNING' and output.exists() and output.read_text().count('\n') >= 2:
+      return client, new[0]
+    time.sleep(0.5)
+  client.kill()
+  raise AssertionError('the streaming job never wrote two lines; log:\n%s' % server.log_tail())
+
+
+def test_drain_ends_a_streaming_job_with_its_windows_fired(weir_server, tmp_path):
+  output = tmp_path / 'counts.txt'
+  client, job = start_job(weir_server, output)
   try:
-    job = None
-    deadline = time.time() + 90
-    while time.time() < deadline:
-      now = states(weir_server)
-      new = [j for j in now if j not in before]
-      if new and now[new[0]] == 'RUNNING' and output.exists() and output.read_text().count('\n') >= 2:
-        job = new[0]
-        break
-      time.sleep(0.5)
-    assert job, 'the streaming job never emitted two windows; log:\n%s' % weir_server.log_tail()
     started_drain = time.time()
     assert weir_jobs(weir_server, 'drain', job).split() == [job, 'DRAINING']
     out, _ = client.communicate(timeout=60)
@@ -58,6 +63,31 @@ def test_drain_ends_a_streaming_job_with_its_windows_fired(weir_server, tmp_path
     assert all(1 <= c <= 2 for c in counts), lines
     # Draining a job that already ended leaves it DRAINED.
     assert weir_jobs(weir_server, 'drain', job).split() == [job, 'DRAINED']
+  finally:
+    if client.poll() is None:
+      client.kill()
+  assert weir_server.alive(), weir_server.log_tail()
+
+
+def test_drain_truncates_running_restrictions_with_the_dofns_truncate(weir_server, tmp_path):
+  """The unbounded Counter SDF checkpoints every position; drained, its
+  running restriction goes through its own `truncate_restriction` (three
+  more positions), which then run to the end: the job ends DRAINED."""
+  output = tmp_path / 'positions.txt'
+  client, job = start_job(weir_server, output, '--counter')
+  try:
+    assert weir_jobs(weir_server, 'drain', job).split() == [job, 'DRAINING']
+    out, _ = client.communicate(timeout=60)
+    assert 'DRAINED' in out, out
+    assert states(weir_server)[job] == 'DRAINED'
+    lines = [l.split() for l in output.read_text().splitlines()]
+    positions = [int(p) for p, _ in lines]
+    tags = [t for _, t in lines]
+    # Positions 0, 1, 2, ... each once; the last three from the truncated
+    # restriction.
+    assert positions == list(range(len(lines))), lines
+    assert len(lines) >= 5, lines
+    assert tags == ['before'] * (len(lines) - 3) + ['after'] * 3, lines
   finally:
     if client.poll() is None:
       client.kill()

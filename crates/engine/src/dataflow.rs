@@ -791,6 +791,7 @@ fn sdk_stage<'s>(
             timer_rounds: 0,
         }));
         let submit_stage_id = ctx.graph.stages[stage_index].id.clone();
+        let drain_stage_id = sdk.drain_descriptor_id.clone();
         let submit_ctx = ctx.clone();
         let submit_name = name.clone();
         let submit_activator = activator.clone();
@@ -801,6 +802,12 @@ fn sdk_stage<'s>(
             let id = st.next_bundle;
             st.next_bundle += 1;
             st.in_flight.insert(id, cap);
+            // Once the job is drained, a splittable stage's restrictions go
+            // through its drain descriptor, which truncates them first.
+            let stage_id = match &drain_stage_id {
+                Some(drain) if ctx.draining() => drain.clone(),
+                _ => submit_stage_id.clone(),
+            };
             let completions = completions.clone();
             let activator = activator.clone();
             let (split_completions, split_activator) = (completions.clone(), activator.clone());
@@ -811,7 +818,7 @@ fn sdk_stage<'s>(
             let request = BundleRequest {
                 on_split,
                 stage: stage_index,
-                stage_id: submit_stage_id.clone(),
+                stage_id,
                 stage_name: submit_name.clone(),
                 input: elements,
                 side_inputs,
@@ -928,7 +935,9 @@ fn sdk_stage<'s>(
                                 Some(wm) if time_at(wm) > *cap.time() => cap.delayed(&time_at(wm)),
                                 _ => cap,
                             };
-                            if r.residual_delay_ms > 0 {
+                            // Drained, a residual resumes at once (truncated).
+                            let drained = ctx.draining() && sdk.drain_descriptor_id.is_some();
+                            if r.residual_delay_ms > 0 && !drained {
                                 st.delayed.push((wall_millis().saturating_add(r.residual_delay_ms), cap, r.residuals));
                             } else {
                                 st.pending.push_back((cap, r.residuals));
@@ -942,9 +951,14 @@ fn sdk_stage<'s>(
                 return;
             }
             // Draining: residuals waiting to resume later (sources polling
-            // for more) are dropped, so the sources finish.
+            // for more) resume at once through the drain descriptor, where
+            // the DoFn's `truncate_restriction` decides what is left of them;
+            // a stage without one drops them, so the sources finish.
             if ctx.draining() && !st.delayed.is_empty() {
-                st.delayed.clear();
+                let delayed = std::mem::take(&mut st.delayed);
+                if sdk.drain_descriptor_id.is_some() {
+                    st.pending.extend(delayed.into_iter().map(|(_, cap, elements)| (cap, elements)));
+                }
             }
             // Residuals whose resume delay has passed become pending work.
             if !st.delayed.is_empty() {

@@ -387,6 +387,19 @@ pub(crate) fn build(
                     d.pcollections.insert(pc.clone(), p);
                 }
                 let input_index = b.index_of(input)?;
+                // A job drained later truncates the restrictions running then.
+                let drain_descriptor_id = match residual_transform_ids
+                    .iter()
+                    .find(|t| t.ends_with(crate::sdf::PROCESS_SUFFIX))
+                {
+                    Some(process_id) if splittable && !options.drain => {
+                        let id = format!("{stage_id}/drain");
+                        let v = crate::sdf::drain_variant(&d, &id, process_id, input)?;
+                        descriptors.insert(id.clone(), v);
+                        Some(id)
+                    }
+                    _ => None,
+                };
                 stages.push(Stage {
                     id: stage_id.clone(),
                     name: names.join("+"),
@@ -401,6 +414,7 @@ pub(crate) fn build(
                         splittable,
                         stateful,
                         timer_families,
+                        drain_descriptor_id,
                     }),
                 });
                 if let Some(env) = c.environments.get(environment_id) {

@@ -237,6 +237,13 @@ pub struct SdkStage {
     /// (`beam:transform:sdf_process_sized_element_and_restrictions:v1`), so a
     /// running bundle can be split inside its element (dynamic splitting).
     pub splittable: bool,
+    /// For a splittable stage of a job not drained from the start: the id of
+    /// a second `ProcessBundleDescriptor` of the stage in which
+    /// `beam:transform:sdf_truncate_sized_restrictions:v1` runs before the
+    /// process transform (same input and outputs). Once the job is drained,
+    /// the residuals of its running restrictions go through it, so the
+    /// DoFn's `truncate_restriction` decides what is left to process.
+    pub drain_descriptor_id: Option<String>,
 }
 
 /// A timer family of a stateful DoFn: timers travel on the data plane as

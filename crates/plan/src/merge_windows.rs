@@ -208,6 +208,7 @@ pub(crate) fn stage(
         stateful: false,
         timer_families: vec![],
         splittable: false,
+        drain_descriptor_id: None,
     };
     Ok((stage, descriptor))
 }

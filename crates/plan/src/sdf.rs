@@ -143,6 +143,51 @@ pub(crate) fn expand(c: &mut beam::Components, leaves: &mut Vec<String>, drain: 
     Ok(())
 }
 
+/// The drain variant of an SDK stage descriptor `d` whose input PCollection
+/// `input` feeds SDF process transform `process_id` (see
+/// `SdkStage::drain_descriptor_id`): a copy with id `id` in which a
+/// `beam:transform:sdf_truncate_sized_restrictions:v1` (the process
+/// transform's own ParDo payload, same coder in and out) sits between the
+/// stage input and the process transform.
+///
+/// # Errors
+/// [`PlanError::Internal`] when `process_id` is not in `d` or does not read `input`.
+pub(crate) fn drain_variant(
+    d: &beam::ProcessBundleDescriptor,
+    id: &str,
+    process_id: &str,
+    input: &str,
+) -> Result<beam::ProcessBundleDescriptor> {
+    let mut v = d.clone();
+    v.id = id.to_string();
+    let process = v.transforms.get_mut(process_id).ok_or_else(|| {
+        PlanError::Internal(format!("drain variant of {}: no transform {process_id}", d.id))
+    })?;
+    let tag = process
+        .inputs
+        .iter()
+        .find(|(_, pc)| pc.as_str() == input)
+        .map(|(tag, _)| tag.clone())
+        .ok_or_else(|| {
+            PlanError::Internal(format!("drain variant of {}: {process_id} does not read {input}", d.id))
+        })?;
+    let truncated = format!("{input}/weir:drain-truncated");
+    process.inputs.insert(tag.clone(), truncated.clone());
+    let mut truncate = process.clone();
+    truncate.unique_name = format!("{}/TruncateRestriction", process.unique_name.trim_end_matches("/Process"));
+    if let Some(spec) = truncate.spec.as_mut() {
+        spec.urn = urns::transform::SDF_TRUNCATE_SIZED_RESTRICTIONS.to_string();
+    }
+    truncate.inputs.insert(tag, input.to_string());
+    truncate.outputs = [("out".to_string(), truncated.clone())].into_iter().collect();
+    let pc = v.pcollections.get(input).cloned().ok_or_else(|| {
+        PlanError::Internal(format!("drain variant of {}: PCollection {input} not in the descriptor", d.id))
+    })?;
+    v.pcollections.insert(truncated, pc);
+    v.transforms.insert(format!("{process_id}/weir:drain-truncate"), truncate);
+    Ok(v)
+}
+
 fn coder(urn: &str, components: Vec<String>) -> beam::Coder {
     beam::Coder {
         spec: Some(beam::FunctionSpec {

@@ -297,6 +297,10 @@ fn check_invariants(p: &Plan) {
             )
         })
         .map(|s| s.id.as_str())
+        .chain(g.stages.iter().filter_map(|s| match &s.kind {
+            StageKind::Sdk(sdk) => sdk.drain_descriptor_id.as_deref(),
+            _ => None,
+        }))
         .collect();
     assert_eq!(
         p.descriptors
@@ -304,7 +308,7 @@ fn check_invariants(p: &Plan) {
             .map(|k| k.as_str())
             .collect::<BTreeSet<_>>(),
         sdk_stages,
-        "one descriptor per SDK stage and GroupByKey merge stage"
+        "one descriptor per SDK stage, SDF drain variant and GroupByKey merge stage"
     );
 
     for (i, s) in g.stages.iter().enumerate() {
@@ -1513,10 +1517,49 @@ fn drain_truncates_restrictions_before_processing() {
         urns_in_order.contains(&"beam:transform:sdf_truncate_sized_restrictions:v1".to_string()),
         "{urns_in_order:?}"
     );
+    let truncate = "beam:transform:sdf_truncate_sized_restrictions:v1";
+    let has_truncate = |d: &beam::ProcessBundleDescriptor| {
+        d.transforms.values().any(|t| urn_of(t) == truncate)
+    };
+    // Drained from the start, no stage needs a separate drain variant.
+    assert!(p.graph.stages.iter().all(|s| !matches!(&s.kind, StageKind::Sdk(sdk) if sdk.drain_descriptor_id.is_some())));
+
+    // Not drained: the stage's own descriptor has no truncation, but its
+    // drain variant (for a drain later on) truncates the stage input before
+    // the process transform, which then reads the truncated restrictions.
     let undrained = plan(&load("wordcount"), &options()).expect("plans");
-    assert!(!undrained
-        .descriptors
+    let (index, sdk) = undrained
+        .graph
+        .stages
+        .iter()
+        .enumerate()
+        .find_map(|(i, s)| match &s.kind {
+            StageKind::Sdk(sdk) if sdk.splittable => Some((i, sdk)),
+            _ => None,
+        })
+        .expect("a splittable stage");
+    let main = descriptor(&undrained, index);
+    assert!(!has_truncate(main));
+    let drain_id = sdk.drain_descriptor_id.as_ref().expect("a drain variant");
+    assert_eq!(drain_id, &format!("{}/drain", main.id));
+    let variant = &undrained.descriptors[drain_id];
+    assert_eq!(&variant.id, drain_id);
+    assert_eq!(variant.transforms.len(), main.transforms.len() + 1);
+    let input = pc_id(&undrained, sdk.input);
+    let (_, t) = variant.transforms.iter().find(|(_, t)| urn_of(t) == truncate).expect("truncate");
+    assert!(t.unique_name.ends_with("/TruncateRestriction"), "{}", t.unique_name);
+    assert!(t.inputs.values().any(|pc| pc == input));
+    let truncated = t.outputs["out"].clone();
+    let process = variant
+        .transforms
         .values()
-        .flat_map(|d| d.transforms.values())
-        .any(|t| t.spec.as_ref().map(|s| s.urn.as_str()) == Some("beam:transform:sdf_truncate_sized_restrictions:v1")));
+        .find(|t| urn_of(t) == "beam:transform:sdf_process_sized_element_and_restrictions:v1")
+        .unwrap();
+    assert!(process.inputs.values().any(|pc| *pc == truncated));
+    assert!(!process.inputs.values().any(|pc| pc == input));
+    assert_eq!(variant.pcollections[&truncated].coder_id, variant.pcollections[input].coder_id);
+    // Source and sinks are the stage's own.
+    for id in std::iter::once(&sdk.input_transform_id).chain(&sdk.output_transform_ids) {
+        assert_eq!(variant.transforms[id], main.transforms[id]);
+    }
 }
