@@ -539,6 +539,33 @@ def batch_processing_time_triggers(p):
   return _batch_triggers(p, BATCH_PROCESSING_TIME_TRIGGERS)
 
 
+# --- An unbounded source that starts empty -----------------------------------
+
+
+def late_start_impulse(p):
+  """PeriodicImpulse that starts firing 3 s after the job is built (its
+  source is empty until then) and fires 4 times, 1 s apart, counted in
+  2-second fixed windows: `[start, end) count` lines. The first firing
+  time S (seconds since the epoch) is written to PREFIX.start."""
+  import time as _time
+  from apache_beam.transforms.periodicsequence import PeriodicImpulse
+  start = int(_time.time()) + 3
+  with open(pipelines.FLAGS.output + '.start', 'w') as f:
+    f.write(str(start))
+  return (
+      p
+      | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + 4, fire_interval=1)
+      | 'Key' >> beam.Map(lambda t: ('n', 1))
+      | 'Fixed2' >> beam.WindowInto(bw.FixedWindows(2))
+      | 'Count' >> beam.CombinePerKey(sum)
+      | 'Format' >> beam.ParDo(FormatCount()))
+
+
+class FormatCount(beam.DoFn):
+  def process(self, kv, w=beam.DoFn.WindowParam):
+    yield '%s %d' % (fmt_window(w), kv[1])
+
+
 STREAMING = (default_late, default_no_lateness, watermark_early_late_acc,
              watermark_early_late_dis, watermark_early_processing_time,
              after_count, repeatedly_count_acc, repeatedly_count_dis,
@@ -547,7 +574,7 @@ STREAMING = (default_late, default_no_lateness, watermark_early_late_acc,
              sliding_early, sessions_early, sessions_late, custom_merging_early,
              custom_merging_late, timers_event,
              timers_processing, stateful_late, batch_triggers,
-             batch_processing_time_triggers)
+             batch_processing_time_triggers, late_start_impulse)
 
 PIPELINES = {f.__name__: f for f in STREAMING}
 

@@ -381,3 +381,19 @@ def test_batch_triggers_direct_runner_gives_the_same_contents(module_beam):
   lines = run_lines(module_beam, 'batch_triggers', 'DIRECT', BATCH)
   got = contents(lines)
   assert got == expected, 'DirectRunner\n  ' + diff(expected, got)
+
+
+def test_an_unbounded_source_that_starts_empty_still_moves_the_watermark(module_beam, weir_server):
+  """PeriodicImpulse firing 4 times from 3 s after the job starts: while it
+  is empty its watermark estimate still advances (the runner neither stalls
+  nor busy-polls), every 2-second window fires once with its exact count,
+  and the job ends when the impulse does."""
+  run = module_beam.run_named('late_start_impulse', 'LOOPBACK', extra=['--streaming'], script=SCRIPT)
+  assert run.returncode == 0, run.describe(weir_server)
+  _, lines = run.output()
+  start = int(Path(str(run.output_prefix) + '.start').read_text())
+  expected = collections.Counter()
+  for t in range(start, start + 4):
+    expected[t - t % 2] += 1
+  assert lines == collections.Counter(
+      '[%s, %s) %d' % (float(w), float(w + 2), n) for w, n in expected.items()), lines
