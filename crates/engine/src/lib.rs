@@ -53,9 +53,10 @@ pub struct EngineConfig {
     /// reports it as stuck (naming the stages it waits at and their input
     /// watermarks) in the job's messages; repeated every period.
     pub stuck_after: std::time::Duration,
-    /// Set when the job is drained: a TestStream ends and splittable-DoFn
-    /// residuals that asked to resume later (polling, unbounded sources)
-    /// are dropped, so the sources finish and every window fires.
+    /// Set when the job is drained: a TestStream ends, and splittable-DoFn
+    /// residuals resume at once through their stage's drain descriptor
+    /// (`SdkStage::drain_descriptor_id`: the DoFn's `truncate_restriction`
+    /// first), so the sources finish and every window fires.
     pub drain: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 

@@ -278,9 +278,10 @@ impl beam::job_service_server::JobService for JobService {
     }
 
     /// Drains a running job (Dataflow's drain): its sources stop reading
-    /// (splittable DoFn residuals that asked to resume later are dropped, a
-    /// TestStream ends), work in flight finishes, every window fires, and the
-    /// job ends DRAINED. A job that has not started is cancelled.
+    /// (splittable DoFn restrictions are truncated by the DoFn's
+    /// `truncate_restriction` and what is left runs at once, a TestStream
+    /// ends), work in flight finishes, every window fires, and the job ends
+    /// DRAINED. A job that has not started is cancelled.
     async fn drain(
         &self,
         request: tonic::Request<beam::DrainJobRequest>,
