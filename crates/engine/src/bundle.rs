@@ -63,11 +63,13 @@ pub trait BundleProcessor: Send + Sync + 'static {
     /// The global window and custom windows (whose max timestamp the runner
     /// cannot know) never expire here: their state lives until the job ends.
     ///
-    /// The engine calls this only when no bundle of the stage is running or
-    /// waiting and no timer is ready, with the input watermark held back to
-    /// the earliest hold of the stage's pending timers, so a window's
-    /// end-of-window timers have run (and read its state) before its state
-    /// goes. The default does nothing (a processor without user state).
+    /// The engine calls this in streaming jobs only (in batch the watermark
+    /// jumps to the end of input once, and the state goes with the job), and
+    /// only when no bundle of the stage is running or waiting and no timer is
+    /// ready, with the input watermark held back to the earliest hold of the
+    /// stage's pending timers, so a window's end-of-window timers have run
+    /// (and read its state) before its state goes. The default does nothing
+    /// (a processor without user state).
     fn expire_user_state(&self, stage: usize, input_watermark: weir_model::Timestamp) {
         let _ = (stage, input_watermark);
     }

@@ -331,7 +331,7 @@ impl BundleProcessor for JobWorkers {
             input_watermark,
         );
         if removed > 0 {
-            tracing::debug!(job = %self.inner.job_id, stage = %s.input_transform_id, removed, watermark = input_watermark.millis(), "expired user state");
+            tracing::debug!(job = %self.inner.job_id, stage = %self.inner.graph.stages[stage].name, removed, watermark = input_watermark.millis(), "expired user state");
             self.inner.report_state_cells();
         }
     }
