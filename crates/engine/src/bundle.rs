@@ -52,4 +52,25 @@ pub trait BundleProcessor: Send + Sync + 'static {
     /// completes, with the outputs or with an error message (the user's
     /// traceback when user code raised).
     fn process_bundle(&self, request: BundleRequest, done: Completion);
+
+    /// Garbage-collects the user state of stateful SDK stage `stage` (its
+    /// index in the graph): deletes, for every key, the state of each window
+    /// whose garbage-collection time has passed, i.e. with
+    /// `window.max_timestamp() + allowed_lateness_ms < input_watermark`
+    /// (the allowed lateness of the stage input's windowing strategy), as
+    /// Beam's `StatefulDoFnRunner` and Dataflow do. `input_watermark` is an
+    /// event time in milliseconds; `i64::MAX` ms means the input is done.
+    /// The global window and custom windows (whose max timestamp the runner
+    /// cannot know) never expire here: their state lives until the job ends.
+    ///
+    /// The engine calls this in streaming jobs only (in batch the watermark
+    /// jumps to the end of input once, and the state goes with the job), and
+    /// only when no bundle of the stage is running or waiting and no timer is
+    /// ready, with the input watermark held back to the earliest hold of the
+    /// stage's pending timers, so a window's end-of-window timers have run
+    /// (and read its state) before its state goes. The default does nothing
+    /// (a processor without user state).
+    fn expire_user_state(&self, stage: usize, input_watermark: weir_model::Timestamp) {
+        let _ = (stage, input_watermark);
+    }
 }

@@ -697,6 +697,8 @@ struct SdkState {
     timers: TimerStore,
     timer_hold: Option<Capability<Time>>,
     timer_rounds: u64,
+    /// The watermark user state was last garbage-collected at.
+    state_expired_to: Timestamp,
 }
 
 /// `elements` (encoded windowed values of `info`) without their windows
@@ -789,6 +791,7 @@ fn sdk_stage<'s>(
             timers: TimerStore::new(&sdk.timer_families),
             timer_hold: None,
             timer_rounds: 0,
+            state_expired_to: Timestamp(i64::MIN),
         }));
         let submit_stage_id = ctx.graph.stages[stage_index].id.clone();
         let drain_stage_id = sdk.drain_descriptor_id.clone();
@@ -1026,6 +1029,21 @@ fn sdk_stage<'s>(
                 }
             }
             refresh_timer_hold(st, None);
+            // Garbage-collects the user state of expired windows (see
+            // BundleProcessor::expire_user_state): only while the stage is
+            // idle (no bundle reads or writes state meanwhile; a streaming
+            // job has one worker, so that covers every key), and at the input
+            // watermark held back to the earliest hold of the pending timers,
+            // so timers of a window (their hold is in the window) run with its
+            // state before it goes. Called again only when that moved.
+            if sdk.stateful && ctx.graph.streaming && st.pending.is_empty() && st.in_flight.is_empty() && st.delayed.is_empty() {
+                let watermark = watermark_of(frontier.frontier().as_ref());
+                let gc = st.timers.min_hold().map_or(watermark, |hold| hold.min(watermark));
+                if gc > st.state_expired_to {
+                    st.state_expired_to = gc;
+                    ctx.processor.expire_user_state(stage_index, gc);
+                }
+            }
             // Restrictions of a splittable DoFn go out in small bundles (about
             // a quarter of what is pending each, one when few are pending), so
             // they spread over SDK workers and a single running one can be

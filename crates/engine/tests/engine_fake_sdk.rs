@@ -1158,3 +1158,275 @@ fn session_windows_merge_in_group_by_key() {
         assert_eq!(seen, expected, "workers = {workers}");
     }
 }
+
+// ------------------------------------------------------------ user-state expiry
+
+/// What the stateful stage of `user_state_expires_after_its_windows_timers`
+/// saw, in order. Windows are named by their start (10 ms fixed windows).
+#[derive(Clone, Debug, PartialEq)]
+enum GcEvent {
+    /// An element (key, window start, value) reached the stateful stage.
+    Element(String, i64, i64),
+    /// A timer of (key, window start) fired and read this state.
+    Timer(String, i64, Vec<i64>),
+    /// `expire_user_state(stage, watermark ms)`.
+    Expire(usize, i64),
+}
+
+const GC_WINDOW_MS: i64 = 10;
+const GC_LATENESS_MS: i64 = 5;
+
+/// A fake harness for a TestStream → Window → Buffer pipeline: Window puts
+/// each element in its 10 ms fixed window; Buffer is stateful, appends each
+/// value to the state of its (key, window) and sets an event-time timer at
+/// the end of the window (hold there too, as Python's SDK does), and on a
+/// timer reads that state. `expire_user_state` deletes state as Weir's
+/// harness does: windows whose max timestamp plus the lateness is below
+/// the watermark.
+#[derive(Clone)]
+struct GcSdk {
+    window_stage: usize,
+    buffer_stage: usize,
+    state: Arc<Mutex<BTreeMap<(String, i64), Vec<i64>>>>,
+    log: Arc<Mutex<Vec<GcEvent>>>,
+}
+
+fn fixed_window(ts: i64) -> Window {
+    let start = ts.div_euclid(GC_WINDOW_MS) * GC_WINDOW_MS;
+    Window::Interval {
+        start: Timestamp(start),
+        end: Timestamp(start + GC_WINDOW_MS),
+    }
+}
+
+/// An event-time timer of `beam:coder:timer:v1` (string key, empty tag,
+/// one interval window) firing and holding at the window's max timestamp.
+fn end_of_window_timer(key: &str, window: &Window) -> Vec<u8> {
+    let mut out = string(key);
+    out.extend(varint(0));
+    out.extend_from_slice(&1i32.to_be_bytes());
+    window.encode(&mut out);
+    out.push(0);
+    window.max_timestamp().encode(&mut out);
+    window.max_timestamp().encode(&mut out);
+    PaneInfo::NO_FIRING.encode(&mut out);
+    out
+}
+
+/// (key, window start) of each timer in concatenated `end_of_window_timer`s.
+fn read_timers(mut bytes: &[u8]) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let (key, mut pos) = read_string(bytes);
+        let (tag_len, n) = read_varint(&bytes[pos..]);
+        pos += n + tag_len as usize + 4;
+        let (window, n) = Window::decode(&Coder::IntervalWindow, &bytes[pos..]).unwrap();
+        pos += n + 1;
+        for _ in 0..2 {
+            pos += Timestamp::decode(&bytes[pos..]).unwrap().1;
+        }
+        pos += PaneInfo::decode(&bytes[pos..]).unwrap().1;
+        let Window::Interval { start, .. } = window else {
+            panic!("not an interval window")
+        };
+        out.push((key, start.0));
+        bytes = &bytes[pos..];
+    }
+    out
+}
+
+impl GcSdk {
+    fn run(&self, request: &BundleRequest) -> BundleResult {
+        let mut result = BundleResult::default();
+        if request.stage == self.window_stage {
+            let mut out = Vec::new();
+            for bytes in &request.input {
+                let (mut wv, _) =
+                    WindowedValue::decode(&kv_coder(), &Coder::GlobalWindow, bytes).unwrap();
+                wv.windows = vec![fixed_window(wv.timestamp.0)];
+                wv.encode(&mut out);
+            }
+            result.outputs = vec![out];
+            return result;
+        }
+        assert_eq!(request.stage, self.buffer_stage);
+        let mut timers = Vec::new();
+        let mut state = self.state.lock().unwrap();
+        let mut log = self.log.lock().unwrap();
+        for bytes in &request.input {
+            let (wv, _) =
+                WindowedValue::decode(&kv_coder(), &Coder::IntervalWindow, bytes).unwrap();
+            let (k, v) = read_kv_str_int(&wv.value);
+            let Window::Interval { start, .. } = wv.windows[0] else {
+                panic!("not an interval window")
+            };
+            state.entry((k.clone(), start.0)).or_default().push(v);
+            log.push(GcEvent::Element(k.clone(), start.0, v));
+            timers.extend(end_of_window_timer(&k, &wv.windows[0]));
+        }
+        for (key, start) in request.timers.iter().flat_map(|t| read_timers(t)) {
+            let read = state
+                .get(&(key.clone(), start))
+                .cloned()
+                .unwrap_or_default();
+            log.push(GcEvent::Timer(key, start, read));
+        }
+        result.timers = vec![timers];
+        result
+    }
+}
+
+impl BundleProcessor for GcSdk {
+    fn process_bundle(&self, request: BundleRequest, done: Completion) {
+        let sdk = self.clone();
+        std::thread::spawn(move || done(Ok(sdk.run(&request))));
+    }
+
+    fn expire_user_state(&self, stage: usize, input_watermark: Timestamp) {
+        self.log
+            .lock()
+            .unwrap()
+            .push(GcEvent::Expire(stage, input_watermark.0));
+        self.state
+            .lock()
+            .unwrap()
+            .retain(|(_, start), _| start + GC_WINDOW_MS - 1 + GC_LATENESS_MS >= input_watermark.0);
+    }
+}
+
+/// A streaming stateful stage asks for its expired windows' state to be
+/// deleted while the job runs, never before the window's end-of-window
+/// timers ran (also a timer that a late element re-armed within the allowed
+/// lateness), and never for a window that still gets elements.
+#[test]
+fn user_state_expires_after_its_windows_timers() {
+    use weir_plan::{TestStreamEvent, TimerFamily};
+    let mut g = GraphBuilder::default();
+    let raw = g.pc("raw", kv_coder());
+    let elements = |items: &[(&str, i64, i64)]| TestStreamEvent::Elements {
+        output: 0,
+        elements: items
+            .iter()
+            .map(|(k, v, ts)| (kv_str_int(k, *v), Timestamp(*ts)))
+            .collect(),
+    };
+    let watermark = |to: i64| TestStreamEvent::Watermark {
+        output: 0,
+        to: Timestamp(to),
+    };
+    let events = vec![
+        elements(&[("a", 1, 1), ("b", 3, 3), ("a", 12, 12)]),
+        watermark(10),
+        // Late for [0, 10) but within the 5 ms of lateness: kept.
+        elements(&[("a", 7, 7)]),
+        watermark(15),
+        // [0, 10) expired at 15 (9 + 5 < 15): dropped, its state stays gone.
+        elements(&[("a", 8, 8)]),
+        watermark(30),
+    ];
+    g.stage(
+        "TestStream",
+        StageKind::TestStream {
+            outputs: vec![raw],
+            events,
+        },
+    );
+    let fixed = Windowing {
+        window_fn: WindowFn::NonMerging,
+        allowed_lateness_ms: GC_LATENESS_MS,
+        ..Windowing::global()
+    };
+    let windowed = g.pc_windowed("windowed", kv_coder(), Coder::IntervalWindow, fixed);
+    let window_stage = g.sdk("Window", raw, vec![windowed], vec![]);
+    let buffer_stage = g.sdk("Buffer", windowed, vec![], vec![]);
+    if let StageKind::Sdk(sdk) = &mut g.stages[buffer_stage].kind {
+        sdk.stateful = true;
+        sdk.timer_families = vec![TimerFamily {
+            transform_id: "Buffer-transform".into(),
+            family_id: "flush".into(),
+            key_coder: Coder::StringUtf8,
+            window_coder: Coder::IntervalWindow,
+            event_time: true,
+        }];
+    }
+    let mut graph = (*g.build()).clone();
+    graph.streaming = true;
+    let sdk = GcSdk {
+        window_stage,
+        buffer_stage,
+        state: Arc::default(),
+        log: Arc::default(),
+    };
+    let (tx, rx) = mpsc::channel();
+    let processor = sdk.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(run_job(
+            Arc::new(graph),
+            Arc::new(processor),
+            config(1, 100),
+            no_cancel(),
+        ));
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("job finishes")
+        .expect("job succeeds");
+
+    let log = sdk.log.lock().unwrap().clone();
+    let a = |s: &str| s.to_string();
+    let timers: Vec<&GcEvent> = log
+        .iter()
+        .filter(|e| matches!(e, GcEvent::Timer(..)))
+        .collect();
+    assert_eq!(
+        timers,
+        [
+            &GcEvent::Timer(a("a"), 0, vec![1]),
+            &GcEvent::Timer(a("b"), 0, vec![3]),
+            &GcEvent::Timer(a("a"), 0, vec![1, 7]),
+            &GcEvent::Timer(a("a"), 10, vec![12]),
+        ],
+        "{log:?}"
+    );
+    // (position in the log, stage, watermark) of each expiry.
+    let expiries: Vec<(usize, usize, i64)> = log
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match e {
+            GcEvent::Expire(stage, wm) => Some((i, *stage, *wm)),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        expiries.iter().all(|(_, stage, _)| *stage == buffer_stage),
+        "{log:?}"
+    );
+    assert!(
+        expiries.windows(2).all(|w| w[0].2 < w[1].2),
+        "watermarks only grow: {log:?}"
+    );
+    // Window [s, s + 10) may go once the watermark passes s + 9 + 5: no
+    // timer or element of it comes after such an expiry.
+    for (i, event) in log.iter().enumerate() {
+        let start = match event {
+            GcEvent::Timer(_, s, _) | GcEvent::Element(_, s, _) => *s,
+            GcEvent::Expire(..) => continue,
+        };
+        let gc_time = start + GC_WINDOW_MS - 1 + GC_LATENESS_MS;
+        assert!(
+            expiries.iter().all(|(at, _, wm)| *at > i || *wm <= gc_time),
+            "event {i} ({event:?}) after its window's state expired: {log:?}"
+        );
+    }
+    // Expiry happened while the job ran, and once more at the end of input.
+    assert!(
+        expiries.iter().any(|(_, _, wm)| *wm > 14 && *wm <= 30),
+        "{log:?}"
+    );
+    assert_eq!(
+        log.last(),
+        Some(&GcEvent::Expire(buffer_stage, i64::MAX)),
+        "{log:?}"
+    );
+    assert!(!log.contains(&GcEvent::Element(a("a"), 0, 8)), "{log:?}");
+    assert!(sdk.state.lock().unwrap().is_empty());
+}

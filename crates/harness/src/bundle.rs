@@ -151,6 +151,9 @@ struct Inner {
     instruction_seq: Mutex<u64>,
     metrics: Arc<JobMetrics>,
     user_state: Arc<UserState>,
+    /// Serializes reports of the live user-state cell count, so the last
+    /// report is the last count; holds the timestamp (ms) of the last one.
+    state_report: Mutex<i64>,
     policy: BundlePolicy,
 }
 
@@ -177,6 +180,7 @@ impl JobWorkers {
                 instruction_seq: Mutex::new(0),
                 metrics,
                 user_state: Arc::default(),
+                state_report: Mutex::new(0),
                 policy,
             }),
         }
@@ -307,6 +311,63 @@ impl BundleProcessor for JobWorkers {
             done(result);
         });
     }
+
+    /// Deletes the user state of the stage's expired windows (see
+    /// [`UserState::expire`]). Cells are those of the transforms reading the
+    /// stage input (`residual_transform_ids`): a stateful DoFn always starts
+    /// a stage (fusion), so they hold every stateful transform of the stage,
+    /// and the stage input's window coder and allowed lateness are theirs.
+    fn expire_user_state(&self, stage: usize, input_watermark: weir_model::Timestamp) {
+        let Some(StageKind::Sdk(s)) = self.inner.graph.stages.get(stage).map(|s| &s.kind) else {
+            return;
+        };
+        let Some(input) = self.inner.graph.pcollections.get(s.input) else {
+            return;
+        };
+        let removed = self.inner.user_state.expire(
+            &s.residual_transform_ids,
+            &input.window_coder,
+            input.windowing.allowed_lateness_ms,
+            input_watermark,
+        );
+        if removed > 0 {
+            tracing::debug!(job = %self.inner.job_id, stage = %self.inner.graph.stages[stage].name, removed, watermark = input_watermark.millis(), "expired user state");
+            self.inner.report_state_cells();
+        }
+    }
+}
+
+impl Inner {
+    /// Reports the job's live user-state cells and their peak as the
+    /// [`crate::user_state::LIVE_CELLS_URN`] and
+    /// [`crate::user_state::PEAK_LIVE_CELLS_URN`] gauges of its metrics.
+    fn report_state_cells(&self) {
+        let mut last = self
+            .state_report
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        // Gauges keep the report with the latest timestamp: never go back.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+            .max(*last);
+        *last = now;
+        let gauge = |urn: &str, value: usize| {
+            let mut payload = Vec::new();
+            weir_model::varint::encode_varint(now, &mut payload);
+            weir_model::varint::encode_varint(value as i64, &mut payload);
+            beam::MonitoringInfo {
+                urn: urn.to_string(),
+                r#type: weir_proto::urns::monitoring::TYPE_LATEST_INT64.to_string(),
+                payload,
+                ..Default::default()
+            }
+        };
+        self.metrics.add(&[
+            gauge(crate::user_state::LIVE_CELLS_URN, self.user_state.live_cells()),
+            gauge(crate::user_state::PEAK_LIVE_CELLS_URN, self.user_state.peak_cells()),
+        ]);
+    }
 }
 
 impl Inner {
@@ -429,6 +490,9 @@ impl Inner {
         match result {
             Ok(r) => {
                 bundle.user_state.commit();
+                if stage.stateful {
+                    self.report_state_cells();
+                }
                 Ok(r)
             }
             Err(e) => Err((e, bundle.split_handed_over.load(Ordering::Relaxed))),

@@ -17,13 +17,29 @@
 //! the committed [`UserState`]; its writes reach the committed state only
 //! through [`BundleUserState::commit`], called when the bundle succeeded, so
 //! a failed attempt leaves no trace and its retry duplicates nothing.
+//!
+//! State of a window is garbage-collected once the window expires
+//! ([`UserState::expire`]), as Beam's `StatefulDoFnRunner` and Dataflow do;
+//! [`UserState::live_cells`] counts what is left, reported per job as the
+//! [`LIVE_CELLS_URN`] MonitoringInfo.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
 use weir_model::varint::{decode_varint, encode_varint};
+use weir_model::{Coder, Timestamp, Window};
 use weir_proto::beam;
+
+/// Live user-state cells of a job (`beam:metrics:latest_int64:v1`, no
+/// labels): bag, multimap and ordered-list cells, each one (transform, state
+/// id, window, key) with at least one value. Reported by GetJobMetrics once
+/// a stateful stage committed a bundle.
+pub const LIVE_CELLS_URN: &str = "weir:metric:user_state:live_cells:v1";
+/// The most live user-state cells the job had at once
+/// (`beam:metrics:latest_int64:v1`, no labels): with expiry, a streaming job
+/// holds the state of its open windows only, not of every window it saw.
+pub const PEAK_LIVE_CELLS_URN: &str = "weir:metric:user_state:peak_live_cells:v1";
 
 /// One user-state cell: (transform id, state id, encoded window, encoded key),
 /// the fields every `StateKey.*UserState` message of beam_fn_api.proto has.
@@ -152,6 +168,132 @@ struct Committed {
     /// Multimap cells: encoded map key -> concatenated encoded values.
     multimaps: HashMap<Cell, BTreeMap<Vec<u8>, Vec<u8>>>,
     ordered_lists: HashMap<Cell, OrderedList>,
+    /// How many cells of the maps above each (transform id, encoded window)
+    /// has, so that expiry looks at each window once, not at every cell.
+    windows: HashMap<String, HashMap<Vec<u8>, usize>>,
+    /// The most live cells after any commit.
+    peak: usize,
+}
+
+impl Committed {
+    /// Counts a cell that `existed` before a commit and is `live` after it.
+    fn track(&mut self, key: &Cell, existed: bool, live: bool) {
+        if existed == live {
+            return;
+        }
+        let windows = self.windows.entry(key.0.clone()).or_default();
+        let count = windows.entry(key.2.clone()).or_default();
+        if live {
+            *count += 1;
+        } else {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                windows.remove(&key.2);
+                if windows.is_empty() {
+                    self.windows.remove(&key.0);
+                }
+            }
+        }
+    }
+}
+
+/// When the state of `window` (encoded with `window_coder`) is
+/// garbage-collected: the watermark must pass its max timestamp plus
+/// `allowed_lateness_ms`. `None` (never before the job ends) for the global
+/// window, a custom window (its max timestamp is unknown to the runner) and
+/// bytes that do not decode as exactly one window.
+fn expiry_time(window_coder: &Coder, window: &[u8], allowed_lateness_ms: i64) -> Option<Timestamp> {
+    match Window::decode(window_coder, window) {
+        Ok((w @ Window::Interval { .. }, used)) if used == window.len() => Some(
+            w.max_timestamp()
+                .saturating_add_millis(allowed_lateness_ms.max(0)),
+        ),
+        _ => None,
+    }
+}
+
+impl UserState {
+    fn committed(&self) -> std::sync::MutexGuard<'_, Committed> {
+        self.committed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Deletes, for every key and state id, the committed cells of the
+    /// transforms `transform_ids` whose window (encoded with `window_coder`,
+    /// the window coder of the transforms' input) has expired at
+    /// `input_watermark` (event time, ms): `max_timestamp +
+    /// allowed_lateness_ms < input_watermark`. The global window and custom
+    /// windows never expire here (see [`expiry_time`]). Returns the number of
+    /// cells deleted. Costs one decode per distinct window of the
+    /// transforms; cells are visited only when some window expired.
+    ///
+    /// Beam's `StatefulDoFnRunner` clears a window's state at the same time
+    /// (its garbage-collection timer at the window's max timestamp plus the
+    /// allowed lateness).
+    pub fn expire(
+        &self,
+        transform_ids: &[String],
+        window_coder: &Coder,
+        allowed_lateness_ms: i64,
+        input_watermark: Timestamp,
+    ) -> usize {
+        let mut committed = self.committed();
+        let mut expired: HashMap<String, std::collections::HashSet<Vec<u8>>> = HashMap::new();
+        for t in transform_ids {
+            let Some(windows) = committed.windows.get(t) else {
+                continue;
+            };
+            let gone: std::collections::HashSet<Vec<u8>> = windows
+                .keys()
+                .filter(|w| {
+                    expiry_time(window_coder, w, allowed_lateness_ms)
+                        .is_some_and(|at| at < input_watermark)
+                })
+                .cloned()
+                .collect();
+            if !gone.is_empty() {
+                expired.insert(t.clone(), gone);
+            }
+        }
+        if expired.is_empty() {
+            return 0;
+        }
+        let doomed = |c: &Cell| {
+            expired
+                .get(c.0.as_str())
+                .is_some_and(|ws| ws.contains(c.2.as_slice()))
+        };
+        let before = committed.live_cells();
+        committed.bags.retain(|c, _| !doomed(c));
+        committed.multimaps.retain(|c, _| !doomed(c));
+        committed.ordered_lists.retain(|c, _| !doomed(c));
+        for (t, gone) in &expired {
+            if let Some(windows) = committed.windows.get_mut(t) {
+                windows.retain(|w, _| !gone.contains(w));
+                if windows.is_empty() {
+                    committed.windows.remove(t);
+                }
+            }
+        }
+        before - committed.live_cells()
+    }
+
+    /// How many cells hold state: bags, multimaps and ordered lists with at
+    /// least one value, each a (transform, state id, window, key).
+    pub fn live_cells(&self) -> usize {
+        self.committed().live_cells()
+    }
+
+    /// The most cells [`UserState::live_cells`] counted after any commit
+    /// (cells only appear through commits, so this is the job's peak).
+    pub fn peak_cells(&self) -> usize {
+        self.committed().peak
+    }
+}
+
+impl Committed {
+    fn live_cells(&self) -> usize {
+        self.bags.len() + self.multimaps.len() + self.ordered_lists.len()
+    }
 }
 
 /// One bundle's writes to one multimap cell.
@@ -201,10 +343,7 @@ impl BundleUserState {
     }
 
     fn committed(&self) -> std::sync::MutexGuard<'_, Committed> {
-        self.base
-            .committed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        self.base.committed()
     }
 
     // ---- BagUserState ----
@@ -444,17 +583,22 @@ impl BundleUserState {
     pub fn commit(&self) {
         let changes = std::mem::take(&mut *self.changes());
         let mut committed = self.committed();
+        let committed = &mut *committed;
         for (key, (cleared, appended)) in changes.bags {
+            let existed = committed.bags.contains_key(&key);
             let bag = committed.bags.entry(key.clone()).or_default();
             if cleared {
                 bag.clear();
             }
             bag.extend_from_slice(&appended);
-            if bag.is_empty() {
+            let live = !bag.is_empty();
+            if !live {
                 committed.bags.remove(&key);
             }
+            committed.track(&key, existed, live);
         }
         for (key, change) in changes.multimaps {
+            let existed = committed.multimaps.contains_key(&key);
             let map = committed.multimaps.entry(key.clone()).or_default();
             if change.cleared {
                 map.clear();
@@ -469,11 +613,14 @@ impl BundleUserState {
                     map.remove(&map_key);
                 }
             }
-            if map.is_empty() {
+            let live = !map.is_empty();
+            if !live {
                 committed.multimaps.remove(&key);
             }
+            committed.track(&key, existed, live);
         }
         for (key, change) in changes.ordered_lists {
+            let existed = committed.ordered_lists.contains_key(&key);
             let list = committed.ordered_lists.entry(key.clone()).or_default();
             for range in &change.removed {
                 remove_range(list, range);
@@ -481,10 +628,13 @@ impl BundleUserState {
             for (sort_key, values) in change.added {
                 list.entry(sort_key).or_default().extend(values);
             }
-            if list.is_empty() {
+            let live = !list.is_empty();
+            if !live {
                 committed.ordered_lists.remove(&key);
             }
+            committed.track(&key, existed, live);
         }
+        committed.peak = committed.peak.max(committed.live_cells());
     }
 }
 
@@ -784,6 +934,148 @@ mod tests {
             vec![],
             "nothing of a bad append is kept"
         );
+    }
+
+    /// An `IntervalWindow` `[start, end)` (ms) as `beam:coder:interval_window:v1` encodes it.
+    fn interval(start: i64, end: i64) -> Vec<u8> {
+        let mut out = Vec::new();
+        Window::Interval {
+            start: Timestamp(start),
+            end: Timestamp(end),
+        }
+        .encode(&mut out);
+        out
+    }
+
+    fn cell_of(base: &UserState, transform: &str, state: &str, window: &[u8], key: &str) -> bool {
+        let c = cell(transform, state, window, &s(key));
+        let committed = base.committed();
+        committed.bags.contains_key(&c)
+            || committed.multimaps.contains_key(&c)
+            || committed.ordered_lists.contains_key(&c)
+    }
+
+    /// Writes one bag cell per (window, key), one multimap and one ordered
+    /// list cell in `w0`, and one bag of another transform in `w0`.
+    fn fill(base: &Arc<UserState>, windows: &[&[u8]], keys: &[&str]) {
+        let b = BundleUserState::new(base.clone());
+        for w in windows {
+            for k in keys {
+                b.append(&bag(w, k), &cat(&["v"]));
+            }
+        }
+        b.multimap_append(&entry(windows[0], "k", "m"), &cat(&["x"]));
+        let mut l = list("k", None);
+        l.window = windows[0].to_vec();
+        b.ordered_list_append(&l, &entries(&[(1, "o")])).unwrap();
+        b.append(
+            &BagUserState {
+                transform_id: "other".into(),
+                ..bag(windows[0], "k")
+            },
+            &cat(&["y"]),
+        );
+        b.commit();
+    }
+
+    #[test]
+    fn expire_deletes_the_cells_of_expired_windows_only() {
+        let base = Arc::new(UserState::default());
+        let (w0, w1, w2) = (
+            interval(0, 10_000),
+            interval(10_000, 20_000),
+            interval(20_000, 30_000),
+        );
+        fill(&base, &[&w0, &w1, &w2], &["a", "b", "c"]);
+        // 9 bags, a multimap, an ordered list, the other transform's bag.
+        assert_eq!(base.live_cells(), 12);
+        assert_eq!(base.peak_cells(), 12);
+        let t = ["t".to_string()];
+        let coder = Coder::IntervalWindow;
+        // [0, 10 s) has max timestamp 9999 ms: with 5 s allowed lateness
+        // its state goes once the watermark passes 14999 ms, not at 14999.
+        assert_eq!(base.expire(&t, &coder, 5_000, Timestamp(9_999)), 0);
+        assert_eq!(base.expire(&t, &coder, 5_000, Timestamp(14_999)), 0);
+        assert_eq!(base.live_cells(), 12);
+        assert_eq!(base.expire(&t, &coder, 5_000, Timestamp(15_000)), 5);
+        assert_eq!(base.live_cells(), 7);
+        for k in ["a", "b", "c"] {
+            assert!(!cell_of(&base, "t", "bag", &w0, k), "{k} in [0, 10 s)");
+            assert!(cell_of(&base, "t", "bag", &w1, k), "{k} in [10 s, 20 s)");
+            assert!(cell_of(&base, "t", "bag", &w2, k), "{k} in [20 s, 30 s)");
+        }
+        assert!(!cell_of(&base, "t", "map", &w0, "k"));
+        assert!(!cell_of(&base, "t", "list", &w0, "k"));
+        // Another transform's cells (another stage's) are not touched.
+        assert!(cell_of(&base, "other", "bag", &w0, "k"));
+        let fresh = BundleUserState::new(base.clone());
+        assert_eq!(fresh.get(&bag(&w0, "a")), b"");
+        assert_eq!(fresh.get(&bag(&w1, "a")), cat(&["v"]));
+        // Calling again at the same watermark finds nothing more.
+        assert_eq!(base.expire(&t, &coder, 5_000, Timestamp(15_000)), 0);
+        // The end of the input (i64::MAX) expires every interval window.
+        assert_eq!(base.expire(&t, &coder, 5_000, Timestamp(i64::MAX)), 6);
+        assert_eq!(base.live_cells(), 1);
+        assert_eq!(base.peak_cells(), 12);
+        assert!(base.committed().windows.get("t").is_none());
+    }
+
+    #[test]
+    fn state_written_again_after_expiry_is_counted_and_expires_again() {
+        let base = Arc::new(UserState::default());
+        let w0 = interval(0, 10);
+        let t = ["t".to_string()];
+        fill(&base, &[&w0], &["a"]);
+        assert_eq!(base.expire(&t, &Coder::IntervalWindow, 0, Timestamp(10)), 3);
+        let b = BundleUserState::new(base.clone());
+        b.append(&bag(&w0, "a"), &cat(&["again"]));
+        b.commit();
+        assert_eq!(base.live_cells(), 2);
+        assert_eq!(base.peak_cells(), 4, "the peak was before the expiry");
+        assert_eq!(base.committed().windows["t"][&w0], 1);
+        // A cell emptied by the DoFn leaves the index too.
+        let c = BundleUserState::new(base.clone());
+        c.clear(&bag(&w0, "a"));
+        c.commit();
+        assert!(base.committed().windows.get("t").is_none());
+        assert_eq!(base.live_cells(), 1);
+    }
+
+    #[test]
+    fn global_and_custom_windows_never_expire() {
+        let base = Arc::new(UserState::default());
+        let t = ["t".to_string()];
+        // The global window encodes as no bytes.
+        fill(&base, &[b""], &["a", "b"]);
+        assert_eq!(base.live_cells(), 5);
+        for wm in [
+            Timestamp::END_OF_GLOBAL_WINDOW,
+            Timestamp::MAX,
+            Timestamp(i64::MAX),
+        ] {
+            assert_eq!(base.expire(&t, &Coder::GlobalWindow, 0, wm), 0);
+        }
+        assert_eq!(base.live_cells(), 5);
+
+        // A custom window: opaque bytes under a length-prefixed unknown coder.
+        let custom_coder = Coder::LengthPrefix(Box::new(Coder::Bytes));
+        let custom = [3u8, b'x', b'y', b'z'];
+        let base = Arc::new(UserState::default());
+        fill(&base, &[&custom], &["a"]);
+        assert_eq!(
+            Window::decode(&custom_coder, &custom).unwrap().0,
+            Window::Custom(custom.to_vec())
+        );
+        assert_eq!(base.expire(&t, &custom_coder, 0, Timestamp(i64::MAX)), 0);
+        assert!(cell_of(&base, "t", "bag", &custom, "a"));
+        // Window bytes that do not decode with the coder are kept too.
+        let base = Arc::new(UserState::default());
+        fill(&base, &[&[1, 2, 3]], &["a"]);
+        assert_eq!(
+            base.expire(&t, &Coder::IntervalWindow, 0, Timestamp(i64::MAX)),
+            0
+        );
+        assert_eq!(base.live_cells(), 4);
     }
 
     /// Random operations over several bundles, some failing, against a plain
