@@ -30,7 +30,7 @@ use crate::elements::{impulse_element, split_elements};
 use crate::group_by_key::GroupByKeyBuffer;
 use crate::merge_windows::{decode_response, encode_request};
 use crate::panes::PaneBuffer;
-use crate::side_input::{SideInputSpec, SideInputs};
+use crate::side_input::{side_ready, Refresh, SideInputSpec, SideInputs, SideProgress};
 use crate::timers::TimerStore;
 use crate::{EngineConfig, EngineError, Result};
 
@@ -118,6 +118,8 @@ struct StageStatus {
     windows: usize,
     /// The stage waits for its side inputs.
     waiting_for_side_inputs: bool,
+    /// Main-input elements held back until their side windows are ready (streaming).
+    held_back: usize,
 }
 
 impl JobContext {
@@ -151,6 +153,7 @@ impl JobContext {
                     a.timers += w.timers;
                     a.windows += w.windows;
                     a.waiting_for_side_inputs |= w.waiting_for_side_inputs;
+                    a.held_back += w.held_back;
                     a
                 })
             })
@@ -158,7 +161,7 @@ impl JobContext {
         let waiting: Vec<String> = all
             .iter()
             .enumerate()
-            .filter(|(_, st)| st.watermark.is_some() || st.in_flight > 0 || st.pending > 0)
+            .filter(|(_, st)| st.watermark.is_some() || st.in_flight > 0 || st.pending > 0 || st.held_back > 0)
             .take(3)
             .map(|(i, st)| {
                 let stage = &self.graph.stages[i];
@@ -174,6 +177,7 @@ impl JobContext {
                 for (n, label) in [
                     (st.in_flight, "bundle(s) at SDK harnesses"),
                     (st.pending, "element(s) waiting for a bundle"),
+                    (st.held_back, "element(s) held back until their side windows are ready"),
                     (st.delayed, "residual(s) waiting out a resume delay"),
                     (st.timers, "timer(s) pending"),
                     (st.windows, "key(s) with buffered windows"),
@@ -190,6 +194,16 @@ impl JobContext {
             idle.as_secs(),
             if waiting.is_empty() { "no stage (all inputs done)".to_string() } else { waiting.join("; ") }
         )
+    }
+
+    /// Whether some stage holds main-input elements back for their side
+    /// inputs while no stage has a bundle in flight or elements waiting for
+    /// one: the job can only move on with more input (a TestStream's next
+    /// event).
+    fn idle_but_held_back(&self) -> bool {
+        let all = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        let stages = all.iter().flatten();
+        stages.clone().any(|s| s.held_back > 0) && stages.clone().all(|s| s.in_flight == 0 && s.pending == 0)
     }
 
     fn fail(&self, e: EngineError) {
@@ -622,17 +636,33 @@ fn test_stream<'s>(
         let mut events = events;
         let mut event_time = Timestamp::MIN;
         let mut sequence: u64 = 0;
+        // (activity counter, consecutive checks it stayed the same) while
+        // the probe is held only by elements waiting for side inputs.
+        let mut quiet = (u64::MAX, 0u32);
         move |output| {
             let Some(c) = cap.as_mut() else { return };
             if ctx.stopped() || ctx.draining() {
                 cap = None;
                 return;
             }
-            // Wait until everything before the stream's current time is done.
+            // Wait until everything before the stream's current time is
+            // done. Main-input elements held back for side data that later
+            // events bring do not count (Beam's TestStream waits for the
+            // pipeline to quiesce): when they are all that holds the probe
+            // and nothing else moved for a few checks, the stream goes on.
             if probe.less_than(c.time()) {
-                activator.activate_after(Duration::from_millis(1));
-                return;
+                let activity = ctx.activity.load(Ordering::Relaxed);
+                if ctx.idle_but_held_back() && activity == quiet.0 {
+                    quiet.1 += 1;
+                } else {
+                    quiet = (activity, 0);
+                }
+                if quiet.1 < QUIET_CHECKS {
+                    activator.activate_after(Duration::from_millis(1));
+                    return;
+                }
             }
+            quiet = (u64::MAX, 0);
             let Some(event) = events.pop_front() else {
                 cap = None;
                 return;
@@ -668,6 +698,10 @@ fn test_stream<'s>(
     })
 }
 
+/// Consecutive checks (1 ms apart) a TestStream waits, while only elements
+/// held back for side inputs hold it, before it replays its next event.
+const QUIET_CHECKS: u32 = 3;
+
 /// Bundles a batch of pending restrictions is cut into (see the SDK stage operator).
 const SPLITTABLE_BUNDLES_PER_BATCH: usize = 4;
 
@@ -692,6 +726,9 @@ struct SdkState {
     next_bundle: u64,
     side_data: Vec<Vec<Element>>,
     side_inputs: Option<Arc<SideInputs>>,
+    /// Streaming: main-input elements (with their windows) held back until
+    /// the side windows they map to are ready, under their holds.
+    held_back: Vec<(Capability<Time>, Vec<(Vec<weir_model::Window>, Element)>)>,
     /// Pending timers (stateful stages), and the hold that keeps the stage
     /// alive while any are pending.
     timers: TimerStore,
@@ -699,6 +736,70 @@ struct SdkState {
     timer_rounds: u64,
     /// The watermark user state was last garbage-collected at.
     state_expired_to: Timestamp,
+}
+
+/// The side inputs of `sdk`: what to materialize of each, its WindowFn,
+/// and whether its trigger is not the default one.
+fn side_specs<'a>(sdk: &'a SdkStage, graph: &'a StageGraph) -> Vec<(SideInputSpec<'a>, weir_plan::SideWindowFn, bool)> {
+    sdk.side_inputs
+        .iter()
+        .map(|si| {
+            let info = &graph.pcollections[si.pcollection];
+            let spec = SideInputSpec {
+                transform_id: &si.transform_id,
+                local_name: &si.local_name,
+                kind: si.kind,
+                value_coder: &info.value_coder,
+                window_coder: &info.window_coder,
+                refresh: Refresh::of(&info.windowing, graph.streaming),
+            };
+            (spec, si.window_fn, info.windowing.trigger != weir_plan::Trigger::Default)
+        })
+        .collect()
+}
+
+/// Moves held-back main-input elements whose side windows are all ready
+/// (`side_ready` for each of `sides`: spec, WindowFn, triggered) to the
+/// pending queue under their holds. The holds of elements still waiting
+/// move up to the side input's frontier within their own event time, so a
+/// TestStream waiting for the pipeline to catch up with an event (its
+/// sequence number below the same event time) can replay the next one,
+/// which may bring the side data; their event time, and so the watermark
+/// they hold, never changes.
+fn release_ready(st: &mut SdkState, sides: &[(SideInputSpec<'_>, weir_plan::SideWindowFn, bool)], side_frontier: &[Time]) {
+    let Some(live) = st.side_inputs.clone() else { return };
+    let done = side_frontier.is_empty();
+    let watermark = watermark_of(side_frontier);
+    let ready = |windows: &[weir_model::Window]| {
+        sides.iter().all(|(spec, window_fn, triggered)| {
+            let has_window = |w: &[u8]| live.has_window(spec.transform_id, spec.local_name, w);
+            let progress = SideProgress {
+                window_fn: *window_fn,
+                triggered: *triggered,
+                done,
+                watermark,
+                any: live.has_any(spec.transform_id, spec.local_name),
+                has_window: &has_window,
+            };
+            windows.iter().all(|w| side_ready(&progress, w))
+        })
+    };
+    let side_min = side_frontier.iter().min().copied();
+    for (cap, elements) in std::mem::take(&mut st.held_back) {
+        let (go, wait): (Vec<_>, Vec<_>) = elements.into_iter().partition(|(windows, _)| ready(windows));
+        if !go.is_empty() {
+            st.pending.push_back((cap.clone(), go.into_iter().map(|(_, e)| e).collect()));
+        }
+        if wait.is_empty() {
+            continue;
+        }
+        let same_event_time = *cap.time() | Time::from(u64::MAX);
+        let cap = match side_min.map(|m| m.min(same_event_time)) {
+            Some(t) if t > *cap.time() => cap.delayed(&t),
+            _ => cap,
+        };
+        st.held_back.push((cap, wait));
+    }
 }
 
 /// `elements` (encoded windowed values of `info`) without their windows
@@ -788,6 +889,7 @@ fn sdk_stage<'s>(
             next_bundle: 0,
             side_data: vec![Vec::new(); sdk.side_inputs.len()],
             side_inputs: None,
+            held_back: Vec::new(),
             timers: TimerStore::new(&sdk.timer_families),
             timer_hold: None,
             timer_rounds: 0,
@@ -835,14 +937,37 @@ fn sdk_stage<'s>(
                 }),
             );
         };
+        // Streaming: side inputs are live (updated as their data arrives, and
+        // read per main-input window once ready; see side_input.rs).
+        let live_sides = ctx.graph.streaming && !sdk.side_inputs.is_empty();
+        if live_sides {
+            let graph = ctx.graph.clone();
+            let specs: Vec<SideInputSpec<'_>> = side_specs(&sdk, &graph).into_iter().map(|(s, _, _)| s).collect();
+            state.borrow_mut().side_inputs = Some(Arc::new(SideInputs::new(&specs)));
+        }
         move |(input, frontier), (side_input, side_frontier), output| {
             let mut st = state.borrow_mut();
             let st = &mut *st;
-            side_input.for_each(|_cap, data| {
+            let graph = ctx.graph.clone();
+            let sides = side_specs(&sdk, &graph);
+            let mut side_error = None;
+            side_input.for_each(|cap, data| {
+                let firing = *cap.least().expect("non-empty stamp");
                 for (i, e) in data.drain(..) {
-                    st.side_data[i as usize].push(e);
+                    if !live_sides {
+                        st.side_data[i as usize].push(e);
+                        continue;
+                    }
+                    let live = Arc::make_mut(st.side_inputs.get_or_insert_with(Arc::default));
+                    if let Err(message) = live.insert(&sides[i as usize].0, &e, firing) {
+                        side_error.get_or_insert(message);
+                    }
                 }
             });
+            if let Some(message) = side_error {
+                ctx.fail(EngineError::BadData { stage: name.clone(), pcollection: "side input".into(), message });
+                return;
+            }
             // A stateful DoFn never sees data of expired windows (the input
             // watermark past the window's end plus the allowed lateness): its
             // state for them is gone, as in Beam's StatefulDoFnRunner.
@@ -863,11 +988,29 @@ fn sdk_stage<'s>(
                 if elements.is_empty() {
                     return;
                 }
-                if let Some(c) = cap.retain_least(0) {
+                let Some(c) = cap.retain_least(0) else { return };
+                if live_sides {
+                    let info = &ctx.graph.pcollections[sdk.input];
+                    let with_windows = elements
+                        .into_iter()
+                        .map(|e| {
+                            // An element that does not decode runs at once (the SDK reports it).
+                            let windows = weir_model::WindowedValue::decode(&info.value_coder, &info.window_coder, &e)
+                                .map(|(wv, _)| wv.windows)
+                                .unwrap_or_default();
+                            (windows, e)
+                        })
+                        .collect();
+                    st.held_back.push((c, with_windows));
+                } else {
                     st.pending.push_back((c, elements));
                 }
             });
+            if live_sides && !st.held_back.is_empty() {
+                release_ready(st, &sides, side_frontier.frontier().as_ref());
+            }
             if ctx.stopped() {
+                st.held_back.clear();
                 st.pending.clear();
                 st.delayed.clear();
                 st.in_flight.clear();
@@ -875,18 +1018,7 @@ fn sdk_stage<'s>(
                 return;
             }
             if st.side_inputs.is_none() && side_frontier.is_empty() {
-                let graph = &ctx.graph;
-                let specs: Vec<SideInputSpec<'_>> = sdk
-                    .side_inputs
-                    .iter()
-                    .map(|si| SideInputSpec {
-                        transform_id: &si.transform_id,
-                        local_name: &si.local_name,
-                        kind: si.kind,
-                        value_coder: &graph.pcollections[si.pcollection].value_coder,
-                        window_coder: &graph.pcollections[si.pcollection].window_coder,
-                    })
-                    .collect();
+                let specs: Vec<SideInputSpec<'_>> = sides.into_iter().map(|(s, _, _)| s).collect();
                 match SideInputs::build(&specs, &st.side_data) {
                     Ok(s) => st.side_inputs = Some(Arc::new(s)),
                     Err(message) => {
@@ -982,7 +1114,8 @@ fn sdk_stage<'s>(
                 delayed: st.delayed.iter().map(|(_, _, e)| e.len()).sum(),
                 timers: st.timers.len(),
                 windows: 0,
-                waiting_for_side_inputs,
+                waiting_for_side_inputs: waiting_for_side_inputs || !st.held_back.is_empty(),
+                held_back: st.held_back.iter().map(|(_, e)| e.len()).sum(),
             };
             // Start bundles while there is room.
             if st.side_inputs.is_none() {

@@ -1,18 +1,76 @@
-//! Materialized side inputs, as the State API serves them.
+//! Materialized side inputs, as the State API serves them, and when a
+//! streaming stage may read them.
 //!
 //! Keys follow `StateKey.IterableSideInput` / `MultimapSideInput` /
 //! `MultimapKeysSideInput` (beam_fn_api.proto): the consuming transform id,
 //! its side input id, the encoded window, and for multimaps the encoded key
 //! in the nested context (the Python SDK's `encode_nested`).
+//!
+//! # Streaming (Beam programming guide, "Side inputs and windowing")
+//!
+//! A main-input element in window `W` runs once, for every side input, the
+//! side window `W` maps to is ready ([`side_ready`]). The SDK maps windows
+//! itself (the mapping function is SDK code); the runner assumes Beam's
+//! default mapping (the side window containing `W`'s max timestamp, see
+//! [`SideWindowFn`]) and calls the side window ready when:
+//!
+//! * the side-input stream is done (its producers finished), or
+//! * global side windowing: at least one element has arrived (the
+//!   watermark never passes the global window's end while the stream runs;
+//!   Dataflow likewise serves a global side input once it has data), or
+//! * fixed or sliding side windowing: the side input's watermark has passed
+//!   the mapped side window's max timestamp (its on-time pane has fired),
+//!   or, when its trigger is not the default one, a pane of the mapped side
+//!   window has arrived (an early firing is served, as in Beam's model), or
+//! * any other side WindowFn (opaque to the runner): the side watermark has
+//!   passed `W`'s max timestamp, i.e. the runner assumes the side window
+//!   ends no later than the main window (true for the same windowing).
+//!
+//! Side data arriving later updates the side input for bundles started
+//! afterwards ([`Refresh`]): "if the side input has multiple trigger
+//! firings, Beam uses the value from the latest trigger firing". A firing
+//! is the side elements delivered at one timely time (one GroupByKey pane
+//! firing, one TestStream event, one output of an unbounded source).
 
 use std::collections::HashMap;
 
 use weir_model::windowed_value::split_kv;
-use weir_model::{Coder, WindowedValue};
-use weir_plan::SideInputKind;
+use weir_model::{Coder, PaneTiming, Timestamp, Window, WindowedValue};
+use weir_plan::{Accumulation, SideInputKind, SideWindowFn, Trigger, Windowing};
+
+/// How side data arriving later changes a window's contents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refresh {
+    /// Every element of the window so far: batch (all data at once), the
+    /// default trigger (one pane per window, plus late panes that add to
+    /// it).
+    All,
+    /// A triggered side input in DISCARDING mode: each firing replaces the
+    /// window's earlier contents (Dataflow serves the latest firing).
+    LatestFiring,
+    /// A triggered side input in ACCUMULATING mode: a GroupByKey's panes
+    /// are cumulative, so a firing of grouped panes (pane timing known)
+    /// replaces the window's contents; elements not produced by a
+    /// GroupByKey (pane timing UNKNOWN) accumulate, as a cumulative firing
+    /// of them would.
+    LatestCumulativePane,
+}
+
+impl Refresh {
+    /// The refresh rule of a side input with `windowing`, in streaming or batch.
+    pub fn of(windowing: &Windowing, streaming: bool) -> Refresh {
+        if !streaming || windowing.trigger == Trigger::Default {
+            return Refresh::All;
+        }
+        match windowing.accumulation {
+            Accumulation::Discarding => Refresh::LatestFiring,
+            Accumulation::Accumulating => Refresh::LatestCumulativePane,
+        }
+    }
+}
 
 /// One side input's contents by encoded window.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct View {
     /// Encoded window -> concatenated nested values.
     iterable: HashMap<Vec<u8>, Vec<u8>>,
@@ -20,10 +78,14 @@ struct View {
     multimap: HashMap<Vec<u8>, HashMap<Vec<u8>, (Vec<u8>, u32)>>,
     /// Encoded window -> distinct nested keys, first-seen order.
     keys: HashMap<Vec<u8>, Vec<Vec<u8>>>,
+    /// Encoded window -> the firing its contents come from ([`Refresh`]).
+    firing: HashMap<Vec<u8>, u128>,
+    /// Whether any element arrived (in any window).
+    any: bool,
 }
 
 /// Every side input of one stage, keyed by (transform id, side input id).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct SideInputs {
     views: HashMap<(String, String), View>,
 }
@@ -35,55 +97,110 @@ pub struct SideInputSpec<'a> {
     pub kind: SideInputKind,
     pub value_coder: &'a Coder,
     pub window_coder: &'a Coder,
+    /// How later data replaces earlier data of a window.
+    pub refresh: Refresh,
 }
 
 impl SideInputs {
-    /// Builds the views of `specs` from their elements (encoded windowed values).
+    /// Builds the views of `specs` from their elements (encoded windowed
+    /// values), all of them one firing (batch).
     ///
     /// # Errors
     /// A message when an element does not decode, or a multimap side input is not KV-coded.
     pub fn build(specs: &[SideInputSpec<'_>], data: &[Vec<Vec<u8>>]) -> Result<SideInputs, String> {
-        let mut views = HashMap::new();
+        let mut s = SideInputs::new(specs);
         for (spec, elements) in specs.iter().zip(data) {
-            let mut view = View::default();
             for e in elements {
-                let (wv, _) = WindowedValue::decode(spec.value_coder, spec.window_coder, e)
-                    .map_err(|e| e.to_string())?;
-                for w in &wv.windows {
-                    let mut wb = Vec::new();
-                    w.encode(&mut wb);
-                    match spec.kind {
-                        SideInputKind::Iterable => view
-                            .iterable
-                            .entry(wb)
-                            .or_default()
-                            .extend_from_slice(&wv.value),
-                        SideInputKind::Multimap => {
-                            if !matches!(spec.value_coder, Coder::Kv(..)) {
-                                return Err(format!(
-                                    "multimap side input {} is not KV-coded",
-                                    spec.local_name
-                                ));
-                            }
-                            let (k, v) =
-                                split_kv(spec.value_coder, &wv.value).map_err(|e| e.to_string())?;
-                            let by_key = view.multimap.entry(wb.clone()).or_default();
-                            let entry = by_key.entry(k.to_vec()).or_insert_with(|| {
-                                view.keys.entry(wb).or_default().push(k.to_vec());
-                                (Vec::new(), 0)
-                            });
-                            entry.0.extend_from_slice(v);
-                            entry.1 += 1;
-                        }
+                s.insert(spec, e, 0)?;
+            }
+        }
+        Ok(s)
+    }
+
+    /// Empty views of `specs` (no data in any window yet).
+    pub fn new(specs: &[SideInputSpec<'_>]) -> SideInputs {
+        let views = specs
+            .iter()
+            .map(|s| ((s.transform_id.to_string(), s.local_name.to_string()), View::default()))
+            .collect();
+        SideInputs { views }
+    }
+
+    /// Adds one element (an encoded windowed value) of `spec`'s side input,
+    /// delivered in firing `firing` (a timely time: later firings are
+    /// greater). Under [`Refresh::LatestFiring`] (and for grouped panes
+    /// under [`Refresh::LatestCumulativePane`]) an element of a later
+    /// firing than a window's contents first clears that window; an element
+    /// of an earlier firing than them is stale and ignored.
+    ///
+    /// # Errors
+    /// A message when the element does not decode, or a multimap side input is not KV-coded.
+    pub fn insert(&mut self, spec: &SideInputSpec<'_>, element: &[u8], firing: u128) -> Result<(), String> {
+        let (wv, _) = WindowedValue::decode(spec.value_coder, spec.window_coder, element).map_err(|e| e.to_string())?;
+        let kv = match spec.kind {
+            SideInputKind::Iterable => None,
+            SideInputKind::Multimap => {
+                if !matches!(spec.value_coder, Coder::Kv(..)) {
+                    return Err(format!("multimap side input {} is not KV-coded", spec.local_name));
+                }
+                let (k, v) = split_kv(spec.value_coder, &wv.value).map_err(|e| e.to_string())?;
+                Some((k.to_vec(), v.to_vec()))
+            }
+        };
+        let replaces = match spec.refresh {
+            Refresh::All => false,
+            Refresh::LatestFiring => true,
+            Refresh::LatestCumulativePane => wv.pane.timing != PaneTiming::Unknown,
+        };
+        let view = self
+            .views
+            .entry((spec.transform_id.to_string(), spec.local_name.to_string()))
+            .or_default();
+        view.any = true;
+        for w in &wv.windows {
+            let mut wb = Vec::new();
+            w.encode(&mut wb);
+            if replaces {
+                match view.firing.get(&wb) {
+                    Some(&current) if firing < current => continue,
+                    Some(&current) if firing == current => {}
+                    _ => {
+                        view.iterable.remove(&wb);
+                        view.multimap.remove(&wb);
+                        view.keys.remove(&wb);
+                        view.firing.insert(wb.clone(), firing);
                     }
                 }
+            } else {
+                let f = view.firing.entry(wb.clone()).or_insert(firing);
+                *f = (*f).max(firing);
             }
-            views.insert(
-                (spec.transform_id.to_string(), spec.local_name.to_string()),
-                view,
-            );
+            match &kv {
+                None => view.iterable.entry(wb).or_default().extend_from_slice(&wv.value),
+                Some((k, v)) => {
+                    let by_key = view.multimap.entry(wb.clone()).or_default();
+                    let entry = by_key.entry(k.clone()).or_insert_with(|| {
+                        view.keys.entry(wb).or_default().push(k.clone());
+                        (Vec::new(), 0)
+                    });
+                    entry.0.extend_from_slice(v);
+                    entry.1 += 1;
+                }
+            }
         }
-        Ok(SideInputs { views })
+        Ok(())
+    }
+
+    /// Whether any element of the side input arrived.
+    pub fn has_any(&self, transform_id: &str, local_name: &str) -> bool {
+        self.view(transform_id, local_name).map(|v| v.any).unwrap_or(false)
+    }
+
+    /// Whether data (a pane) of the side input arrived in encoded `window`.
+    pub fn has_window(&self, transform_id: &str, local_name: &str, window: &[u8]) -> bool {
+        self.view(transform_id, local_name)
+            .map(|v| v.firing.contains_key(window))
+            .unwrap_or(false)
     }
 
     fn view(&self, transform_id: &str, local_name: &str) -> Option<&View> {
@@ -146,5 +263,70 @@ impl SideInputs {
             }
         }
         Some(out)
+    }
+}
+
+/// The side window Beam's default window mapping gives main-input window
+/// `main` under side WindowFn `window_fn` (the side window containing
+/// `main`'s max timestamp; for sliding windows the earliest-starting one,
+/// as Java's `SlidingWindows.getDefaultWindowMappingFn` and Python's
+/// `default_window_mapping_fn` pick); `None` for [`SideWindowFn::Other`].
+pub fn mapped_window(window_fn: SideWindowFn, main: &Window) -> Option<Window> {
+    let t = main.max_timestamp().millis();
+    let interval = |start: i64, size: i64| Window::Interval {
+        start: Timestamp(start),
+        end: Timestamp(start.saturating_add(size)),
+    };
+    match window_fn {
+        SideWindowFn::Global => Some(Window::Global),
+        SideWindowFn::Fixed { size_ms, offset_ms } => {
+            Some(interval(t - (t - offset_ms).rem_euclid(size_ms), size_ms))
+        }
+        SideWindowFn::Sliding { size_ms, period_ms, offset_ms } => {
+            // The latest start at or before t, moved back while the window
+            // before it still contains t.
+            let mut start = t - (t - offset_ms).rem_euclid(period_ms);
+            while start - period_ms > t - size_ms {
+                start -= period_ms;
+            }
+            Some(interval(start, size_ms))
+        }
+        SideWindowFn::Other => None,
+    }
+}
+
+/// What a stage knows about one side input when it decides readiness.
+pub struct SideProgress<'a> {
+    /// The side input's WindowFn.
+    pub window_fn: SideWindowFn,
+    /// Its trigger is not the default one (it may fire early panes).
+    pub triggered: bool,
+    /// Its stream is done (the producers finished).
+    pub done: bool,
+    /// Its watermark (every side element at or below it has arrived).
+    pub watermark: Timestamp,
+    /// Whether any element arrived.
+    pub any: bool,
+    /// Whether data arrived in an encoded side window.
+    pub has_window: &'a dyn Fn(&[u8]) -> bool,
+}
+
+/// Whether the side window main-input window `main` maps to is ready (see
+/// the module documentation for the rule and where it comes from).
+pub fn side_ready(side: &SideProgress<'_>, main: &Window) -> bool {
+    if side.done {
+        return true;
+    }
+    match mapped_window(side.window_fn, main) {
+        Some(Window::Global) => side.any,
+        Some(w) => {
+            if side.watermark > w.max_timestamp() {
+                return true;
+            }
+            let mut wb = Vec::new();
+            w.encode(&mut wb);
+            side.triggered && (side.has_window)(&wb)
+        }
+        None => side.watermark > main.max_timestamp(),
     }
 }

@@ -722,6 +722,7 @@ fn iterable_side_input_in_global_window() {
             local_name: "s".into(),
             pcollection: side,
             kind: SideInputKind::Iterable,
+            window_fn: weir_plan::SideWindowFn::Global,
         };
         let s_add = g.sdk("AddSide", main, vec![], vec![si]);
         let graph = g.build();

@@ -287,6 +287,7 @@ pub(crate) fn build(
                                 local_name: local,
                                 pcollection: b.index_of(&pc)?,
                                 kind,
+                                window_fn: side_window_fn(c, &pc),
                             });
                         }
                     }
@@ -530,4 +531,36 @@ fn test_stream(b: &mut Builder<'_>, id: &str, t: &beam::PTransform) -> Result<St
         });
     }
     Ok(StageKind::TestStream { outputs, events })
+}
+
+/// The WindowFn of PCollection `pc` as a side input sees it (see
+/// [`SideWindowFn`]); a payload that does not decode, or a non-positive size
+/// or period, makes it [`SideWindowFn::Other`].
+fn side_window_fn(c: &beam::Components, pc: &str) -> SideWindowFn {
+    let Some(f) = c
+        .pcollections
+        .get(pc)
+        .and_then(|p| c.windowing_strategies.get(&p.windowing_strategy_id))
+        .and_then(|ws| ws.window_fn.as_ref())
+    else {
+        return SideWindowFn::Other;
+    };
+    let ms = |d: Option<weir_proto::prost_types::Duration>| d.map(|d| d.seconds * 1000 + i64::from(d.nanos) / 1_000_000).unwrap_or(0);
+    let at = |t: Option<weir_proto::prost_types::Timestamp>| t.map(|t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000).unwrap_or(0);
+    match f.urn.as_str() {
+        urns::window_fn::GLOBAL => SideWindowFn::Global,
+        urns::window_fn::FIXED => match beam::FixedWindowsPayload::decode(f.payload.as_slice()) {
+            Ok(p) if ms(p.size) > 0 => SideWindowFn::Fixed { size_ms: ms(p.size), offset_ms: at(p.offset) },
+            _ => SideWindowFn::Other,
+        },
+        urns::window_fn::SLIDING => match beam::SlidingWindowsPayload::decode(f.payload.as_slice()) {
+            Ok(p) if ms(p.size) > 0 && ms(p.period) > 0 => SideWindowFn::Sliding {
+                size_ms: ms(p.size),
+                period_ms: ms(p.period),
+                offset_ms: at(p.offset),
+            },
+            _ => SideWindowFn::Other,
+        },
+        _ => SideWindowFn::Other,
+    }
 }

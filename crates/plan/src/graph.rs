@@ -274,6 +274,27 @@ pub struct SideInput {
     pub local_name: String,
     pub pcollection: PCollectionIndex,
     pub kind: SideInputKind,
+    /// The side input PCollection's WindowFn, for deciding in streaming
+    /// when the side window a main-input window maps to is ready.
+    pub window_fn: SideWindowFn,
+}
+
+/// A side input's WindowFn as far as the runner can map main-input windows
+/// onto it. Beam's default window mapping (Java `WindowFn.getDefaultWindowMappingFn`,
+/// Python `sideinputs.default_window_mapping_fn`) maps a main-input window
+/// to the side window that contains its max timestamp (for sliding windows
+/// the earliest-starting such window); the global WindowFn maps every window
+/// to the global window. Durations and offsets are milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SideWindowFn {
+    /// `beam:window_fn:global_windows:v1`
+    Global,
+    /// `beam:window_fn:fixed_windows:v1`
+    Fixed { size_ms: i64, offset_ms: i64 },
+    /// `beam:window_fn:sliding_windows:v1`
+    Sliding { size_ms: i64, period_ms: i64, offset_ms: i64 },
+    /// Any other WindowFn (sessions, custom): its side windows are opaque.
+    Other,
 }
 
 impl StageGraph {
