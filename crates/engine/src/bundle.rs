@@ -16,6 +16,12 @@ pub struct BundleRequest {
     pub input: Vec<Vec<u8>>,
     /// Materialized side inputs of the stage, served over the State API.
     pub side_inputs: Arc<SideInputs>,
+    /// Bumped each time a global-window side input of a streaming stage
+    /// changed. A Python SDK evaluates global-window side inputs once per
+    /// bundle processor and keeps them (Beam issue #28776), so bundles of a
+    /// new generation go to a new `ProcessBundleDescriptor` id (a copy of
+    /// the stage's) and get fresh processors. 0: the stage's own descriptor.
+    pub side_input_generation: u64,
     /// Timers to deliver, per timer family of the stage (same order as
     /// `SdkStage::timer_families`): concatenated encoded `beam:coder:timer:v1` values.
     pub timers: Vec<Vec<u8>>,

@@ -729,6 +729,12 @@ struct SdkState {
     /// Streaming: main-input elements (with their windows) held back until
     /// the side windows they map to are ready, under their holds.
     held_back: Vec<(Capability<Time>, Vec<(Vec<weir_model::Window>, Element)>)>,
+    /// Streaming: the side-input generation bundles start with (bumped when
+    /// a global-window side input changes after a bundle used the current
+    /// one; see `BundleRequest::side_input_generation`), and whether a
+    /// bundle used it.
+    side_generation: u64,
+    side_generation_used: bool,
     /// Pending timers (stateful stages), and the hold that keeps the stage
     /// alive while any are pending.
     timers: TimerStore,
@@ -890,6 +896,8 @@ fn sdk_stage<'s>(
             side_data: vec![Vec::new(); sdk.side_inputs.len()],
             side_inputs: None,
             held_back: Vec::new(),
+            side_generation: 0,
+            side_generation_used: false,
             timers: TimerStore::new(&sdk.timer_families),
             timer_hold: None,
             timer_rounds: 0,
@@ -904,6 +912,8 @@ fn sdk_stage<'s>(
         let submit = move |st: &mut SdkState, cap: Capability<Time>, elements: Vec<Element>, timers: Vec<Vec<u8>>| {
             let (ctx, activator, completions) = (&submit_ctx, &submit_activator, &submit_completions);
             let side_inputs = st.side_inputs.clone().unwrap_or_default();
+            let side_input_generation = st.side_generation;
+            st.side_generation_used = true;
             let id = st.next_bundle;
             st.next_bundle += 1;
             st.in_flight.insert(id, cap);
@@ -927,6 +937,7 @@ fn sdk_stage<'s>(
                 stage_name: submit_name.clone(),
                 input: elements,
                 side_inputs,
+                side_input_generation,
                 timers,
             };
             ctx.processor.process_bundle(
@@ -957,6 +968,11 @@ fn sdk_stage<'s>(
                     if !live_sides {
                         st.side_data[i as usize].push(e);
                         continue;
+                    }
+                    tracing::debug!(stage = %name, side = i, firing = %format!("{firing:x}"), "side input element");
+                    if sides[i as usize].1 == weir_plan::SideWindowFn::Global && st.side_generation_used {
+                        st.side_generation += 1;
+                        st.side_generation_used = false;
                     }
                     let live = Arc::make_mut(st.side_inputs.get_or_insert_with(Arc::default));
                     if let Err(message) = live.insert(&sides[i as usize].0, &e, firing) {
@@ -1219,6 +1235,7 @@ fn sdk_stage<'s>(
                 if elements.is_empty() {
                     continue;
                 }
+                tracing::debug!(stage = %name, time = %format!("{:x}", cap.time()), elements = elements.len(), "bundle start");
                 submit(st, cap, elements, vec![]);
             }
             ctx.report(stage_index, worker_index, status(st, false));

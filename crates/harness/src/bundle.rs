@@ -579,6 +579,25 @@ impl Inner {
         }
     }
 
+    /// The descriptor id a bundle runs under: the stage's, or for a later
+    /// side-input generation (see `BundleRequest::side_input_generation`) a
+    /// copy of it registered on first use under `<stage's id>@side<N>`.
+    fn descriptor_for(&self, request: &BundleRequest) -> Result<String, Failure> {
+        let base = JobWorkers::descriptor_id(&self.job_id, &request.stage_id);
+        if request.side_input_generation == 0 {
+            return Ok(base);
+        }
+        let id = format!("{base}@side{}", request.side_input_generation);
+        if self.fn_api.descriptor(&id).is_none() {
+            let mut d = self.fn_api.descriptor(&base).ok_or_else(|| {
+                Failure::Error(format!("no ProcessBundleDescriptor registered for stage {}", request.stage_id))
+            })?;
+            d.id = id.clone();
+            self.fn_api.add_descriptors([d]);
+        }
+        Ok(id)
+    }
+
     /// The user's name of transform `id` in stage `stage_id`'s descriptor.
     fn transform_name(&self, stage_id: &str, id: &str) -> Option<String> {
         let d = self
@@ -708,10 +727,7 @@ impl Inner {
             instruction_id: instruction_id.to_string(),
             request: Some(beam::instruction_request::Request::ProcessBundle(
                 beam::ProcessBundleRequest {
-                    process_bundle_descriptor_id: JobWorkers::descriptor_id(
-                        &self.job_id,
-                        &request.stage_id,
-                    ),
+                    process_bundle_descriptor_id: self.descriptor_for(request)?,
                     ..Default::default()
                 },
             )),
