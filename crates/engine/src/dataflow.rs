@@ -716,6 +716,13 @@ enum BundleEvent {
     Done(std::result::Result<BundleResult, String>),
 }
 
+/// A main-input element with its windows (decoded once, for readiness checks).
+type WindowedElement = (Vec<weir_model::Window>, Element);
+
+/// A side input of an SDK stage: what to materialize, its WindowFn, and
+/// whether its trigger is not the default one.
+type SideSpec<'a> = (SideInputSpec<'a>, weir_plan::SideWindowFn, bool);
+
 /// Per-operator state of an SDK stage.
 struct SdkState {
     pending: VecDeque<(Capability<Time>, Vec<Element>)>,
@@ -728,7 +735,7 @@ struct SdkState {
     side_inputs: Option<Arc<SideInputs>>,
     /// Streaming: main-input elements (with their windows) held back until
     /// the side windows they map to are ready, under their holds.
-    held_back: Vec<(Capability<Time>, Vec<(Vec<weir_model::Window>, Element)>)>,
+    held_back: Vec<(Capability<Time>, Vec<WindowedElement>)>,
     /// Streaming: the side-input generation bundles start with (bumped when
     /// a global-window side input changes after a bundle used the current
     /// one; see `BundleRequest::side_input_generation`), and whether a
@@ -746,7 +753,7 @@ struct SdkState {
 
 /// The side inputs of `sdk`: what to materialize of each, its WindowFn,
 /// and whether its trigger is not the default one.
-fn side_specs<'a>(sdk: &'a SdkStage, graph: &'a StageGraph) -> Vec<(SideInputSpec<'a>, weir_plan::SideWindowFn, bool)> {
+fn side_specs<'a>(sdk: &'a SdkStage, graph: &'a StageGraph) -> Vec<SideSpec<'a>> {
     sdk.side_inputs
         .iter()
         .map(|si| {
@@ -772,7 +779,7 @@ fn side_specs<'a>(sdk: &'a SdkStage, graph: &'a StageGraph) -> Vec<(SideInputSpe
 /// sequence number below the same event time) can replay the next one,
 /// which may bring the side data; their event time, and so the watermark
 /// they hold, never changes.
-fn release_ready(st: &mut SdkState, sides: &[(SideInputSpec<'_>, weir_plan::SideWindowFn, bool)], side_frontier: &[Time]) {
+fn release_ready(st: &mut SdkState, sides: &[SideSpec<'_>], side_frontier: &[Time]) {
     let Some(live) = st.side_inputs.clone() else { return };
     let done = side_frontier.is_empty();
     let watermark = watermark_of(side_frontier);
@@ -969,7 +976,6 @@ fn sdk_stage<'s>(
                         st.side_data[i as usize].push(e);
                         continue;
                     }
-                    tracing::debug!(stage = %name, side = i, firing = %format!("{firing:x}"), "side input element");
                     if sides[i as usize].1 == weir_plan::SideWindowFn::Global && st.side_generation_used {
                         st.side_generation += 1;
                         st.side_generation_used = false;
@@ -1235,7 +1241,6 @@ fn sdk_stage<'s>(
                 if elements.is_empty() {
                     continue;
                 }
-                tracing::debug!(stage = %name, time = %format!("{:x}", cap.time()), elements = elements.len(), "bundle start");
                 submit(st, cap, elements, vec![]);
             }
             ctx.report(stage_index, worker_index, status(st, false));

@@ -330,3 +330,176 @@ pub fn side_ready(side: &SideProgress<'_>, main: &Window) -> bool {
         None => side.watermark > main.max_timestamp(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_model::PaneInfo;
+
+    fn interval(start: i64, end: i64) -> Window {
+        Window::Interval { start: Timestamp(start), end: Timestamp(end) }
+    }
+
+    fn encoded(w: &Window) -> Vec<u8> {
+        let mut b = Vec::new();
+        w.encode(&mut b);
+        b
+    }
+
+    /// A varint value (one byte, < 128) in `window` with `pane`.
+    fn element(value: u8, window: Window, pane: PaneInfo) -> Vec<u8> {
+        let wv = WindowedValue { timestamp: Timestamp(0), windows: vec![window], pane, value: vec![value] };
+        let mut out = Vec::new();
+        wv.encode(&mut out);
+        out
+    }
+
+    fn spec(refresh: Refresh, window_coder: &Coder) -> SideInputSpec<'_> {
+        SideInputSpec {
+            transform_id: "t",
+            local_name: "s",
+            kind: SideInputKind::Iterable,
+            value_coder: &Coder::VarInt,
+            window_coder,
+            refresh,
+        }
+    }
+
+    #[test]
+    fn fixed_windows_map_to_the_window_holding_the_main_windows_max_timestamp() {
+        let fixed = SideWindowFn::Fixed { size_ms: 10_000, offset_ms: 0 };
+        // Main [0, 5000) -> side [0, 10000); main [5000, 12000) -> [10000, 20000).
+        assert_eq!(mapped_window(fixed, &interval(0, 5_000)), Some(interval(0, 10_000)));
+        assert_eq!(mapped_window(fixed, &interval(5_000, 12_000)), Some(interval(10_000, 20_000)));
+        // Negative times and an offset.
+        assert_eq!(mapped_window(fixed, &interval(-3_000, -2_000)), Some(interval(-10_000, 0)));
+        let shifted = SideWindowFn::Fixed { size_ms: 10_000, offset_ms: 3_000 };
+        assert_eq!(mapped_window(shifted, &interval(0, 5_000)), Some(interval(3_000, 13_000)));
+        assert_eq!(mapped_window(SideWindowFn::Global, &interval(0, 1)), Some(Window::Global));
+        assert_eq!(mapped_window(SideWindowFn::Other, &interval(0, 1)), None);
+    }
+
+    #[test]
+    fn sliding_windows_map_to_the_earliest_window_holding_the_max_timestamp() {
+        // Size 10 s every 5 s: t = 12.999 s is in [5, 15) and [10, 20); the earliest is [5, 15).
+        let sliding = SideWindowFn::Sliding { size_ms: 10_000, period_ms: 5_000, offset_ms: 0 };
+        assert_eq!(mapped_window(sliding, &interval(12_000, 13_000)), Some(interval(5_000, 15_000)));
+        // t = 9.999 s: [0, 10) and [5, 15) -> [0, 10).
+        assert_eq!(mapped_window(sliding, &interval(0, 10_000)), Some(interval(0, 10_000)));
+        // Size 3 s every 2 s: t = 4.999 s is in [2, 5) and [4, 7) -> [2, 5);
+        // t = 5.999 s only in [4, 7).
+        let sparse = SideWindowFn::Sliding { size_ms: 3_000, period_ms: 2_000, offset_ms: 0 };
+        assert_eq!(mapped_window(sparse, &interval(4_000, 5_000)), Some(interval(2_000, 5_000)));
+        assert_eq!(mapped_window(sparse, &interval(5_000, 6_000)), Some(interval(4_000, 7_000)));
+    }
+
+    fn progress<'a>(
+        window_fn: SideWindowFn,
+        triggered: bool,
+        watermark: i64,
+        any: bool,
+        has_window: &'a dyn Fn(&[u8]) -> bool,
+    ) -> SideProgress<'a> {
+        SideProgress { window_fn, triggered, done: false, watermark: Timestamp(watermark), any, has_window }
+    }
+
+    #[test]
+    fn fixed_side_window_is_ready_once_the_watermark_passes_its_end() {
+        let fixed = SideWindowFn::Fixed { size_ms: 10_000, offset_ms: 0 };
+        let none = |_: &[u8]| false;
+        // Main [0, 5000) maps to [0, 10000): ready only past 9999 ms.
+        let main = interval(0, 5_000);
+        assert!(!side_ready(&progress(fixed, false, 5_000, true, &none), &main));
+        assert!(!side_ready(&progress(fixed, false, 9_999, true, &none), &main));
+        assert!(side_ready(&progress(fixed, false, 10_000, false, &none), &main));
+        // A done stream is ready at any watermark.
+        let done = SideProgress { done: true, ..progress(fixed, false, i64::MIN / 1000, false, &none) };
+        assert!(side_ready(&done, &main));
+    }
+
+    #[test]
+    fn triggered_fixed_side_window_is_ready_once_a_pane_of_it_arrived() {
+        let fixed = SideWindowFn::Fixed { size_ms: 10_000, offset_ms: 0 };
+        let side = encoded(&interval(0, 10_000));
+        let has = move |w: &[u8]| w == side.as_slice();
+        let main = interval(0, 5_000);
+        assert!(side_ready(&progress(fixed, true, 0, true, &has), &main));
+        // Without a trigger (one on-time pane), data alone is not enough.
+        assert!(!side_ready(&progress(fixed, false, 0, true, &has), &main));
+        // A pane of another window does not count.
+        assert!(!side_ready(&progress(fixed, true, 0, true, &has), &interval(10_000, 20_000)));
+    }
+
+    #[test]
+    fn global_side_window_is_ready_once_any_element_arrived() {
+        let none = |_: &[u8]| false;
+        let main = interval(0, 5_000);
+        assert!(!side_ready(&progress(SideWindowFn::Global, false, 1_000_000, false, &none), &main));
+        assert!(side_ready(&progress(SideWindowFn::Global, false, 0, true, &none), &main));
+    }
+
+    #[test]
+    fn opaque_side_windowing_waits_for_the_main_windows_end() {
+        let none = |_: &[u8]| false;
+        let main = interval(0, 5_000);
+        assert!(!side_ready(&progress(SideWindowFn::Other, false, 4_999, true, &none), &main));
+        assert!(side_ready(&progress(SideWindowFn::Other, false, 5_000, true, &none), &main));
+    }
+
+    #[test]
+    fn refresh_rule_follows_trigger_and_accumulation() {
+        let mut w = Windowing::global();
+        assert_eq!(Refresh::of(&w, true), Refresh::All);
+        w.trigger = Trigger::Repeatedly(Box::new(Trigger::ElementCount(1)));
+        assert_eq!(Refresh::of(&w, false), Refresh::All);
+        assert_eq!(Refresh::of(&w, true), Refresh::LatestFiring);
+        w.accumulation = Accumulation::Accumulating;
+        assert_eq!(Refresh::of(&w, true), Refresh::LatestCumulativePane);
+    }
+
+    #[test]
+    fn a_later_firing_replaces_a_window_and_an_earlier_one_is_ignored() {
+        let spec = spec(Refresh::LatestFiring, &Coder::IntervalWindow);
+        let (w0, w1) = (interval(0, 10), interval(10, 20));
+        let mut s = SideInputs::new(std::slice::from_ref(&spec));
+        assert!(!s.has_any("t", "s"));
+        s.insert(&spec, &element(1, w0.clone(), PaneInfo::NO_FIRING), 5).unwrap();
+        s.insert(&spec, &element(2, w0.clone(), PaneInfo::NO_FIRING), 5).unwrap();
+        s.insert(&spec, &element(7, w1.clone(), PaneInfo::NO_FIRING), 5).unwrap();
+        assert!(s.has_any("t", "s") && s.has_window("t", "s", &encoded(&w0)));
+        assert_eq!(s.iterable("t", "s", &encoded(&w0)), Some(vec![1, 2]));
+        // Firing 9 replaces [0, 10) only; firing 3 is stale.
+        s.insert(&spec, &element(3, w0.clone(), PaneInfo::NO_FIRING), 9).unwrap();
+        s.insert(&spec, &element(4, w0.clone(), PaneInfo::NO_FIRING), 3).unwrap();
+        assert_eq!(s.iterable("t", "s", &encoded(&w0)), Some(vec![3]));
+        assert_eq!(s.iterable("t", "s", &encoded(&w1)), Some(vec![7]));
+    }
+
+    #[test]
+    fn accumulating_replaces_for_grouped_panes_and_adds_ungrouped_elements() {
+        let spec = spec(Refresh::LatestCumulativePane, &Coder::GlobalWindow);
+        let g = encoded(&Window::Global);
+        let mut s = SideInputs::new(std::slice::from_ref(&spec));
+        let early = PaneInfo { timing: PaneTiming::Early, ..PaneInfo::NO_FIRING };
+        s.insert(&spec, &element(3, Window::Global, early), 1).unwrap();
+        s.insert(&spec, &element(12, Window::Global, early), 2).unwrap();
+        assert_eq!(s.iterable("t", "s", &g), Some(vec![12]));
+        // Elements that no GroupByKey produced accumulate.
+        let mut s = SideInputs::new(std::slice::from_ref(&spec));
+        s.insert(&spec, &element(1, Window::Global, PaneInfo::NO_FIRING), 1).unwrap();
+        s.insert(&spec, &element(2, Window::Global, PaneInfo::NO_FIRING), 2).unwrap();
+        assert_eq!(s.iterable("t", "s", &g), Some(vec![1, 2]));
+    }
+
+    #[test]
+    fn batch_build_keeps_every_element() {
+        let spec = spec(Refresh::All, &Coder::GlobalWindow);
+        let data = vec![vec![
+            element(1, Window::Global, PaneInfo::NO_FIRING),
+            element(2, Window::Global, PaneInfo::ON_TIME_AND_ONLY_FIRING),
+        ]];
+        let s = SideInputs::build(std::slice::from_ref(&spec), &data).unwrap();
+        assert_eq!(s.iterable("t", "s", &encoded(&Window::Global)), Some(vec![1, 2]));
+        assert_eq!(s.iterable("t", "other", &[]), None);
+    }
+}

@@ -1431,3 +1431,69 @@ fn user_state_expires_after_its_windows_timers() {
     assert!(!log.contains(&GcEvent::Element(a("a"), 0, 8)), "{log:?}");
     assert!(sdk.state.lock().unwrap().is_empty());
 }
+
+/// Streaming: a main element waits for its global-window side input (even
+/// after the watermark passed it, which the TestStream must not wait on),
+/// and a triggered DISCARDING side input serves its latest firing to the
+/// bundles that start after it arrived.
+#[test]
+fn streaming_side_input_holds_main_elements_and_serves_the_latest_firing() {
+    use weir_plan::{Accumulation, SideWindowFn, TestStreamEvent, Trigger};
+    let mut g = GraphBuilder::default();
+    let main = g.pc("main", Coder::VarInt);
+    let side = g.pc_windowed(
+        "side",
+        Coder::VarInt,
+        Coder::GlobalWindow,
+        Windowing {
+            trigger: Trigger::Repeatedly(Box::new(Trigger::ElementCount(1))),
+            accumulation: Accumulation::Discarding,
+            ..global()
+        },
+    );
+    let elements = |output: usize, values: &[i64]| TestStreamEvent::Elements {
+        output,
+        elements: values.iter().map(|&v| (varint(v), Timestamp(v))).collect(),
+    };
+    let events = vec![
+        elements(0, &[10]),
+        TestStreamEvent::Watermark { output: 0, to: Timestamp(1_000) },
+        elements(1, &[1]),
+        elements(0, &[20]),
+        elements(1, &[2, 3]),
+        elements(0, &[30, 31]),
+        elements(1, &[4]),
+    ];
+    g.stage("TestStream", StageKind::TestStream { outputs: vec![main, side], events });
+    let si = SideInput {
+        transform_id: "use-transform".into(),
+        local_name: "s".into(),
+        pcollection: side,
+        kind: SideInputKind::Iterable,
+        window_fn: SideWindowFn::Global,
+    };
+    let s_use = g.sdk("UseSide", main, vec![], vec![si]);
+    let mut graph = Arc::try_unwrap(g.build()).unwrap_or_else(|_| unreachable!());
+    graph.streaming = true;
+    let graph = Arc::new(graph);
+
+    let seen: Arc<Mutex<Vec<(i64, Vec<i64>)>>> = Arc::default();
+    let seen2 = seen.clone();
+    let functions: Vec<(usize, StageFn)> = vec![(
+        s_use,
+        Box::new(move |wv: &WindowedValue, sides: &SideInputs| {
+            let values = read_varints(&sides.iterable("use-transform", "s", &[]).expect("served"));
+            seen2.lock().unwrap().push((read_varint(&wv.value).0, values));
+            Emit::default()
+        }),
+    )];
+    let sdk = FakeSdk::new(graph.clone(), functions);
+    run(graph, sdk, config(1, 5), no_cancel()).expect("job succeeds");
+    let mut seen = seen.lock().unwrap().clone();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![(10, vec![1]), (20, vec![1]), (30, vec![2, 3]), (31, vec![2, 3])],
+        "10 waits for the first side value; 30 and 31 see the firing of 2 and 3, not 1"
+    );
+}
