@@ -1563,3 +1563,52 @@ fn drain_truncates_restrictions_before_processing() {
         assert_eq!(variant.transforms[id], main.transforms[id]);
     }
 }
+
+/// A side input records its PCollection's WindowFn (for streaming
+/// readiness): global as captured, and fixed or sliding with their sizes,
+/// periods and offsets in milliseconds when the side windowing is changed.
+#[test]
+fn side_input_window_fn() {
+    use weir_plan::SideWindowFn;
+    let side_of = |p: &Plan| sdk(p, 8).side_inputs[0].window_fn;
+    let pipeline = load("side_input");
+    assert_eq!(side_of(&plan_ok(&pipeline)), SideWindowFn::Global);
+    let duration = |ms: i64| weir_proto::prost_types::Duration {
+        seconds: ms / 1000,
+        nanos: (ms % 1000) as i32 * 1_000_000,
+    };
+    let at = |ms: i64| weir_proto::prost_types::Timestamp {
+        seconds: ms / 1000,
+        nanos: (ms % 1000) as i32 * 1_000_000,
+    };
+    let with_window_fn = |urn: &str, payload: Vec<u8>| {
+        let mut p = pipeline.clone();
+        let c = p.components.as_mut().expect("components");
+        let side = c.pcollections.get_mut("ref_PCollection_PCollection_8").expect("side PCollection");
+        let mut ws = c.windowing_strategies[&side.windowing_strategy_id].clone();
+        ws.window_fn = Some(beam::FunctionSpec { urn: urn.into(), payload });
+        c.windowing_strategies.insert("side_ws".into(), ws);
+        side.windowing_strategy_id = "side_ws".into();
+        plan_ok(&p)
+    };
+    let fixed = beam::FixedWindowsPayload { size: Some(duration(10_000)), offset: Some(at(3_500)) };
+    assert_eq!(
+        side_of(&with_window_fn("beam:window_fn:fixed_windows:v1", fixed.encode_to_vec())),
+        SideWindowFn::Fixed { size_ms: 10_000, offset_ms: 3_500 }
+    );
+    let sliding = beam::SlidingWindowsPayload {
+        size: Some(duration(10_000)),
+        offset: None,
+        period: Some(duration(2_500)),
+    };
+    assert_eq!(
+        side_of(&with_window_fn("beam:window_fn:sliding_windows:v1", sliding.encode_to_vec())),
+        SideWindowFn::Sliding { size_ms: 10_000, period_ms: 2_500, offset_ms: 0 }
+    );
+    // A zero size cannot map windows: opaque.
+    let broken = beam::FixedWindowsPayload { size: None, offset: None };
+    assert_eq!(
+        side_of(&with_window_fn("beam:window_fn:fixed_windows:v1", broken.encode_to_vec())),
+        SideWindowFn::Other
+    );
+}
