@@ -527,6 +527,7 @@ fn group_by_key<'s>(
                             stage_name: format!("{name}/MergeWindows"),
                             input,
                             side_inputs: Arc::default(),
+                            side_input_generation: 0,
                             timers: vec![],
                             on_split: Arc::new(|_| {}),
                         },
