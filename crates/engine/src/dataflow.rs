@@ -843,6 +843,24 @@ fn drop_expired(info: &weir_plan::PCollectionInfo, elements: Vec<Element>, water
         .collect()
 }
 
+/// Sets the runner's window-expiration timer (Java's `@OnWindowExpiration`,
+/// see `TimerStore::set_window_expiration`) of every (key, window) of
+/// `elements`, encoded windowed KVs of `info`. Elements that do not decode
+/// are skipped (the SDK reports them).
+fn set_expiration_timers(timers: &mut TimerStore, family: usize, info: &weir_plan::PCollectionInfo, elements: &[Element]) {
+    for e in elements {
+        let Ok((wv, _)) = weir_model::WindowedValue::decode(&info.value_coder, &info.window_coder, e) else {
+            continue;
+        };
+        let Ok((key, _)) = weir_model::windowed_value::split_kv(&info.value_coder, &wv.value) else {
+            continue;
+        };
+        for w in &wv.windows {
+            timers.set_window_expiration(family, key, w, info.windowing.allowed_lateness_ms);
+        }
+    }
+}
+
 /// Keeps the stage's timer hold at the earliest hold timestamp of its
 /// pending timers (never earlier than a capability it may use: the current
 /// hold or `bundle`, the capability of a bundle that just completed), and
@@ -917,6 +935,9 @@ fn sdk_stage<'s>(
         let submit_name = name.clone();
         let submit_activator = activator.clone();
         let submit_completions = completions.clone();
+        let expiration = sdk
+            .window_expiration_family
+            .map(|family| (family, ctx.graph.pcollections[sdk.input].clone()));
         let submit = move |st: &mut SdkState, cap: Capability<Time>, elements: Vec<Element>, timers: Vec<Vec<u8>>| {
             let (ctx, activator, completions) = (&submit_ctx, &submit_activator, &submit_completions);
             let side_inputs = st.side_inputs.clone().unwrap_or_default();
@@ -925,6 +946,9 @@ fn sdk_stage<'s>(
             let id = st.next_bundle;
             st.next_bundle += 1;
             st.in_flight.insert(id, cap);
+            if let Some((family, info)) = &expiration {
+                set_expiration_timers(&mut st.timers, *family, info, &elements);
+            }
             // Once the job is drained, a splittable stage's restrictions go
             // through its drain descriptor, which truncates them first.
             let stage_id = match &drain_stage_id {

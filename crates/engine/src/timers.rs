@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use weir_model::varint::decode_varint;
-use weir_model::{Coder, PaneInfo, Timestamp};
+use weir_model::{Coder, PaneInfo, Timestamp, Window};
 use weir_plan::TimerFamily;
 
 /// Identity of a timer: (family index, key bytes, windows bytes, tag bytes).
@@ -109,6 +109,38 @@ impl TimerStore {
         Ok(())
     }
 
+    /// Sets the runner's window-expiration timer of `key` (encoded as the
+    /// family's key coder does) in `window`, in timer family `family` (the
+    /// stage's `SdkStage::window_expiration_family`, for Java's
+    /// `@OnWindowExpiration`): an event-time timer with an empty tag that
+    /// fires once the input watermark passes the window's max timestamp plus
+    /// `allowed_lateness_ms` (milliseconds; saturating at Beam's MAX), with
+    /// its hold (output timestamp) at the window's max timestamp, so the
+    /// callback's output is on time and the window's state outlives it.
+    /// Setting it again changes nothing. Windows of custom types (whose end
+    /// the runner cannot know) get none; their state goes with the job.
+    pub fn set_window_expiration(&mut self, family: usize, key: &[u8], window: &Window, allowed_lateness_ms: i64) {
+        if matches!(window, Window::Custom(_)) || family >= self.families.len() {
+            return;
+        }
+        let mut windows = 1i32.to_be_bytes().to_vec();
+        window.encode(&mut windows);
+        let id = (family, key.to_vec(), windows, Vec::new());
+        if self.timers.contains_key(&id) {
+            return;
+        }
+        let hold = window.max_timestamp();
+        let fire = hold.saturating_add_millis(allowed_lateness_ms);
+        let mut bytes = key.to_vec();
+        bytes.push(0); // the empty dynamic timer tag
+        bytes.extend_from_slice(&id.2);
+        bytes.push(0); // not cleared
+        fire.encode(&mut bytes);
+        hold.encode(&mut bytes);
+        PaneInfo::NO_FIRING.encode(&mut bytes);
+        self.timers.insert(id, (fire, hold, bytes));
+    }
+
     /// How many timers are pending.
     pub fn len(&self) -> usize {
         self.timers.len()
@@ -189,6 +221,44 @@ mod tests {
             window_coder: Coder::GlobalWindow,
             event_time: true,
         }
+    }
+
+    #[test]
+    fn window_expiration_timers_fire_once_per_key_and_window_after_the_lateness() {
+        let interval = Window::Interval {
+            start: Timestamp(0),
+            end: Timestamp(10),
+        };
+        let mut f = family();
+        f.window_coder = Coder::IntervalWindow;
+        let mut s = TimerStore::new(&[f]);
+        s.set_window_expiration(0, b"\x01a", &interval, 5);
+        s.set_window_expiration(0, b"\x01a", &interval, 5);
+        s.set_window_expiration(0, b"\x01b", &interval, 5);
+        s.set_window_expiration(0, b"\x01b", &Window::Custom(vec![0]), 5);
+        assert_eq!(s.len(), 2);
+        // Held at the window's max timestamp (9), fired after 9 + 5.
+        assert_eq!(s.min_hold(), Some(Timestamp(9)));
+        assert!(s.take_ready(|_, fire| fire < Timestamp(14)).is_none());
+        let fired = s.take_ready(|event_time, fire| event_time && fire <= Timestamp(14)).unwrap();
+        // Exactly what the SDK would write for such a timer: key, empty tag,
+        // one window, set, fire 14, hold 9, no firing.
+        let mut expected = Vec::new();
+        for key in ["a", "b"] {
+            expected.extend_from_slice(&[1, key.as_bytes()[0], 0]);
+            expected.extend_from_slice(&1i32.to_be_bytes());
+            interval.encode(&mut expected);
+            expected.push(0);
+            Timestamp(14).encode(&mut expected);
+            Timestamp(9).encode(&mut expected);
+            PaneInfo::NO_FIRING.encode(&mut expected);
+        }
+        assert_eq!(fired, vec![expected.clone()]);
+        // And the store parses its own timers like any other.
+        let mut again = TimerStore::new(&[TimerFamily { window_coder: Coder::IntervalWindow, ..family() }]);
+        again.apply(0, &expected).unwrap();
+        assert_eq!(again.len(), 2);
+        assert!(s.is_empty());
     }
 
     #[test]

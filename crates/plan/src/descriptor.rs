@@ -248,6 +248,7 @@ pub(crate) fn build(
                 let mut residual_transform_ids = Vec::new();
                 let mut splittable = false;
                 let mut stateful = false;
+                let mut window_expiration_family = None;
                 let mut timer_families = Vec::new();
                 let mut names = Vec::new();
                 for tid in transforms {
@@ -323,6 +324,19 @@ pub(crate) fn build(
                         }
                         if main.first() == Some(input) && crate::leaves::is_stateful(tid, &t)? {
                             stateful = true;
+                            let family = &payload.on_window_expiration_timer_family_spec;
+                            if !family.is_empty() {
+                                let index = timer_families
+                                    .iter()
+                                    .position(|f| f.transform_id == *tid && f.family_id == *family)
+                                    .ok_or_else(|| {
+                                        PlanError::Invalid(format!(
+                                            "transform {tid} ({}): its on_window_expiration_timer_family_spec {family:?} names no timer family of it",
+                                            t.unique_name
+                                        ))
+                                    })?;
+                                window_expiration_family = Some(index);
+                            }
                         }
                     }
                     d.transforms.insert(tid.clone(), t);
@@ -416,6 +430,7 @@ pub(crate) fn build(
                         stateful,
                         timer_families,
                         drain_descriptor_id,
+                        window_expiration_family,
                     }),
                 });
                 if let Some(env) = c.environments.get(environment_id) {

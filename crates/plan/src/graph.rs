@@ -244,6 +244,13 @@ pub struct SdkStage {
     /// the residuals of its running restrictions go through it, so the
     /// DoFn's `truncate_restriction` decides what is left to process.
     pub drain_descriptor_id: Option<String>,
+    /// For a stateful stage whose DoFn has an `@OnWindowExpiration` callback
+    /// (`ParDoPayload.on_window_expiration_timer_family_spec`, requirement
+    /// `beam:requirement:pardo:on_window_expiration:v1`): the index in
+    /// `timer_families` of the family the runner fires, once per key and
+    /// window of the stage's input, when the window expires (its max
+    /// timestamp plus the allowed lateness), before its state goes.
+    pub window_expiration_family: Option<usize>,
 }
 
 /// A timer family of a stateful DoFn: timers travel on the data plane as

@@ -38,6 +38,7 @@ const SUPPORTED_REQUIREMENTS: &[&str] = &[
     urns::requirement::SPLITTABLE_DOFN,
     urns::requirement::BUNDLE_FINALIZATION,
     urns::requirement::STATEFUL_PROCESSING,
+    urns::requirement::ON_WINDOW_EXPIRATION,
 ];
 
 /// Rejects a pipeline that declares a requirement Weir does not implement.
@@ -47,15 +48,7 @@ pub(crate) fn check_requirements(pipeline: &beam::Pipeline) -> Result<()> {
             return Err(PlanError::Unsupported {
                 transform: "<pipeline>".into(),
                 urn: r.clone(),
-                feature: match r.as_str() {
-                    // Java's @OnWindowExpiration (the Python SDK has none): the
-                    // engine would have to fire a callback per (key, window)
-                    // with state when the window expires.
-                    urns::requirement::ON_WINDOW_EXPIRATION => format!(
-                        "pipeline requirement {r} (@OnWindowExpiration callbacks are not implemented yet)"
-                    ),
-                    _ => format!("pipeline requirement {r}"),
-                },
+                feature: format!("pipeline requirement {r}"),
             });
         }
     }
@@ -90,13 +83,6 @@ pub(crate) fn classify(id: &str, t: &beam::PTransform) -> Result<LeafKind> {
             let payload = pardo_payload(id, t)?;
             for (name, spec) in &payload.state_specs {
                 check_state_spec(name, spec).map_err(|feature| unsupported(&feature))?;
-            }
-            if !payload.on_window_expiration_timer_family_spec.is_empty() {
-                return Err(unsupported(&format!(
-                    "OnWindowExpiration (timer family {:?}; {} is not implemented yet)",
-                    payload.on_window_expiration_timer_family_spec,
-                    urns::requirement::ON_WINDOW_EXPIRATION
-                )));
             }
             if payload.requires_time_sorted_input {
                 return Err(unsupported("@RequiresTimeSortedInput"));
@@ -251,15 +237,16 @@ mod tests {
     }
 
     #[test]
-    fn on_window_expiration_is_refused_with_its_name() {
-        let pipeline = beam::Pipeline {
-            requirements: vec![urns::requirement::ON_WINDOW_EXPIRATION.to_string()],
+    fn on_window_expiration_is_accepted_and_unknown_requirements_are_named() {
+        let pipeline = |r: &str| beam::Pipeline {
+            requirements: vec![r.to_string()],
             ..Default::default()
         };
-        match check_requirements(&pipeline) {
+        assert!(check_requirements(&pipeline(urns::requirement::ON_WINDOW_EXPIRATION)).is_ok());
+        match check_requirements(&pipeline("beam:requirement:pardo:weir_test_unknown:v1")) {
             Err(PlanError::Unsupported { urn, feature, .. }) => {
-                assert_eq!(urn, urns::requirement::ON_WINDOW_EXPIRATION);
-                assert!(feature.contains("@OnWindowExpiration"), "{feature}");
+                assert_eq!(urn, "beam:requirement:pardo:weir_test_unknown:v1");
+                assert!(feature.contains(&urn), "{feature}");
             }
             other => panic!("expected Unsupported, got {other:?}"),
         }
@@ -275,18 +262,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        match classify("t1", &t) {
-            Err(PlanError::Unsupported {
-                transform, feature, ..
-            }) => {
-                assert_eq!(transform, "t1 (Expiring)");
-                assert!(
-                    feature.contains("OnWindowExpiration") && feature.contains("expiry"),
-                    "{feature}"
-                );
-            }
-            other => panic!("expected Unsupported, got {other:?}"),
-        }
+        assert_eq!(classify("t1", &t).unwrap(), LeafKind::Sdk);
     }
 
     #[test]

@@ -209,6 +209,7 @@ pub(crate) fn stage(
         timer_families: vec![],
         splittable: false,
         drain_descriptor_id: None,
+        window_expiration_family: None,
     };
     Ok((stage, descriptor))
 }

@@ -1202,6 +1202,36 @@ fn sessions_windowing_reaches_the_gbk() {
     );
 }
 
+/// `@OnWindowExpiration` (Java; `ParDoPayload.on_window_expiration_timer_family_spec`)
+/// must name a timer family of the DoFn: one that names none is refused,
+/// naming the transform and the family. (A working one runs end to end in
+/// tests/e2e/test_window_expiration.py.)
+#[test]
+fn on_window_expiration_must_name_a_timer_family_of_the_dofn() {
+    let mut pipeline = load("stateful_dofn");
+    let c = pipeline.components.as_mut().unwrap();
+    let (id, t) = c
+        .transforms
+        .iter_mut()
+        .find(|(_, t)| {
+            t.spec.as_ref().is_some_and(|s| s.urn == PAR_DO)
+                && beam::ParDoPayload::decode(t.spec.as_ref().unwrap().payload.as_slice())
+                    .is_ok_and(|p| !p.state_specs.is_empty())
+        })
+        .expect("the stateful ParDo");
+    let id = id.clone();
+    let spec = t.spec.as_mut().unwrap();
+    let mut payload = beam::ParDoPayload::decode(spec.payload.as_slice()).unwrap();
+    payload.on_window_expiration_timer_family_spec = "no-such-family".into();
+    spec.payload = payload.encode_to_vec();
+    match plan_err(&pipeline) {
+        PlanError::Invalid(message) => {
+            assert!(message.contains(&id) && message.contains("no-such-family"), "{message}");
+        }
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+}
+
 /// A custom merging WindowFn (a Python `WindowFn` with its own `merge`):
 /// Prepare accepts it, and its GroupByKey carries a merge stage, registered
 /// under the GroupByKey's stage id, that runs Beam's
