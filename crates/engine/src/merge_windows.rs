@@ -13,7 +13,7 @@
 //! both as windowed values in the global window at Beam's MIN timestamp.
 
 use weir_model::varint::{decode_varint, encode_varint};
-use weir_model::windowed_value::{decode_windows, encode_iterable};
+use weir_model::windowed_value::{decode_iterable, decode_windows, encode_iterable};
 use weir_model::{Coder, PaneInfo, Timestamp, Window, WindowedValue};
 
 /// How the windows of one key merge: each merged window with the windows it
@@ -87,47 +87,13 @@ fn decode_value(window_coder: &Coder, v: &[u8]) -> Result<(usize, Merges), Strin
     pos += 4;
     let (_unmerged, n) = decode_windows(window_coder, &v[pos..]).map_err(|e| e.to_string())?;
     pos += n;
-    let merges = decode_iterable(&v[pos..], |b| {
-        let (merged, n) = Window::decode(window_coder, b).map_err(|e| e.to_string())?;
-        let (originals, m) = decode_windows(window_coder, &b[n..]).map_err(|e| e.to_string())?;
+    let (merges, _) = decode_iterable(&v[pos..], |b| {
+        let (merged, n) = Window::decode(window_coder, b)?;
+        let (originals, m) = decode_windows(window_coder, &b[n..])?;
         Ok(((merged, originals), n + m))
-    })?;
+    })
+    .map_err(|e| e.to_string())?;
     Ok((u32::from_be_bytes(nonce) as usize, merges))
-}
-
-/// Decodes a `beam:coder:iterable:v1` (4-byte BE count, or -1 and
-/// varint-counted chunks ending in 0) whose elements `each` decodes.
-fn decode_iterable<T>(
-    bytes: &[u8],
-    mut each: impl FnMut(&[u8]) -> Result<(T, usize), String>,
-) -> Result<Vec<T>, String> {
-    let count = bytes
-        .get(..4)
-        .map(|b| i32::from_be_bytes(b.try_into().expect("4 bytes")))
-        .ok_or("truncated iterable count")?;
-    let mut pos = 4;
-    let mut out = Vec::new();
-    let mut read = |n: i64, pos: &mut usize, out: &mut Vec<T>| -> Result<(), String> {
-        for _ in 0..n {
-            let (t, used) = each(bytes.get(*pos..).ok_or("truncated iterable")?)?;
-            *pos += used;
-            out.push(t);
-        }
-        Ok(())
-    };
-    if count >= 0 {
-        read(i64::from(count), &mut pos, &mut out)?;
-    } else {
-        loop {
-            let (k, n) = decode_varint(&bytes[pos..]).map_err(|e| e.to_string())?;
-            pos += n;
-            if k <= 0 {
-                break;
-            }
-            read(k, &mut pos, &mut out)?;
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

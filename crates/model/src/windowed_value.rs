@@ -22,46 +22,62 @@ pub struct WindowedValue {
     pub value: Vec<u8>,
 }
 
-/// Read a window list, i.e. a `beam:coder:iterable:v1` of windows (4-byte
-/// BE count then windows, or count -1 and varint-counted chunks ending with
-/// 0) from the front of `bytes`; returns the windows and bytes consumed.
+/// Read a `beam:coder:iterable:v1` (4-byte BE count then the elements, or
+/// count -1 and varint-counted chunks ending with 0) from the front of
+/// `bytes`, each element decoded by `element` (which returns it and the
+/// bytes it used); returns the elements and bytes consumed.
 ///
 /// # Errors
-/// [`Error::Truncated`] when `bytes` ends early; window decoding errors.
-pub fn decode_windows(window_coder: &Coder, bytes: &[u8]) -> Result<(Vec<Window>, usize)> {
+/// [`Error::Truncated`] when `bytes` ends early; [`Error::Invalid`] for a
+/// negative count other than -1 or a negative chunk size; `element`'s errors.
+pub fn decode_iterable<T>(
+    bytes: &[u8],
+    mut element: impl FnMut(&[u8]) -> Result<(T, usize)>,
+) -> Result<(Vec<T>, usize)> {
     let raw = bytes.get(..4).ok_or(Error::Truncated {
-        what: "window count",
+        what: "iterable count",
     })?;
     let count = i32::from_be_bytes(raw.try_into().expect("4 bytes"));
     let mut pos = 4;
-    let mut windows = Vec::new();
-    let read = |n: i64, pos: &mut usize, windows: &mut Vec<Window>| -> Result<()> {
+    let mut out = Vec::new();
+    let mut read = |n: i64, pos: &mut usize, out: &mut Vec<T>| -> Result<()> {
         for _ in 0..n {
-            let (w, used) = Window::decode(window_coder, &bytes[*pos..])?;
+            let rest = bytes.get(*pos..).ok_or(Error::Truncated { what: "iterable element" })?;
+            let (t, used) = element(rest)?;
             *pos += used;
-            windows.push(w);
+            out.push(t);
         }
         Ok(())
     };
     if count >= 0 {
-        windows.reserve((count as usize).min(16));
-        read(count as i64, &mut pos, &mut windows)?;
+        out.reserve((count as usize).min(16));
+        read(i64::from(count), &mut pos, &mut out)?;
     } else if count == -1 {
         loop {
-            let (k, n) = decode_varint(&bytes[pos..])?;
+            let (k, n) = decode_varint(bytes.get(pos..).unwrap_or(&[]))?;
             pos += n;
             if k == 0 {
                 break;
             }
             if k < 0 {
-                return Err(Error::invalid("window list", format!("chunk count {k}")));
+                return Err(Error::invalid("iterable", format!("chunk count {k}")));
             }
-            read(k, &mut pos, &mut windows)?;
+            read(k, &mut pos, &mut out)?;
         }
     } else {
-        return Err(Error::invalid("window list", format!("count {count}")));
+        return Err(Error::invalid("iterable", format!("count {count}")));
     }
-    Ok((windows, pos))
+    Ok((out, pos))
+}
+
+/// Read a window list, i.e. a `beam:coder:iterable:v1` of windows (see
+/// [`decode_iterable`]), from the front of `bytes`; returns the windows and
+/// bytes consumed.
+///
+/// # Errors
+/// [`Error::Truncated`] when `bytes` ends early; window decoding errors.
+pub fn decode_windows(window_coder: &Coder, bytes: &[u8]) -> Result<(Vec<Window>, usize)> {
+    decode_iterable(bytes, |b| Window::decode(window_coder, b))
 }
 
 impl WindowedValue {
