@@ -47,6 +47,16 @@ def king_lear_path():
   return path
 
 
+def weir_jobs(server, *args, timeout=60):
+  """Runs `weir jobs ARGS --endpoint` against `server`; returns its stdout
+  (fails the test when it exits non-zero)."""
+  out = subprocess.run(
+      [str(WEIR_BIN), 'jobs', '--endpoint', server.endpoint] + list(args),
+      capture_output=True, text=True, timeout=timeout)
+  assert out.returncode == 0, out.stderr
+  return out.stdout
+
+
 def read_output(prefix):
   """All lines of all shards written by WriteToText(prefix), as a multiset."""
   files = sorted(glob.glob(str(prefix) + '-*-of-*'))

@@ -1,16 +1,7 @@
 """`weir jobs list|describe|cancel` against the running server."""
 
-import subprocess
 
-from conftest import WEIR_BIN
-
-
-def weir_jobs(server, *args):
-  out = subprocess.run(
-      [str(WEIR_BIN), 'jobs', '--endpoint', 'localhost:%d' % server.port] + list(args),
-      capture_output=True, text=True, timeout=60)
-  assert out.returncode == 0, out.stderr
-  return out.stdout
+from conftest import weir_jobs
 
 
 def test_jobs_list_describe_cancel(beam, weir_server):

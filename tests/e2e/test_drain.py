@@ -7,17 +7,9 @@ import subprocess
 import sys
 import time
 
-from conftest import WEIR_BIN
+from conftest import weir_jobs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def weir_jobs(server, *args):
-  out = subprocess.run(
-      [str(WEIR_BIN), 'jobs', '--endpoint', server.endpoint] + list(args),
-      capture_output=True, text=True, timeout=60)
-  assert out.returncode == 0, out.stderr
-  return out.stdout
 
 
 def states(server):

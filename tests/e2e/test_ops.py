@@ -13,17 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WEIR_BIN
+from conftest import weir_jobs
 
 PIPELINES_OPS = Path(__file__).resolve().with_name('pipelines_ops.py')
-
-
-def weir_jobs(server, *args, timeout=60):
-  out = subprocess.run(
-      [str(WEIR_BIN), 'jobs', '--endpoint', server.endpoint] + list(args),
-      capture_output=True, text=True, timeout=timeout)
-  assert out.returncode == 0, out.stderr
-  return out.stdout
 
 
 def list_rows(server):

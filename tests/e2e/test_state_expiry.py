@@ -14,13 +14,12 @@ collected while the job ran, not only at its end.
 
 import collections
 import re
-import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import WEIR_BIN
+from conftest import weir_jobs
 
 SCRIPT = Path(__file__).resolve().with_name('pipelines_state_expiry.py')
 
@@ -97,14 +96,6 @@ CASES = {
     'expiry_fixed_lateness': (10, 5, 0, 10),
     'expiry_global': (None, 0, 6, 6),
 }
-
-
-def weir_jobs(server, *args):
-  out = subprocess.run(
-      [str(WEIR_BIN), 'jobs', '--endpoint', server.endpoint] + list(args),
-      capture_output=True, text=True, timeout=60)
-  assert out.returncode == 0, out.stderr
-  return out.stdout
 
 
 def job_id_named(server, name):
