@@ -1,6 +1,5 @@
 """`weir jobs list|describe|cancel` against the running server."""
 
-
 from conftest import weir_jobs
 
 
