@@ -13,7 +13,7 @@
 //! both as windowed values in the global window at Beam's MIN timestamp.
 
 use weir_model::varint::{decode_varint, encode_varint};
-use weir_model::windowed_value::{decode_iterable, decode_windows, encode_iterable};
+use weir_model::windowed_value::{decode_iterable, decode_windows, encode_windows};
 use weir_model::{Coder, PaneInfo, Timestamp, Window, WindowedValue};
 
 /// How the windows of one key merge: each merged window with the windows it
@@ -29,15 +29,7 @@ pub fn encode_request<'a>(requests: impl Iterator<Item = &'a [Window]>) -> Vec<V
             let mut value = Vec::new();
             encode_varint(4, &mut value);
             value.extend_from_slice(&(i as u32).to_be_bytes());
-            let encoded: Vec<Vec<u8>> = windows
-                .iter()
-                .map(|w| {
-                    let mut b = Vec::new();
-                    w.encode(&mut b);
-                    b
-                })
-                .collect();
-            encode_iterable(encoded.iter().map(|b| b.as_slice()), &mut value);
+            encode_windows(windows, &mut value);
             let mut out = Vec::new();
             WindowedValue {
                 timestamp: Timestamp::MIN,
@@ -109,32 +101,19 @@ mod tests {
 
     /// Encodes what an SDK's merge_windows writes: KV<nonce, KV<unmerged, merges>>.
     fn response(nonce: u32, unmerged: &[Window], merges: &[(Window, Vec<Window>)]) -> Vec<u8> {
-        let enc = |ws: &[Window]| {
-            let parts: Vec<Vec<u8>> = ws
-                .iter()
-                .map(|w| {
-                    let mut b = Vec::new();
-                    w.encode(&mut b);
-                    b
-                })
-                .collect();
-            let mut out = Vec::new();
-            encode_iterable(parts.iter().map(|p| p.as_slice()), &mut out);
-            out
-        };
         let mut value = vec![4];
         value.extend_from_slice(&nonce.to_be_bytes());
-        value.extend(enc(unmerged));
+        encode_windows(unmerged, &mut value);
         let parts: Vec<Vec<u8>> = merges
             .iter()
             .map(|(m, originals)| {
                 let mut b = Vec::new();
                 m.encode(&mut b);
-                b.extend(enc(originals));
+                encode_windows(originals, &mut b);
                 b
             })
             .collect();
-        encode_iterable(parts.iter().map(|p| p.as_slice()), &mut value);
+        weir_model::windowed_value::encode_iterable(parts.iter().map(|p| p.as_slice()), &mut value);
         let mut out = Vec::new();
         WindowedValue {
             timestamp: Timestamp::MIN,

@@ -123,8 +123,8 @@ impl TimerStore {
         if matches!(window, Window::Custom(_)) || family >= self.families.len() {
             return;
         }
-        let mut windows = 1i32.to_be_bytes().to_vec();
-        window.encode(&mut windows);
+        let mut windows = Vec::new();
+        weir_model::windowed_value::encode_windows(std::slice::from_ref(window), &mut windows);
         let id = (family, key.to_vec(), windows, Vec::new());
         if self.timers.contains_key(&id) {
             return;

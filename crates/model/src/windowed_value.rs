@@ -80,6 +80,16 @@ pub fn decode_windows(window_coder: &Coder, bytes: &[u8]) -> Result<(Vec<Window>
     decode_iterable(bytes, |b| Window::decode(window_coder, b))
 }
 
+/// Append a window list as [`decode_windows`] reads it: a 4-byte BE count
+/// then each window ([`Window::encode`]). Panics past `i32::MAX` windows.
+pub fn encode_windows(windows: &[Window], out: &mut Vec<u8>) {
+    let n = i32::try_from(windows.len()).expect("more than i32::MAX windows");
+    out.extend_from_slice(&n.to_be_bytes());
+    for w in windows {
+        w.encode(out);
+    }
+}
+
 impl WindowedValue {
     /// Decode one windowed value (beam:coder:windowed_value:v1 with the given value and window coders) from the front of `bytes`; returns it and bytes consumed. The value bytes are measured with value_coder.encoded_len.
     ///
@@ -115,10 +125,7 @@ impl WindowedValue {
     /// `value` bytes unchanged (header then raw value bytes).
     pub fn encode(&self, out: &mut Vec<u8>) {
         self.timestamp.encode(out);
-        out.extend_from_slice(&(self.windows.len() as i32).to_be_bytes());
-        for w in &self.windows {
-            w.encode(out);
-        }
+        encode_windows(&self.windows, out);
         self.pane.encode(out);
         out.extend_from_slice(&self.value);
     }
