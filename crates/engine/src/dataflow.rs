@@ -484,10 +484,12 @@ fn group_by_key<'s>(
                 return;
             }
             if merge_stage {
-                let result = merging.as_ref().and_then(|_| merged.lock().unwrap_or_else(|p| p.into_inner()).take());
-                let sent = if result.is_some() { merging.take() } else { None };
-                let done = result.zip(sent);
-                if let Some((result, (keys, sent_at))) = done {
+                let result = merging
+                    .is_some()
+                    .then(|| merged.lock().unwrap_or_else(|p| p.into_inner()).take())
+                    .flatten();
+                if let Some(result) = result {
+                    let (keys, sent_at) = merging.take().expect("a merge is in flight");
                     let window_coder = &ctx.graph.pcollections[input_pc].window_coder;
                     let merges = result
                         .and_then(|r| decode_response(window_coder, r.outputs.first().map(Vec::as_slice).unwrap_or(&[])));
