@@ -73,21 +73,36 @@ pub(crate) fn wire_coder_id(coders: &mut HashMap<String, beam::Coder>, id: &str)
     Ok(new_id)
 }
 
+/// Adds coder `id` (URN `urn`, no payload, `components` by id) to `coders`
+/// unless it is there already; returns `id`.
+pub(crate) fn add_coder(
+    coders: &mut HashMap<String, beam::Coder>,
+    id: String,
+    urn: &str,
+    components: Vec<String>,
+) -> String {
+    coders.entry(id.clone()).or_insert_with(|| beam::Coder {
+        spec: Some(beam::FunctionSpec {
+            urn: urn.into(),
+            payload: vec![],
+        }),
+        component_coder_ids: components,
+    });
+    id
+}
+
 /// Adds (or finds) `beam:coder:windowed_value:v1` of `value` and `window` coders.
 pub(crate) fn windowed_coder_id(
     coders: &mut HashMap<String, beam::Coder>,
     value: &str,
     window: &str,
 ) -> String {
-    let id = format!("weir:wv({value},{window})");
-    coders.entry(id.clone()).or_insert_with(|| beam::Coder {
-        spec: Some(beam::FunctionSpec {
-            urn: urns::coder::WINDOWED_VALUE.into(),
-            payload: vec![],
-        }),
-        component_coder_ids: vec![value.to_string(), window.to_string()],
-    });
-    id
+    add_coder(
+        coders,
+        format!("weir:wv({value},{window})"),
+        urns::coder::WINDOWED_VALUE,
+        vec![value.to_string(), window.to_string()],
+    )
 }
 
 /// Converts coder `id` (and its components) to the model's [`Coder`].

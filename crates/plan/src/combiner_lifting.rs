@@ -10,19 +10,9 @@
 use prost::Message;
 use weir_proto::{beam, urns};
 
+use crate::coders::add_coder;
 use crate::leaves::urn_of;
 use crate::{PlanError, Result};
-
-fn coder(c: &mut beam::Components, id: String, urn: &str, components: Vec<String>) -> String {
-    c.coders.entry(id.clone()).or_insert_with(|| beam::Coder {
-        spec: Some(beam::FunctionSpec {
-            urn: urn.into(),
-            payload: vec![],
-        }),
-        component_coder_ids: components,
-    });
-    id
-}
 
 /// Lifts composite `id` if it is a liftable combine_per_key; returns the ids
 /// of the four new leaf transforms, or `None` to recurse into it as usual.
@@ -75,20 +65,20 @@ pub(crate) fn lift(c: &mut beam::Components, id: &str) -> Result<Option<Vec<Stri
 
     let key = in_coder.component_coder_ids[0].clone();
     let acc = payload.accumulator_coder_id.clone();
-    let kv_acc = coder(
-        c,
+    let kv_acc = add_coder(
+        &mut c.coders,
         format!("weir:kv({key},{acc})"),
         urns::coder::KV,
         vec![key.clone(), acc.clone()],
     );
-    let iter_acc = coder(
-        c,
+    let iter_acc = add_coder(
+        &mut c.coders,
         format!("weir:iterable({acc})"),
         urns::coder::ITERABLE,
         vec![acc.clone()],
     );
-    let kv_iter_acc = coder(
-        c,
+    let kv_iter_acc = add_coder(
+        &mut c.coders,
         format!("weir:kv({key},{iter_acc})"),
         urns::coder::KV,
         vec![key, iter_acc],

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use prost::Message;
 use weir_proto::{beam, urns};
 
-use crate::coders::windowed_coder_id;
+use crate::coders::{add_coder, windowed_coder_id};
 use crate::descriptor::Builder;
 use crate::graph::SdkStage;
 use crate::{PlanError, PlanOptions, Result};
@@ -28,14 +28,7 @@ use crate::{PlanError, PlanOptions, Result};
 /// Adds (or finds) a coder with `urn` and `components`, named after them.
 fn structural(coders: &mut HashMap<String, beam::Coder>, urn: &str, components: &[&str]) -> String {
     let id = format!("weir:{urn}({})", components.join(","));
-    coders.entry(id.clone()).or_insert_with(|| beam::Coder {
-        spec: Some(beam::FunctionSpec {
-            urn: urn.into(),
-            payload: vec![],
-        }),
-        component_coder_ids: components.iter().map(|c| c.to_string()).collect(),
-    });
-    id
+    add_coder(coders, id, urn, components.iter().map(|c| c.to_string()).collect())
 }
 
 /// The WindowFn spec to put in the merge_windows payload.

@@ -14,6 +14,7 @@
 
 use weir_proto::{beam, urns};
 
+use crate::coders::add_coder;
 use crate::leaves::{pardo_payload, urn_of};
 use crate::{PlanError, Result};
 
@@ -50,27 +51,21 @@ pub(crate) fn expand(c: &mut beam::Components, leaves: &mut Vec<String>, drain: 
             PlanError::Invalid(format!("transform {id}: unknown PCollection {main_input}"))
         })?;
 
-        c.coders
-            .entry(DOUBLE_CODER_ID.into())
-            .or_insert_with(|| coder(urns::coder::DOUBLE, vec![]));
-        let paired_coder = format!("{id}/weir:paired-coder");
-        let sized_coder = format!("{id}/weir:sized-coder");
-        c.coders.insert(
-            paired_coder.clone(),
-            coder(
-                urns::coder::KV,
-                vec![
-                    main_pc.coder_id.clone(),
-                    payload.restriction_coder_id.clone(),
-                ],
-            ),
+        add_coder(&mut c.coders, DOUBLE_CODER_ID.into(), urns::coder::DOUBLE, vec![]);
+        let paired_coder = add_coder(
+            &mut c.coders,
+            format!("{id}/weir:paired-coder"),
+            urns::coder::KV,
+            vec![
+                main_pc.coder_id.clone(),
+                payload.restriction_coder_id.clone(),
+            ],
         );
-        c.coders.insert(
-            sized_coder.clone(),
-            coder(
-                urns::coder::KV,
-                vec![paired_coder.clone(), DOUBLE_CODER_ID.into()],
-            ),
+        let sized_coder = add_coder(
+            &mut c.coders,
+            format!("{id}/weir:sized-coder"),
+            urns::coder::KV,
+            vec![paired_coder.clone(), DOUBLE_CODER_ID.into()],
         );
 
         let paired_pc = format!("{id}/weir:paired");
@@ -186,14 +181,4 @@ pub(crate) fn drain_variant(
     v.pcollections.insert(truncated, pc);
     v.transforms.insert(format!("{process_id}/weir:drain-truncate"), truncate);
     Ok(v)
-}
-
-fn coder(urn: &str, components: Vec<String>) -> beam::Coder {
-    beam::Coder {
-        spec: Some(beam::FunctionSpec {
-            urn: urn.to_string(),
-            payload: vec![],
-        }),
-        component_coder_ids: components,
-    }
 }
