@@ -20,19 +20,10 @@ from pathlib import Path
 import pytest
 
 from conftest import weir_jobs
+from pipelines_state_expiry import EVENTS
 
 SCRIPT = Path(__file__).resolve().with_name('pipelines_state_expiry.py')
 
-# pipelines_state_expiry.EVENTS, restated: element batches of (key, value,
-# timestamp s), watermark moves (s), end of input.
-EVENTS = [
-    ('e', [('a', 1, 1), ('a', 2, 3), ('b', 3, 5), ('a', 4, 12), ('c', 5, 15)]),
-    ('w', 10),
-    ('e', [('a', 11, 7), ('a', 6, 11), ('b', 7, 25), ('c', 8, 18)]),
-    ('w', 20),
-    ('e', [('a', 12, 8), ('b', 9, 27), ('c', 10, 21)]),
-    ('end',),
-]
 # State ids of CountAndBuffer: a cell each per key and window.
 STATE_IDS = 2
 INF = float('inf')
