@@ -74,6 +74,21 @@ type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send
 
 /// Streams a job's events through `map` (None = skip) until a terminal state has been sent.
 /// With `live` false, ends after the history.
+/// Asks `job` to stop (CancelJob, DrainJob): a job not started yet is
+/// cancelled, a finished one keeps its state, a running one gets `signal`
+/// set (its run watches it) and moves to `stopping`. Returns the job's state.
+fn stop(job: &Job, signal: &std::sync::atomic::AtomicBool, stopping: JobState) -> JobState {
+    match job.state() {
+        JobState::Stopped => job.set_state(JobState::Cancelled),
+        s if is_terminal(s) => {}
+        _ => {
+            signal.store(true, Ordering::SeqCst);
+            job.set_state(stopping);
+        }
+    }
+    job.state()
+}
+
 fn follow<T: Send + 'static>(
     job: Arc<Job>,
     map: fn(beam::JobMessagesResponse) -> Option<T>,
@@ -264,16 +279,8 @@ impl beam::job_service_server::JobService for JobService {
         request: tonic::Request<beam::CancelJobRequest>,
     ) -> Result<tonic::Response<beam::CancelJobResponse>, tonic::Status> {
         let job = self.job(&request.get_ref().job_id)?;
-        match job.state() {
-            JobState::Stopped => job.set_state(JobState::Cancelled),
-            s if is_terminal(s) => {}
-            _ => {
-                job.cancel.store(true, Ordering::SeqCst);
-                job.set_state(JobState::Cancelling);
-            }
-        }
         Ok(tonic::Response::new(beam::CancelJobResponse {
-            state: job.state() as i32,
+            state: stop(&job, &job.cancel, JobState::Cancelling) as i32,
         }))
     }
 
@@ -287,16 +294,8 @@ impl beam::job_service_server::JobService for JobService {
         request: tonic::Request<beam::DrainJobRequest>,
     ) -> Result<tonic::Response<beam::DrainJobResponse>, tonic::Status> {
         let job = self.job(&request.get_ref().job_id)?;
-        match job.state() {
-            JobState::Stopped => job.set_state(JobState::Cancelled),
-            s if is_terminal(s) => {}
-            _ => {
-                job.drain.store(true, Ordering::SeqCst);
-                job.set_state(JobState::Draining);
-            }
-        }
         Ok(tonic::Response::new(beam::DrainJobResponse {
-            state: job.state() as i32,
+            state: stop(&job, &job.drain, JobState::Draining) as i32,
         }))
     }
 
