@@ -1457,14 +1457,23 @@ fn streaming_side_input_holds_main_elements_and_serves_the_latest_firing() {
     };
     let events = vec![
         elements(0, &[10]),
-        TestStreamEvent::Watermark { output: 0, to: Timestamp(1_000) },
+        TestStreamEvent::Watermark {
+            output: 0,
+            to: Timestamp(1_000),
+        },
         elements(1, &[1]),
         elements(0, &[20]),
         elements(1, &[2, 3]),
         elements(0, &[30, 31]),
         elements(1, &[4]),
     ];
-    g.stage("TestStream", StageKind::TestStream { outputs: vec![main, side], events });
+    g.stage(
+        "TestStream",
+        StageKind::TestStream {
+            outputs: vec![main, side],
+            events,
+        },
+    );
     let si = SideInput {
         transform_id: "use-transform".into(),
         local_name: "s".into(),
@@ -1483,7 +1492,10 @@ fn streaming_side_input_holds_main_elements_and_serves_the_latest_firing() {
         s_use,
         Box::new(move |wv: &WindowedValue, sides: &SideInputs| {
             let values = read_varints(&sides.iterable("use-transform", "s", &[]).expect("served"));
-            seen2.lock().unwrap().push((read_varint(&wv.value).0, values));
+            seen2
+                .lock()
+                .unwrap()
+                .push((read_varint(&wv.value).0, values));
             Emit::default()
         }),
     )];
@@ -1493,7 +1505,12 @@ fn streaming_side_input_holds_main_elements_and_serves_the_latest_firing() {
     seen.sort();
     assert_eq!(
         seen,
-        vec![(10, vec![1]), (20, vec![1]), (30, vec![2, 3]), (31, vec![2, 3])],
+        vec![
+            (10, vec![1]),
+            (20, vec![1]),
+            (30, vec![2, 3]),
+            (31, vec![2, 3])
+        ],
         "10 waits for the first side value; 30 and 31 see the firing of 2 and 3, not 1"
     );
 }

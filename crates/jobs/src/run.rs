@@ -54,7 +54,10 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         &weir_plan::PlanOptions {
             fn_api_url: registry.fn_api.url.clone(),
             streaming: crate::options::flag(&job.options, "streaming"),
-            drain: crate::options::has_experiment(&job.options, crate::options::TEST_DRAIN_EXPERIMENT),
+            drain: crate::options::has_experiment(
+                &job.options,
+                crate::options::TEST_DRAIN_EXPERIMENT,
+            ),
         },
     )
     .map_err(|e| fail(e.to_string()))?;
@@ -155,11 +158,14 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
             tracing::warn!(job = %notice_job.id, "{text}");
             notice_job.message(Importance::JobMessageWarning, text);
         })),
-        stuck_after: crate::options::experiment_value(&job.options, crate::options::TEST_STUCK_EXPERIMENT)
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .filter(|&n| n > 0)
-            .map(std::time::Duration::from_secs)
-            .unwrap_or(EngineConfig::default().stuck_after),
+        stuck_after: crate::options::experiment_value(
+            &job.options,
+            crate::options::TEST_STUCK_EXPERIMENT,
+        )
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&n| n > 0)
+        .map(std::time::Duration::from_secs)
+        .unwrap_or(EngineConfig::default().stuck_after),
         drain: job.drain.clone(),
         ..EngineConfig::default()
     };

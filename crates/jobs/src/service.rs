@@ -152,7 +152,10 @@ impl beam::job_service_server::JobService for JobService {
             &weir_plan::PlanOptions {
                 fn_api_url: self.0.url.clone(),
                 streaming: crate::options::flag(&options, "streaming"),
-                drain: crate::options::has_experiment(&options, crate::options::TEST_DRAIN_EXPERIMENT),
+                drain: crate::options::has_experiment(
+                    &options,
+                    crate::options::TEST_DRAIN_EXPERIMENT,
+                ),
             },
         )
         .map_err(|e| plan_status(&e))?;
