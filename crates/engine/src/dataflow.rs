@@ -919,6 +919,15 @@ fn set_expiration_timers(
 /// pending timers (never earlier than a capability it may use: the current
 /// hold or `bundle`, the capability of a bundle that just completed), and
 /// drops it when no timer is pending.
+///
+/// The hold sits at the *last* timely time of its event time (the low 64
+/// bits, a TestStream's event sequence, all ones): it holds the Beam
+/// watermark at that event time all the same, but it is not "work before"
+/// any TestStream event at that event time. A TestStream replays its next
+/// event only once everything before its current time is done; a timer
+/// held at the stream's current event time (e.g. set at exactly the
+/// watermark) can only fire after the stream moves the watermark on, so
+/// counting its hold as pending work would stall the job for good.
 fn refresh_timer_hold(st: &mut SdkState, bundle: Option<&Capability<Time>>) {
     let Some(min_hold) = st.timers.min_hold() else {
         st.timer_hold = None;
@@ -930,7 +939,7 @@ fn refresh_timer_hold(st: &mut SdkState, bundle: Option<&Capability<Time>>) {
         (None, Some(c)) => c.clone(),
         (None, None) => return,
     };
-    let at = (*base.time()).max(time_at(min_hold));
+    let at = (*base.time()).max(time_at(min_hold)) | Time::from(u64::MAX);
     st.timer_hold = Some(base.delayed(&at));
 }
 

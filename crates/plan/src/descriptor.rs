@@ -12,7 +12,7 @@ use prost::Message;
 use weir_model::Coder;
 use weir_proto::{beam, urns};
 
-use crate::coders::{to_model, windowed_coder_id, wire_coder_id};
+use crate::coders::{test_stream_element_coder, to_model, windowed_coder_id, wire_coder_id};
 use crate::fusion::{split_inputs, FusedStage};
 use crate::graph::*;
 use crate::leaves::{pardo_payload, LeafKind};
@@ -52,8 +52,11 @@ impl Builder<'_> {
         }
         let pc = self.pc(id)?.clone();
         let wire = self.wire_of(id)?;
-        let windowing =
-            windowing::parse(&self.c.windowing_strategies, &pc.windowing_strategy_id, id)?;
+        let windowing = windowing::parse(
+            &self.c.windowing_strategies,
+            &pc.windowing_strategy_id,
+            id,
+        )?;
         let window_coder_id = self.window_wire(&pc.windowing_strategy_id)?;
         let info = PCollectionInfo {
             id: id.to_string(),
@@ -469,10 +472,7 @@ fn test_stream(b: &mut Builder<'_>, id: &str, t: &beam::PTransform) -> Result<St
     use beam::test_stream_payload::event::Event;
     let payload = t.spec.as_ref().map(|s| s.payload.as_slice()).unwrap_or(&[]);
     let p = beam::TestStreamPayload::decode(payload).map_err(|e| {
-        PlanError::Invalid(format!(
-            "TestStream {id} ({}): bad TestStreamPayload: {e}",
-            t.unique_name
-        ))
+        PlanError::Invalid(format!("TestStream {id} ({}): bad TestStreamPayload: {e}", t.unique_name))
     })?;
     if p.endpoint.is_some() && p.events.is_empty() {
         return Err(PlanError::Unsupported {
@@ -492,8 +492,7 @@ fn test_stream(b: &mut Builder<'_>, id: &str, t: &beam::PTransform) -> Result<St
             if tags.len() == 1 {
                 Some(0)
             } else {
-                tags.iter()
-                    .position(|t| *t == "None" || *t == "main" || *t == "out")
+                tags.iter().position(|t| *t == "None" || *t == "main" || *t == "out")
             }
         } else {
             tags.iter().position(|t| *t == tag)
@@ -504,28 +503,9 @@ fn test_stream(b: &mut Builder<'_>, id: &str, t: &beam::PTransform) -> Result<St
             ))
         })
     };
-    // Elements are encoded with the payload's coder; where Weir's wire coder
-    // length-prefixes a coder it does not know, prefix them the same way.
-    let payload_is_prefixed = b
-        .coders
-        .get(&p.coder_id)
-        .and_then(|c| c.spec.as_ref())
-        .map(|s| s.urn == urns::coder::LENGTH_PREFIX)
-        .unwrap_or(false);
-    let wire_form = |output: usize, bytes: &[u8]| -> Vec<u8> {
-        if matches!(
-            b.pcollections[outputs[output]].value_coder,
-            Coder::LengthPrefix(_)
-        ) && !payload_is_prefixed
-        {
-            let mut out = Vec::with_capacity(bytes.len() + 5);
-            weir_model::varint::encode_varint(bytes.len() as i64, &mut out);
-            out.extend_from_slice(bytes);
-            out
-        } else {
-            bytes.to_vec()
-        }
-    };
+    // Elements come in the payload coder's outer context; the TestStream's
+    // PCollections carry them length-prefixed (see test_stream_element_coder).
+    let elements_form = test_stream_element_coder(&mut b.coders, &p.coder_id)?;
     let mut events = Vec::new();
     for e in &p.events {
         events.push(match e.event.as_ref() {
@@ -536,12 +516,7 @@ fn test_stream(b: &mut Builder<'_>, id: &str, t: &beam::PTransform) -> Result<St
                     elements: add
                         .elements
                         .iter()
-                        .map(|el| {
-                            (
-                                wire_form(output, &el.encoded_element),
-                                weir_model::Timestamp(el.timestamp),
-                            )
-                        })
+                        .map(|el| (elements_form.wire_form(&el.encoded_element), weir_model::Timestamp(el.timestamp)))
                         .collect(),
                 }
             }
@@ -570,25 +545,15 @@ fn side_window_fn(c: &beam::Components, pc: &str) -> SideWindowFn {
     else {
         return SideWindowFn::Other;
     };
-    let ms = |d: Option<weir_proto::prost_types::Duration>| {
-        d.map(|d| d.seconds * 1000 + i64::from(d.nanos) / 1_000_000)
-            .unwrap_or(0)
-    };
-    let at = |t: Option<weir_proto::prost_types::Timestamp>| {
-        t.map(|t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000)
-            .unwrap_or(0)
-    };
+    let ms = |d: Option<weir_proto::prost_types::Duration>| d.map(|d| d.seconds * 1000 + i64::from(d.nanos) / 1_000_000).unwrap_or(0);
+    let at = |t: Option<weir_proto::prost_types::Timestamp>| t.map(|t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000).unwrap_or(0);
     match f.urn.as_str() {
         urns::window_fn::GLOBAL => SideWindowFn::Global,
         urns::window_fn::FIXED => match beam::FixedWindowsPayload::decode(f.payload.as_slice()) {
-            Ok(p) if ms(p.size) > 0 => SideWindowFn::Fixed {
-                size_ms: ms(p.size),
-                offset_ms: at(p.offset),
-            },
+            Ok(p) if ms(p.size) > 0 => SideWindowFn::Fixed { size_ms: ms(p.size), offset_ms: at(p.offset) },
             _ => SideWindowFn::Other,
         },
-        urns::window_fn::SLIDING => match beam::SlidingWindowsPayload::decode(f.payload.as_slice())
-        {
+        urns::window_fn::SLIDING => match beam::SlidingWindowsPayload::decode(f.payload.as_slice()) {
             Ok(p) if ms(p.size) > 0 && ms(p.period) > 0 => SideWindowFn::Sliding {
                 size_ms: ms(p.size),
                 period_ms: ms(p.period),
