@@ -821,7 +821,10 @@ async fn spawn_harness(
                 let mut args: Vec<String> = words.collect();
                 args.extend(flags);
                 let d = worker_dir(worker_id);
-                args.push(format!("--semi_persistent_directory={}", d.display()));
+                // Beam's container contract spells it `--semi_persist_dir`
+                // (Beam's Go and Java boot programs exit on an unknown flag);
+                // `weir boot` accepts it and Python's spelling.
+                args.push(format!("--semi_persist_dir={}", d.display()));
                 dir = Some(d);
                 (program, args, p.env)
             } else {
