@@ -62,8 +62,13 @@ fn residual_elements(
             ));
         }
         for w in app.output_watermarks.values() {
-            let ms = weir_model::Timestamp(w.seconds.saturating_mul(1000) + i64::from(w.nanos) / 1_000_000);
-            out.watermark = Some(out.watermark.map_or(ms, |m: weir_model::Timestamp| m.min(ms)));
+            let ms = weir_model::Timestamp(
+                w.seconds.saturating_mul(1000) + i64::from(w.nanos) / 1_000_000,
+            );
+            out.watermark = Some(
+                out.watermark
+                    .map_or(ms, |m: weir_model::Timestamp| m.min(ms)),
+            );
         }
         out.elements.push(app.element);
     }
@@ -342,10 +347,7 @@ impl Inner {
     /// [`crate::user_state::LIVE_CELLS_URN`] and
     /// [`crate::user_state::PEAK_LIVE_CELLS_URN`] gauges of its metrics.
     fn report_state_cells(&self) {
-        let mut last = self
-            .state_report
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut last = self.state_report.lock().unwrap_or_else(|p| p.into_inner());
         // Gauges keep the report with the latest timestamp: never go back.
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -364,8 +366,14 @@ impl Inner {
             }
         };
         self.metrics.add(&[
-            gauge(crate::user_state::LIVE_CELLS_URN, self.user_state.live_cells()),
-            gauge(crate::user_state::PEAK_LIVE_CELLS_URN, self.user_state.peak_cells()),
+            gauge(
+                crate::user_state::LIVE_CELLS_URN,
+                self.user_state.live_cells(),
+            ),
+            gauge(
+                crate::user_state::PEAK_LIVE_CELLS_URN,
+                self.user_state.peak_cells(),
+            ),
         ]);
     }
 }
@@ -442,6 +450,7 @@ impl Inner {
         let sinks = stage.output_transform_ids.len();
         let streams = sinks + stage.timer_families.len();
         let bundle = Arc::new(BundleState {
+            descriptor_id: JobWorkers::descriptor_id(&self.job_id, &request.stage_id),
             side_inputs: request.side_inputs.clone(),
             user_state: BundleUserState::new(self.user_state.clone()),
             sink_index: stage
@@ -590,7 +599,10 @@ impl Inner {
         let id = format!("{base}@side{}", request.side_input_generation);
         if self.fn_api.descriptor(&id).is_none() {
             let mut d = self.fn_api.descriptor(&base).ok_or_else(|| {
-                Failure::Error(format!("no ProcessBundleDescriptor registered for stage {}", request.stage_id))
+                Failure::Error(format!(
+                    "no ProcessBundleDescriptor registered for stage {}",
+                    request.stage_id
+                ))
             })?;
             d.id = id.clone();
             self.fn_api.add_descriptors([d]);
