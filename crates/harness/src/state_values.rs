@@ -17,9 +17,7 @@ use prost::Message;
 use weir_model::Coder;
 use weir_proto::{beam, urns};
 
-/// The URN of a coder the Java SDK serialized (`CoderTranslation` in Beam
-/// Java: `beam:coders:javasdk:0.1`).
-pub const JAVA_SDK_CODER_URN: &str = "beam:coders:javasdk:0.1";
+use urns::coder::JAVA_SDK as JAVA_SDK_CODER_URN;
 
 /// How the runner measures one encoded value of a user state.
 #[derive(Clone, Debug, PartialEq, Eq)]
