@@ -1,15 +1,28 @@
-//! `weir boot`: a boot command for `beam:env:process:v1` Python SDK harnesses
-//! without Docker or Beam's Go boot binary.
+//! `weir boot`: a boot command for `beam:env:process:v1` Python and Java SDK
+//! harnesses without Docker or Beam's Go boot binaries.
 //!
 //! Follows Beam's container contract: called as `<command> --id=<worker id>
 //! --provision_endpoint=<host:port>`, it fetches the provision info, stages
 //! the job's artifacts into `<semi-persistent dir>/staged/`, then replaces
-//! itself with `python -m apache_beam.runners.worker.sdk_worker_main`, setting
-//! the environment that module reads (`WORKER_ID`, `PIPELINE_OPTIONS`,
-//! `CONTROL_API_SERVICE_DESCRIPTOR`, `LOGGING_API_SERVICE_DESCRIPTOR`,
-//! `SEMI_PERSISTENT_DIRECTORY`, `RUNNER_CAPABILITIES`).
+//! itself with the SDK harness:
+//!
+//! - **Python**: `python -m apache_beam.runners.worker.sdk_worker_main`, with
+//!   the environment that module reads (`WORKER_ID`, `PIPELINE_OPTIONS`,
+//!   `CONTROL_API_SERVICE_DESCRIPTOR`, `LOGGING_API_SERVICE_DESCRIPTOR`,
+//!   `SEMI_PERSISTENT_DIRECTORY`, `RUNNER_CAPABILITIES`).
+//! - **Java** (`weir boot --java`, the contract of Beam's Java container boot):
+//!   `java` with `org.apache.beam.fn.harness.FnHarness` as main class, the
+//!   options written as JSON to `<semi>/pipeline_options.json`
+//!   (`PIPELINE_OPTIONS_FILE`), `HARNESS_ID`, the service descriptors and
+//!   `RUNNER_CAPABILITIES` in the environment, a classpath of the harness jars
+//!   (slf4j and its bridges first, then `beam-sdks-java-harness`, then its
+//!   dependencies) followed by the staged jars in the order the provision info
+//!   lists them, jamm as `-javaagent`, and the container's JVM flags. The
+//!   harness jars are a folder ([`find_java_harness_classpath`]) that
+//!   `scripts/setup_java.sh` fills from `java/harness/pom.xml`
+//!   (`beam-sdks-java-harness` 2.73.0 and its runtime dependencies).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use futures::StreamExt;
 use prost::Message;
@@ -21,10 +34,75 @@ use weir_proto::{beam, prost_types, urns, MAX_GRPC_MESSAGE_BYTES};
 pub struct BootConfig {
     pub worker_id: String,
     pub provision_endpoint: String,
-    /// Python interpreter with apache-beam installed.
-    pub python: String,
     /// Where artifacts and the pickled main session go (default: a temp dir per worker).
     pub semi_persistent_directory: Option<PathBuf>,
+    /// Which SDK harness to start.
+    pub sdk: Sdk,
+}
+
+/// The SDK harness `weir boot` starts.
+#[derive(Clone, Debug)]
+pub enum Sdk {
+    /// `python -m apache_beam.runners.worker.sdk_worker_main`.
+    Python {
+        /// Python interpreter with apache-beam installed.
+        python: String,
+    },
+    /// `java ... org.apache.beam.fn.harness.FnHarness`.
+    Java {
+        /// The `java` launcher.
+        java: String,
+        /// Folder of the harness jars (see [`find_java_harness_classpath`]);
+        /// `None`: the staged jars must hold the harness themselves.
+        harness_classpath: Option<PathBuf>,
+    },
+}
+
+/// Environment variable naming the Java harness jar folder.
+pub const JAVA_HARNESS_CLASSPATH_ENV: &str = "WEIR_JAVA_HARNESS_CLASSPATH";
+
+/// Main class of Beam's Java SDK harness.
+pub const JAVA_HARNESS_MAIN: &str = "org.apache.beam.fn.harness.FnHarness";
+
+/// The folder of Java harness jars: `explicit` (`--java_harness_classpath`),
+/// else `$WEIR_JAVA_HARNESS_CLASSPATH`, else `java-harness/` next to the
+/// `weir` binary, else `java/harness/target/jars` of the checkout the binary
+/// was built in (`<repo>/target/<profile>/weir`). `Ok(None)` when none of the
+/// defaults exists.
+///
+/// # Errors
+/// A folder named by the flag or the variable that does not exist.
+pub fn find_java_harness_classpath(explicit: Option<PathBuf>) -> Result<Option<PathBuf>, String> {
+    let named = explicit
+        .map(|p| (p, "--java_harness_classpath"))
+        .or_else(|| {
+            std::env::var_os(JAVA_HARNESS_CLASSPATH_ENV)
+                .filter(|v| !v.is_empty())
+                .map(|v| (PathBuf::from(v), JAVA_HARNESS_CLASSPATH_ENV))
+        });
+    if let Some((dir, source)) = named {
+        if dir.is_dir() {
+            return Ok(Some(dir));
+        }
+        return Err(format!(
+            "Java harness classpath {} (from {source}) is not a folder; run scripts/setup_java.sh",
+            dir.display()
+        ));
+    }
+    let exe = std::env::current_exe().ok();
+    let exe_dir = exe.as_deref().and_then(Path::parent);
+    let candidates = exe_dir.into_iter().flat_map(|d| {
+        [
+            d.join("java-harness"),
+            d.join("../../java/harness/target/jars"),
+        ]
+    });
+    for c in candidates {
+        if c.is_dir() {
+            return Ok(Some(c.canonicalize().unwrap_or(c)));
+        }
+    }
+    Ok(None)
 }
 
 /// Converts a protobuf `Struct` (pipeline options) to JSON.
@@ -60,9 +138,57 @@ fn with_worker<T>(msg: T, worker_id: &str) -> Result<tonic::Request<T>, String> 
     Ok(req)
 }
 
-/// Fetches provision info and artifacts, then execs the Python SDK harness.
+/// Fetches provision info and artifacts, then execs the SDK harness.
 /// Returns only on failure.
 pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
+    let info = provision(&cfg).await?;
+    let semi = cfg
+        .semi_persistent_directory
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("weir-{}", cfg.worker_id)));
+    let staged = stage_artifacts(&cfg, &info, &semi.join("staged")).await?;
+    let cmd = match &cfg.sdk {
+        Sdk::Python { python } => python_command(python, &cfg, &info, &semi),
+        Sdk::Java {
+            java,
+            harness_classpath,
+        } => {
+            let harness = match harness_classpath {
+                Some(dir) => list_jars(dir)?,
+                None => Vec::new(),
+            };
+            let has_harness = harness.iter().chain(&staged).any(|p| {
+                file_name(p).starts_with("beam-sdks-java-harness")
+            });
+            if !has_harness {
+                return Err(format!(
+                    "no Java SDK harness jar: found no Java harness classpath (--java_harness_classpath, \
+                     ${JAVA_HARNESS_CLASSPATH_ENV}, java-harness/ next to weir, or \
+                     java/harness/target/jars of the checkout; run scripts/setup_java.sh) and no \
+                     staged beam-sdks-java-harness jar"
+                ));
+            }
+            let options_file = semi.join("pipeline_options.json");
+            let options = info
+                .pipeline_options
+                .as_ref()
+                .map(struct_to_json)
+                .unwrap_or(serde_json::json!({}));
+            std::fs::write(&options_file, options.to_string())
+                .map_err(|e| format!("cannot write {}: {e}", options_file.display()))?;
+            let spec = JavaSpec {
+                harness_jars: order_harness_jars(harness),
+                staged_jars: staged,
+                options_file,
+                max_heap_mb: total_memory_mb().map(|mb| mb * 7 / 10),
+            };
+            java_command(java, &spec, &cfg, &info)
+        }
+    };
+    exec(cmd)
+}
+
+async fn provision(cfg: &BootConfig) -> Result<beam::ProvisionInfo, String> {
     let mut provision = beam::provision_service_client::ProvisionServiceClient::connect(
         weir_proto::grpc_uri(&cfg.provision_endpoint),
     )
@@ -74,7 +200,7 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
         )
     })?
     .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES);
-    let info = provision
+    provision
         .get_provision_info(with_worker(
             beam::GetProvisionInfoRequest {},
             &cfg.worker_id,
@@ -83,103 +209,335 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
         .map_err(|e| format!("GetProvisionInfo failed: {e}"))?
         .into_inner()
         .info
-        .ok_or("provision response has no info")?;
+        .ok_or_else(|| "provision response has no info".to_string())
+}
 
-    let semi = cfg
-        .semi_persistent_directory
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("weir-{}", cfg.worker_id)));
-    let staged = semi.join("staged");
-    std::fs::create_dir_all(&staged)
+/// Fetches every dependency of the provision info into `staged`; returns
+/// their paths in the provision info's order.
+async fn stage_artifacts(
+    cfg: &BootConfig,
+    info: &beam::ProvisionInfo,
+    staged: &Path,
+) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(staged)
         .map_err(|e| format!("cannot create {}: {e}", staged.display()))?;
-
-    if !info.dependencies.is_empty() {
-        let endpoint = info
-            .artifact_endpoint
-            .as_ref()
-            .map(|d| d.url.clone())
-            .unwrap_or_else(|| cfg.provision_endpoint.clone());
-        let mut artifacts =
-            beam::artifact_retrieval_service_client::ArtifactRetrievalServiceClient::connect(
-                weir_proto::grpc_uri(&endpoint),
-            )
-            .await
-            .map_err(|e| format!("cannot reach artifact endpoint {endpoint}: {e}"))?
-            .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES);
-        for (i, dep) in info.dependencies.iter().enumerate() {
-            let name = if dep.role_urn == urns::artifact::ROLE_STAGING_TO {
-                beam::ArtifactStagingToRolePayload::decode(dep.role_payload.as_slice())
-                    .map(|p| p.staged_name)
-                    .unwrap_or_default()
-            } else {
-                String::new()
-            };
-            let name = if name.is_empty() || name.contains('/') {
-                format!("artifact-{i}")
-            } else {
-                name
-            };
-            let mut stream = artifacts
-                .get_artifact(with_worker(
-                    beam::GetArtifactRequest {
-                        artifact: Some(dep.clone()),
-                    },
-                    &cfg.worker_id,
-                )?)
-                .await
-                .map_err(|e| format!("GetArtifact {name} failed: {e}"))?
-                .into_inner();
-            let mut bytes = Vec::new();
-            while let Some(chunk) = stream.next().await {
-                bytes.extend(
-                    chunk
-                        .map_err(|e| format!("GetArtifact {name} failed: {e}"))?
-                        .data,
-                );
-            }
-            std::fs::write(staged.join(&name), bytes)
-                .map_err(|e| format!("cannot write artifact {name}: {e}"))?;
-        }
+    let mut paths = Vec::new();
+    if info.dependencies.is_empty() {
+        return Ok(paths);
     }
+    let endpoint = info
+        .artifact_endpoint
+        .as_ref()
+        .map(|d| d.url.clone())
+        .unwrap_or_else(|| cfg.provision_endpoint.clone());
+    let mut artifacts =
+        beam::artifact_retrieval_service_client::ArtifactRetrievalServiceClient::connect(
+            weir_proto::grpc_uri(&endpoint),
+        )
+        .await
+        .map_err(|e| format!("cannot reach artifact endpoint {endpoint}: {e}"))?
+        .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES);
+    let mut taken = std::collections::HashSet::new();
+    for (i, dep) in info.dependencies.iter().enumerate() {
+        let name = if dep.role_urn == urns::artifact::ROLE_STAGING_TO {
+            beam::ArtifactStagingToRolePayload::decode(dep.role_payload.as_slice())
+                .map(|p| p.staged_name)
+                .unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let name = if name.is_empty() || name.contains('/') || !taken.insert(name.clone()) {
+            format!("artifact-{i}")
+        } else {
+            name
+        };
+        let mut stream = artifacts
+            .get_artifact(with_worker(
+                beam::GetArtifactRequest {
+                    artifact: Some(dep.clone()),
+                },
+                &cfg.worker_id,
+            )?)
+            .await
+            .map_err(|e| format!("GetArtifact {name} failed: {e}"))?
+            .into_inner();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            bytes.extend(
+                chunk
+                    .map_err(|e| format!("GetArtifact {name} failed: {e}"))?
+                    .data,
+            );
+        }
+        let path = staged.join(&name);
+        std::fs::write(&path, bytes).map_err(|e| format!("cannot write artifact {name}: {e}"))?;
+        paths.push(path);
+    }
+    Ok(paths)
+}
 
+/// `url: "host:port"` of a descriptor (protobuf text format, as the SDK
+/// harnesses parse it), defaulting to the provision endpoint.
+fn descriptor(d: &Option<beam::ApiServiceDescriptor>, default: &str) -> String {
+    format!(
+        "url: \"{}\"",
+        d.as_ref().map(|d| d.url.as_str()).unwrap_or(default)
+    )
+}
+
+fn python_command(
+    python: &str,
+    cfg: &BootConfig,
+    info: &beam::ProvisionInfo,
+    semi: &Path,
+) -> std::process::Command {
     let options = info
         .pipeline_options
         .as_ref()
         .map(struct_to_json)
         .unwrap_or(serde_json::json!({}));
-    let descriptor = |d: &Option<beam::ApiServiceDescriptor>| {
-        format!(
-            "url: \"{}\"",
-            d.as_ref()
-                .map(|d| d.url.as_str())
-                .unwrap_or(cfg.provision_endpoint.as_str())
-        )
-    };
-    let mut cmd = std::process::Command::new(&cfg.python);
+    let mut cmd = std::process::Command::new(python);
     cmd.args(["-m", "apache_beam.runners.worker.sdk_worker_main"])
         .env("WORKER_ID", &cfg.worker_id)
         .env("PIPELINE_OPTIONS", options.to_string())
-        .env("SEMI_PERSISTENT_DIRECTORY", &semi)
+        .env("SEMI_PERSISTENT_DIRECTORY", semi)
         .env(
             "CONTROL_API_SERVICE_DESCRIPTOR",
-            descriptor(&info.control_endpoint),
+            descriptor(&info.control_endpoint, &cfg.provision_endpoint),
         )
         .env(
             "LOGGING_API_SERVICE_DESCRIPTOR",
-            descriptor(&info.logging_endpoint),
+            descriptor(&info.logging_endpoint, &cfg.provision_endpoint),
         )
         .env("RUNNER_CAPABILITIES", info.runner_capabilities.join(" "));
+    cmd
+}
+
+/// What the Java harness's command line is made of.
+#[derive(Clone, Debug)]
+struct JavaSpec {
+    /// The harness folder's jars, in classpath order ([`order_harness_jars`]).
+    harness_jars: Vec<PathBuf>,
+    /// The job's staged artifacts, in the provision info's order.
+    staged_jars: Vec<PathBuf>,
+    /// Where the pipeline options JSON was written.
+    options_file: PathBuf,
+    /// `-Xmx` in MiB (Beam's container takes 70% of the machine's memory).
+    max_heap_mb: Option<u64>,
+}
+
+fn file_name(p: &Path) -> &str {
+    p.file_name().and_then(|n| n.to_str()).unwrap_or("")
+}
+
+/// The `.jar` files of `dir`, by name.
+fn list_jars(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let mut jars: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jar"))
+        .collect();
+    jars.sort();
+    Ok(jars)
+}
+
+/// Orders the harness jars as Beam's Java container does: slf4j-api, the JDK
+/// binding, the commons-logging and log4j bridges, the harness, then the rest
+/// by name. jamm stays on the classpath too (it is also the `-javaagent`).
+fn order_harness_jars(mut jars: Vec<PathBuf>) -> Vec<PathBuf> {
+    const FIRST: [&str; 6] = [
+        "slf4j-api-",
+        "slf4j-jdk14-",
+        "jcl-over-slf4j-",
+        "log4j-over-slf4j-",
+        "log4j-to-slf4j-",
+        "beam-sdks-java-harness-",
+    ];
+    let rank = |p: &PathBuf| {
+        let name = file_name(p);
+        FIRST
+            .iter()
+            .position(|prefix| name.starts_with(prefix))
+            .unwrap_or(FIRST.len())
+    };
+    jars.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.cmp(b)));
+    jars
+}
+
+fn java_command(
+    java: &str,
+    spec: &JavaSpec,
+    cfg: &BootConfig,
+    info: &beam::ProvisionInfo,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(java);
+    if let Some(mb) = spec.max_heap_mb {
+        cmd.arg(format!("-Xmx{mb}m"));
+    }
+    cmd.args([
+        "-XX:+UseParallelGC",
+        "-XX:+AlwaysActAsServerClassMachine",
+        "-XX:-OmitStackTraceInFastThrow",
+        "--add-opens=java.base/java.nio=ALL-UNNAMED",
+        "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+        "--add-opens=java.base/java.lang=ALL-UNNAMED",
+        "--add-opens=java.base/java.util=ALL-UNNAMED",
+    ]);
+    let jamm = spec
+        .harness_jars
+        .iter()
+        .chain(&spec.staged_jars)
+        .find(|p| file_name(p).starts_with("jamm-"));
+    if let Some(jamm) = jamm {
+        cmd.arg(format!("-javaagent:{}", jamm.display()));
+    }
+    let classpath = spec
+        .harness_jars
+        .iter()
+        .chain(&spec.staged_jars)
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
+    cmd.arg("-cp").arg(classpath).arg(JAVA_HARNESS_MAIN);
+    cmd.env("HARNESS_ID", &cfg.worker_id)
+        .env("PIPELINE_OPTIONS_FILE", &spec.options_file)
+        .env(
+            "CONTROL_API_SERVICE_DESCRIPTOR",
+            descriptor(&info.control_endpoint, &cfg.provision_endpoint),
+        )
+        .env(
+            "LOGGING_API_SERVICE_DESCRIPTOR",
+            descriptor(&info.logging_endpoint, &cfg.provision_endpoint),
+        )
+        .env("RUNNER_CAPABILITIES", info.runner_capabilities.join(" "));
+    if info.status_endpoint.is_some() {
+        cmd.env(
+            "STATUS_API_SERVICE_DESCRIPTOR",
+            descriptor(&info.status_endpoint, &cfg.provision_endpoint),
+        );
+    }
+    cmd
+}
+
+/// The machine's memory in MiB (`MemTotal` of `/proc/meminfo`).
+fn total_memory_mb() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024)
+}
+
+/// Replaces this process with `cmd` (on Unix); returns only on failure.
+fn exec(mut cmd: std::process::Command) -> Result<std::convert::Infallible, String> {
+    let program = cmd.get_program().to_string_lossy().into_owned();
     #[cfg(unix)]
     {
         use std::os::unix::process::CommandExt;
         let err = cmd.exec();
-        Err(format!("cannot exec {}: {err}", cfg.python))
+        Err(format!("cannot exec {program}: {err}"))
     }
     #[cfg(not(unix))]
     {
         let status = cmd
             .status()
-            .map_err(|e| format!("cannot run {}: {e}", cfg.python))?;
+            .map_err(|e| format!("cannot run {program}: {e}"))?;
         std::process::exit(status.code().unwrap_or(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> BootConfig {
+        BootConfig {
+            worker_id: "w-1".into(),
+            provision_endpoint: "localhost:1".into(),
+            semi_persistent_directory: None,
+            sdk: Sdk::Java {
+                java: "java".into(),
+                harness_classpath: None,
+            },
+        }
+    }
+
+    #[test]
+    fn harness_jars_put_slf4j_and_the_bridges_before_the_harness() {
+        let jars = ["zstd-1.jar", "beam-sdks-java-harness-2.73.0.jar", "jamm-0.4.0.jar",
+            "log4j-over-slf4j-2.0.16.jar", "slf4j-jdk14-2.0.16.jar", "jcl-over-slf4j-2.0.16.jar",
+            "slf4j-api-2.0.16.jar", "avro-1.11.4.jar", "log4j-to-slf4j-2.23.1.jar"]
+        .map(|n| PathBuf::from("/h").join(n))
+        .to_vec();
+        let names: Vec<String> = order_harness_jars(jars)
+            .iter()
+            .map(|p| file_name(p).to_string())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "slf4j-api-2.0.16.jar",
+                "slf4j-jdk14-2.0.16.jar",
+                "jcl-over-slf4j-2.0.16.jar",
+                "log4j-over-slf4j-2.0.16.jar",
+                "log4j-to-slf4j-2.23.1.jar",
+                "beam-sdks-java-harness-2.73.0.jar",
+                "avro-1.11.4.jar",
+                "jamm-0.4.0.jar",
+                "zstd-1.jar",
+            ]
+        );
+    }
+
+    #[test]
+    fn java_command_follows_the_container_contract() {
+        let spec = JavaSpec {
+            harness_jars: vec!["/h/slf4j-api-2.jar".into(), "/h/beam-sdks-java-harness-2.73.0.jar".into(), "/h/jamm-0.4.0.jar".into()],
+            staged_jars: vec!["/s/app-abc.jar".into(), "/s/beam-sdks-java-core-xyz.jar".into()],
+            options_file: "/semi/pipeline_options.json".into(),
+            max_heap_mb: Some(700),
+        };
+        let info = beam::ProvisionInfo {
+            control_endpoint: Some(beam::ApiServiceDescriptor {
+                url: "localhost:7".into(),
+                ..Default::default()
+            }),
+            runner_capabilities: vec!["a:v1".into(), "b:v1".into()],
+            ..Default::default()
+        };
+        let cmd = java_command("/jdk/bin/java", &spec, &config(), &info);
+        assert_eq!(cmd.get_program(), "/jdk/bin/java");
+        let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(args[0], "-Xmx700m");
+        assert!(args.contains(&"-XX:+UseParallelGC".to_string()));
+        assert!(args.contains(&"-XX:-OmitStackTraceInFastThrow".to_string()));
+        assert!(args.contains(&"--add-opens=java.base/java.nio=ALL-UNNAMED".to_string()));
+        assert!(args.contains(&"-javaagent:/h/jamm-0.4.0.jar".to_string()));
+        let n = args.len();
+        assert_eq!(args[n - 3], "-cp");
+        assert_eq!(
+            args[n - 2],
+            "/h/slf4j-api-2.jar:/h/beam-sdks-java-harness-2.73.0.jar:/h/jamm-0.4.0.jar:/s/app-abc.jar:/s/beam-sdks-java-core-xyz.jar"
+        );
+        assert_eq!(args[n - 1], JAVA_HARNESS_MAIN);
+        let env: std::collections::HashMap<String, String> = cmd
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_string_lossy().into_owned(), v?.to_string_lossy().into_owned())))
+            .collect();
+        assert_eq!(env["HARNESS_ID"], "w-1");
+        assert_eq!(env["PIPELINE_OPTIONS_FILE"], "/semi/pipeline_options.json");
+        assert_eq!(env["CONTROL_API_SERVICE_DESCRIPTOR"], "url: \"localhost:7\"");
+        // No logging endpoint in the provision info: the provision endpoint serves it.
+        assert_eq!(env["LOGGING_API_SERVICE_DESCRIPTOR"], "url: \"localhost:1\"");
+        assert_eq!(env["RUNNER_CAPABILITIES"], "a:v1 b:v1");
+        assert!(!env.contains_key("STATUS_API_SERVICE_DESCRIPTOR"));
+    }
+
+    #[test]
+    fn a_named_harness_classpath_must_exist() {
+        let err = find_java_harness_classpath(Some("/nonexistent/weir-jars".into())).unwrap_err();
+        assert!(err.contains("--java_harness_classpath"), "{err}");
+        let dir = std::env::temp_dir();
+        assert_eq!(find_java_harness_classpath(Some(dir.clone())).unwrap(), Some(dir));
     }
 }

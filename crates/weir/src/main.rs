@@ -3,8 +3,9 @@
 //! - `weir serve --job_port 8099` (or plain `weir --job_port N`, as Beam's
 //!   PrismRunner launches a runner binary): the Job API, artifact services and
 //!   Fn API on one gRPC port.
-//! - `weir boot --id ID --provision_endpoint HOST:PORT`: the boot command of a
-//!   `beam:env:process:v1` Python SDK harness.
+//! - `weir boot --id ID --provision_endpoint HOST:PORT [--java]`: the boot
+//!   command of a `beam:env:process:v1` Python (or, with `--java`, Java) SDK
+//!   harness.
 //! - `weir jobs list|describe|cancel|logs`: a Job API client for a running server.
 
 use std::path::PathBuf;
@@ -31,7 +32,7 @@ struct Cli {
 enum Command {
     /// Serve the Beam Job API, artifact services and the Fn API on one port.
     Serve(ServeArgs),
-    /// Boot a Python SDK harness for a PROCESS environment.
+    /// Boot a Python (default) or Java (--java) SDK harness for a PROCESS environment.
     Boot(BootArgs),
     /// List, describe, cancel the jobs of a running Weir server, or show their logs.
     Jobs(JobsArgs),
@@ -104,8 +105,19 @@ struct BootArgs {
     /// Python interpreter with apache-beam installed (default: $WEIR_PYTHON or python3).
     #[arg(long)]
     python: Option<String>,
-    /// Folder for the worker's staged artifacts.
-    #[arg(long = "semi_persistent_directory")]
+    /// Boot Beam's Java SDK harness (org.apache.beam.fn.harness.FnHarness) instead of Python's.
+    #[arg(long)]
+    java: bool,
+    /// Folder of the Java harness jars (default: $WEIR_JAVA_HARNESS_CLASSPATH, java-harness/
+    /// next to this binary, or java/harness/target/jars of the checkout it was built in).
+    #[arg(long = "java_harness_classpath")]
+    java_harness_classpath: Option<PathBuf>,
+    /// The java launcher (default: $JAVA_HOME/bin/java, else java on the PATH).
+    #[arg(long = "java_bin")]
+    java_bin: Option<String>,
+    /// Folder for the worker's staged artifacts (Python's flag name; Beam's Go and
+    /// Java boot programs call it --semi_persist_dir, accepted too).
+    #[arg(long = "semi_persistent_directory", alias = "semi_persist_dir")]
     semi_persistent_directory: Option<PathBuf>,
     /// Passed by runners per Beam's container contract; read from provision info instead.
     #[arg(long = "logging_endpoint", hide = true)]
@@ -130,14 +142,27 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     match cli.command {
         Some(Command::Boot(b)) => {
+            let sdk = if b.java {
+                weir_harness::boot::Sdk::Java {
+                    java: b.java_bin.unwrap_or_else(default_java),
+                    harness_classpath: weir_harness::boot::find_java_harness_classpath(
+                        b.java_harness_classpath,
+                    )
+                    .map_err(|e| anyhow::anyhow!("weir boot: {e}"))?,
+                }
+            } else {
+                weir_harness::boot::Sdk::Python {
+                    python: b
+                        .python
+                        .or_else(|| std::env::var("WEIR_PYTHON").ok())
+                        .unwrap_or_else(|| "python3".into()),
+                }
+            };
             let cfg = weir_harness::boot::BootConfig {
                 worker_id: b.id,
                 provision_endpoint: b.provision_endpoint,
-                python: b
-                    .python
-                    .or_else(|| std::env::var("WEIR_PYTHON").ok())
-                    .unwrap_or_else(|| "python3".into()),
                 semi_persistent_directory: b.semi_persistent_directory,
+                sdk,
             };
             let err = runtime.block_on(weir_harness::boot::boot(cfg)).unwrap_err();
             anyhow::bail!("weir boot: {err}")
@@ -146,6 +171,15 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Jobs(j)) => runtime.block_on(jobs::run(j)),
         None => runtime.block_on(serve(cli.serve)),
     }
+}
+
+/// `$JAVA_HOME/bin/java` when `JAVA_HOME` is set, else `java`.
+fn default_java() -> String {
+    std::env::var_os("JAVA_HOME")
+        .map(|home| PathBuf::from(home).join("bin").join("java"))
+        .filter(|java| java.is_file())
+        .map(|java| java.display().to_string())
+        .unwrap_or_else(|| "java".into())
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {

@@ -1,0 +1,224 @@
+package dev.weir.runner;
+
+import java.io.File;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import org.apache.beam.fn.harness.ExternalWorkerService;
+import org.apache.beam.model.jobmanagement.v1.ArtifactStagingServiceGrpc;
+import org.apache.beam.model.jobmanagement.v1.JobApi;
+import org.apache.beam.model.jobmanagement.v1.JobServiceGrpc;
+import org.apache.beam.model.pipeline.v1.Endpoints.ApiServiceDescriptor;
+import org.apache.beam.model.pipeline.v1.RunnerApi;
+import org.apache.beam.runners.fnexecution.artifact.ArtifactRetrievalService;
+import org.apache.beam.runners.fnexecution.artifact.ArtifactStagingService;
+import org.apache.beam.sdk.Pipeline;
+import org.apache.beam.sdk.PipelineResult;
+import org.apache.beam.sdk.PipelineRunner;
+import org.apache.beam.sdk.fn.channel.ManagedChannelFactory;
+import org.apache.beam.sdk.fn.server.GrpcFnServer;
+import org.apache.beam.sdk.options.PipelineOptions;
+import org.apache.beam.sdk.util.construction.DefaultArtifactResolver;
+import org.apache.beam.sdk.util.construction.Environments;
+import org.apache.beam.sdk.util.construction.PipelineOptionsTranslation;
+import org.apache.beam.sdk.util.construction.PipelineTranslation;
+import org.apache.beam.sdk.util.construction.SdkComponents;
+import org.apache.beam.sdk.util.construction.resources.PipelineResources;
+import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.ManagedChannel;
+import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.StatusRuntimeException;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Runs a Beam Java pipeline on Weir, a portable runner, through Beam's Job API.
+ *
+ * <p>{@link #run} translates the pipeline with the Java SDK's own translation ({@link
+ * PipelineTranslation#toProto}, environments from {@link
+ * Environments#createOrGetDefaultEnvironment}, options from {@link PipelineOptionsTranslation}),
+ * then calls {@code Prepare}, offers the environment's artifacts (the classpath jars) to Weir's
+ * {@code ArtifactStagingService} by reverse retrieval, calls {@code Run} and returns a {@link
+ * WeirPipelineResult} that follows the job.
+ *
+ * <p>Environments ({@code --defaultEnvironmentType}):
+ *
+ * <ul>
+ *   <li>{@code LOOPBACK} (default): an {@link ExternalWorkerService} in this JVM starts SDK
+ *       harness threads when Weir asks for workers; nothing is staged unless {@code
+ *       --filesToStage} says so.
+ *   <li>{@code EXTERNAL}: a worker pool at {@code --defaultEnvironmentConfig=host:port}.
+ *   <li>{@code PROCESS}: Weir runs {@code --defaultEnvironmentConfig}'s command; without one, {@code
+ *       {"command": "<weir> boot --java"}}, Weir's own boot of the Java harness.
+ * </ul>
+ *
+ * <p>Without {@code --jobEndpoint} the runner starts a {@link WeirServer} for the job and stops it
+ * when the job ends.
+ */
+public class WeirRunner extends PipelineRunner<PipelineResult> {
+  private static final Logger LOG = LoggerFactory.getLogger(WeirRunner.class);
+
+  private final WeirPipelineOptions options;
+
+  protected WeirRunner(WeirPipelineOptions options) {
+    this.options = options;
+  }
+
+  /** Creates the runner; Beam calls this for {@code --runner=WeirRunner}. */
+  public static WeirRunner fromOptions(PipelineOptions options) {
+    // Not PipelineOptionsValidator: PortablePipelineOptions marks --jobEndpoint required, and
+    // Weir starts a server when it is absent.
+    return new WeirRunner(options.as(WeirPipelineOptions.class));
+  }
+
+  @Override
+  public PipelineResult run(Pipeline pipeline) {
+    List<AutoCloseable> resources = new ArrayList<>();
+    try {
+      return submit(pipeline, resources);
+    } catch (RuntimeException e) {
+      closeAll(resources);
+      throw e;
+    }
+  }
+
+  private WeirPipelineResult submit(Pipeline pipeline, List<AutoCloseable> resources) {
+    String endpoint = options.getJobEndpoint();
+    if (endpoint == null || endpoint.isEmpty()) {
+      String binary = WeirServer.findBinary(options.getWeirBinary());
+      try {
+        WeirServer server = WeirServer.start(binary, options.getWeirStartupTimeoutSeconds());
+        resources.add(server);
+        endpoint = server.getEndpoint();
+      } catch (java.io.IOException e) {
+        throw new RuntimeException("cannot start Weir: " + e.getMessage(), e);
+      }
+    }
+
+    prepareEnvironment(resources);
+
+    RunnerApi.Pipeline proto = PipelineTranslation.toProto(pipeline, SdkComponents.create(options));
+    proto = DefaultArtifactResolver.INSTANCE.resolveArtifacts(proto);
+    JobApi.PrepareJobRequest prepare =
+        JobApi.PrepareJobRequest.newBuilder()
+            .setJobName(options.getJobName())
+            .setPipeline(proto)
+            .setPipelineOptions(PipelineOptionsTranslation.toProto(options))
+            .build();
+
+    ManagedChannelFactory channels = ManagedChannelFactory.createDefault();
+    ManagedChannel channel =
+        channels.forDescriptor(ApiServiceDescriptor.newBuilder().setUrl(endpoint).build());
+    JobServiceGrpc.JobServiceBlockingStub jobService = JobServiceGrpc.newBlockingStub(channel);
+    try {
+      int timeout = options.getJobServerTimeout();
+      JobApi.PrepareJobResponse prepared;
+      try {
+        prepared =
+            jobService
+                .withDeadlineAfter(timeout, TimeUnit.SECONDS)
+                .withWaitForReady()
+                .prepare(prepare);
+      } catch (StatusRuntimeException e) {
+        throw new RuntimeException(
+            "Weir at " + endpoint + " refused the pipeline (Prepare): " + e.getStatus(), e);
+      }
+      stageArtifacts(channels, prepared);
+      JobApi.RunJobResponse run;
+      try {
+        run =
+            jobService.run(
+                JobApi.RunJobRequest.newBuilder()
+                    .setPreparationId(prepared.getPreparationId())
+                    .build());
+      } catch (StatusRuntimeException e) {
+        throw new RuntimeException("Weir at " + endpoint + " did not run the job: " + e.getStatus(), e);
+      }
+      LOG.info("Submitted job {} to Weir at {}", run.getJobId(), endpoint);
+      return new WeirPipelineResult(run.getJobId(), channel, resources);
+    } catch (RuntimeException e) {
+      channel.shutdownNow();
+      throw e;
+    }
+  }
+
+  /**
+   * Completes the environment options: defaults to LOOPBACK (starting its worker pool), fills in
+   * the PROCESS boot command, and decides which files to stage.
+   */
+  private void prepareEnvironment(List<AutoCloseable> resources) {
+    String type = options.getDefaultEnvironmentType();
+    if (type == null || type.isEmpty()) {
+      type = Environments.ENVIRONMENT_LOOPBACK;
+      options.setDefaultEnvironmentType(type);
+    }
+    if (Environments.ENVIRONMENT_LOOPBACK.equals(type)) {
+      GrpcFnServer<ExternalWorkerService> pool;
+      try {
+        pool = new ExternalWorkerService(options).start();
+      } catch (Exception e) {
+        throw new RuntimeException("cannot start the LOOPBACK worker pool: " + e.getMessage(), e);
+      }
+      resources.add(pool);
+      options.setDefaultEnvironmentConfig(pool.getApiServiceDescriptor().getUrl());
+      LOG.info("LOOPBACK worker pool at {}", pool.getApiServiceDescriptor().getUrl());
+      // The harness runs in this JVM: it needs no artifacts.
+      if (options.getFilesToStage() == null) {
+        options.setFilesToStage(List.of());
+      }
+      return;
+    }
+    if (Environments.ENVIRONMENT_PROCESS.equals(type)
+        && (options.getDefaultEnvironmentConfig() == null
+            || options.getDefaultEnvironmentConfig().isEmpty())
+        && options.getEnvironmentOptions() == null) {
+      options.setDefaultEnvironmentConfig(defaultProcessConfig());
+    }
+    if (options.getFilesToStage() == null) {
+      PipelineResources.prepareFilesForStaging(options);
+    }
+  }
+
+  /** {@code {"command": "<weir> boot --java [--java_harness_classpath=DIR]"}}, as JSON. */
+  private String defaultProcessConfig() {
+    String binary = new File(WeirServer.findBinary(options.getWeirBinary())).getAbsolutePath();
+    StringBuilder command = new StringBuilder(binary).append(" boot --java");
+    String harness = options.getWeirJavaHarnessClasspath();
+    if (harness != null && !harness.isEmpty()) {
+      command.append(" --java_harness_classpath=").append(new File(harness).getAbsolutePath());
+    }
+    return "{\"command\": \"" + command.toString().replace("\\", "\\\\").replace("\"", "\\\"")
+        + "\"}";
+  }
+
+  private static void stageArtifacts(
+      ManagedChannelFactory channels, JobApi.PrepareJobResponse prepared) {
+    ManagedChannel staging = channels.forDescriptor(prepared.getArtifactStagingEndpoint());
+    try {
+      ArtifactStagingService.offer(
+          new ArtifactRetrievalService(),
+          ArtifactStagingServiceGrpc.newStub(staging),
+          prepared.getStagingSessionToken());
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new RuntimeException("interrupted while staging artifacts", e);
+    } catch (Exception e) {
+      throw new RuntimeException("staging the job's artifacts failed: " + e.getMessage(), e);
+    } finally {
+      staging.shutdownNow();
+    }
+  }
+
+  private static void closeAll(List<AutoCloseable> resources) {
+    for (AutoCloseable r : resources) {
+      try {
+        r.close();
+      } catch (Exception e) {
+        LOG.warn("closing {} failed", r, e);
+      }
+    }
+  }
+
+  @Override
+  public String toString() {
+    return "WeirRunner";
+  }
+}
