@@ -450,6 +450,7 @@ impl Inner {
         let sinks = stage.output_transform_ids.len();
         let streams = sinks + stage.timer_families.len();
         let bundle = Arc::new(BundleState {
+            descriptor_id: JobWorkers::descriptor_id(&self.job_id, &request.stage_id),
             side_inputs: request.side_inputs.clone(),
             user_state: BundleUserState::new(self.user_state.clone()),
             sink_index: stage

@@ -17,6 +17,31 @@ use crate::{HarnessError, Result};
 /// How long SDK harnesses get to dial the control service after being started.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Bundles one SDK harness of a multi-threaded SDK runs at a time by default
+/// (see [`bundles_per_harness`]).
+pub const MULTI_CORE_BUNDLES_PER_HARNESS: usize = 16;
+
+/// How many bundles Weir sends one SDK harness of `env` at a time:
+/// `harness_threads` (Dataflow's `number_of_worker_harness_threads`) when
+/// set; else [`MULTI_CORE_BUNDLES_PER_HARNESS`] for an SDK that declares
+/// `beam:protocol:multi_core_bundle_processing:v1` in the environment's
+/// capabilities (Java and Go, whose harnesses run bundles on many threads;
+/// Dataflow gives such an SDK one harness per worker VM for all its cores),
+/// else 1 (Python, whose bundles would contend for one interpreter lock).
+pub fn bundles_per_harness(env: &beam::Environment, harness_threads: Option<usize>) -> usize {
+    match harness_threads {
+        Some(n) => n.max(1),
+        None if env
+            .capabilities
+            .iter()
+            .any(|c| c == urns::protocol::MULTI_CORE_BUNDLE_PROCESSING) =>
+        {
+            MULTI_CORE_BUNDLES_PER_HARNESS
+        }
+        None => 1,
+    }
+}
+
 /// The semi-persistent folder (artifacts, pickled main session) of a PROCESS worker.
 fn worker_dir(worker_id: &str) -> std::path::PathBuf {
     std::env::temp_dir().join("weir-workers").join(worker_id)
@@ -218,7 +243,9 @@ pub struct SdkHarnesses {
     environments: HashMap<String, beam::Environment>,
     provision: beam::ProvisionInfo,
     log: LogSink,
-    bundles_per_worker: usize,
+    /// Per environment id: bundles one of its harnesses runs at a time
+    /// ([`bundles_per_harness`]).
+    bundles_per_worker: HashMap<String, usize>,
     pool: Mutex<Pool>,
     changed: tokio::sync::Notify,
     stopping: AtomicBool,
@@ -226,7 +253,9 @@ pub struct SdkHarnesses {
 
 /// Starts `scaling.initial()` SDK harnesses for each environment, waits until
 /// they have all dialed the control service, and starts looking after them.
-/// Each harness is sent at most `bundles_per_worker` bundles at a time.
+/// Each harness of an environment is sent at most [`bundles_per_harness`]
+/// bundles at a time (`harness_threads` is Dataflow's
+/// `number_of_worker_harness_threads`).
 ///
 /// # Errors
 /// [`HarnessError::Environment`] when one cannot be started,
@@ -237,7 +266,7 @@ pub async fn start(
     job_id: &str,
     environments: &HashMap<String, beam::Environment>,
     scaling: Scaling,
-    bundles_per_worker: usize,
+    harness_threads: Option<usize>,
     provision: &beam::ProvisionInfo,
     log: LogSink,
 ) -> Result<Arc<SdkHarnesses>> {
@@ -250,7 +279,10 @@ pub async fn start(
         environments: environments.clone(),
         provision: provision.clone(),
         log,
-        bundles_per_worker: bundles_per_worker.max(1),
+        bundles_per_worker: environments
+            .iter()
+            .map(|(id, env)| (id.clone(), bundles_per_harness(env, harness_threads)))
+            .collect(),
         pool: Mutex::default(),
         changed: tokio::sync::Notify::new(),
         stopping: AtomicBool::new(false),
@@ -459,8 +491,13 @@ impl SdkHarnesses {
         self.changed.notify_waiters();
     }
 
-    /// A connected worker of `env_id` with fewer than `bundles_per_worker`
-    /// bundles in flight (the least busy), its in-flight count already
+    /// Bundles one harness of environment `env_id` runs at a time.
+    pub fn bundles_per_worker(&self, env_id: &str) -> usize {
+        self.bundles_per_worker.get(env_id).copied().unwrap_or(1)
+    }
+
+    /// A connected worker of `env_id` with fewer than
+    /// [`SdkHarnesses::bundles_per_worker`] bundles in flight (the least busy), its in-flight count already
     /// raised. Waits, counted in the backlog, while every worker is busy or
     /// being replaced.
     ///
@@ -479,9 +516,10 @@ impl SdkHarnesses {
                     ));
                 }
                 let ws = pool.workers.get(env_id).cloned().unwrap_or_default();
+                let room = self.bundles_per_worker(env_id);
                 let free = ws
                     .iter()
-                    .filter(|w| w.is_connected() && w.bundles_in_flight() < self.bundles_per_worker)
+                    .filter(|w| w.is_connected() && w.bundles_in_flight() < room)
                     .min_by_key(|w| w.bundles_in_flight());
                 let done = match free {
                     Some(w) => {
@@ -583,7 +621,9 @@ impl SdkHarnesses {
             let waiting = pool.waiting.get(env_id).copied().unwrap_or(0);
             let count = live + starting;
             if waiting > 0 && count < max {
-                let want = waiting.div_ceil(self.bundles_per_worker).min(max - count);
+                let want = waiting
+                    .div_ceil(self.bundles_per_worker(env_id))
+                    .min(max - count);
                 *pool.starting.entry(env_id.to_string()).or_default() += want;
                 (want, None, count)
             } else if waiting == 0 && starting == 0 && live > min {
@@ -912,6 +952,14 @@ mod tests {
         }
     }
 
+    fn env(capabilities: &[&str]) -> beam::Environment {
+        beam::Environment {
+            urn: urns::env::EXTERNAL.into(),
+            capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
     /// A harness process that exits before dialing the control service fails
     /// the start at once, with its exit status and its last output lines.
     #[tokio::test]
@@ -977,5 +1025,66 @@ mod tests {
         let d = std::env::temp_dir().join(format!("weir-test-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         d
+
+    }
+
+    // The non-coder capabilities each SDK declares (Beam Java 2.73.0's
+    // `Environments.getJavaCapabilities()`, Go v2.77.0's `goCapabilities()`,
+    // Python 2.77.0's `python_sdk_capabilities()`).
+    const JAVA: &[&str] = &[
+        "beam:protocol:control_request_elements_embedding:v1",
+        "beam:protocol:data_sampling:v1",
+        "beam:protocol:harness_monitoring_infos:v1",
+        "beam:protocol:multi_core_bundle_processing:v1",
+        "beam:protocol:multimap_state:v1",
+        "beam:protocol:ordered_list_state:v1",
+        "beam:protocol:progress_reporting:v1",
+        "beam:protocol:sdk_consuming_received_data:v1",
+        "beam:protocol:state_caching:v1",
+        "beam:transform:sdf_truncate_sized_restrictions:v1",
+        "beam:transform:to_string:v1",
+        "beam:version:sdk_base:apache/beam_java17_sdk:2.73.0",
+    ];
+    const GO: &[&str] = &[
+        "beam:protocol:progress_reporting:v1",
+        "beam:protocol:multi_core_bundle_processing:v1",
+        "beam:transform:sdf_truncate_sized_restrictions:v1",
+        "beam:protocol:worker_status:v1",
+        "beam:protocol:monitoring_info_short_ids:v1",
+        "beam:version:sdk_base:go:apache/beam_go_sdk:2.77.0",
+        "beam:transform:to_string:v1",
+        "beam:protocol:data_sampling:v1",
+        "beam:protocol:sdk_consuming_received_data:v1",
+    ];
+    const PYTHON: &[&str] = &[
+        "beam:combinefn:packed_python:v1",
+        "beam:protocol:data_sampling:v1",
+        "beam:protocol:harness_monitoring_infos:v1",
+        "beam:protocol:named_data_streams:v1",
+        "beam:protocol:ordered_list_state:v1",
+        "beam:protocol:progress_reporting:v0",
+        "beam:protocol:sdk_consuming_received_data:v1",
+        "beam:protocol:worker_status:v1",
+        "beam:transform:sdf_truncate_sized_restrictions:v1",
+        "beam:transform:to_string:v1",
+        "beam:version:sdk_base:apache/beam_python3.11_sdk:2.77.0",
+    ];
+
+    #[test]
+    fn bundles_per_harness_follow_the_sdk_unless_the_option_says() {
+        assert_eq!(
+            bundles_per_harness(&env(JAVA), None),
+            MULTI_CORE_BUNDLES_PER_HARNESS
+        );
+        assert_eq!(
+            bundles_per_harness(&env(GO), None),
+            MULTI_CORE_BUNDLES_PER_HARNESS
+        );
+        assert_eq!(bundles_per_harness(&env(PYTHON), None), 1);
+        assert_eq!(bundles_per_harness(&env(&[]), None), 1);
+        // number_of_worker_harness_threads wins, for every SDK.
+        assert_eq!(bundles_per_harness(&env(PYTHON), Some(3)), 3);
+        assert_eq!(bundles_per_harness(&env(JAVA), Some(2)), 2);
+        assert_eq!(bundles_per_harness(&env(JAVA), Some(0)), 1);
     }
 }

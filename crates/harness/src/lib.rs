@@ -16,6 +16,7 @@ pub mod error;
 pub mod metrics;
 pub mod registry;
 pub mod services;
+pub mod state_values;
 pub mod user_state;
 
 pub use bundle::JobWorkers;

@@ -106,6 +106,9 @@ impl Worker {
 
 /// Output collection of one bundle in flight.
 pub(crate) struct BundleState {
+    /// The id of the stage's `ProcessBundleDescriptor` (its state specs
+    /// and coders), whatever side-input generation the bundle runs under.
+    pub descriptor_id: String,
     pub side_inputs: Arc<SideInputs>,
     pub user_state: BundleUserState,
     pub sink_index: HashMap<String, usize>,
@@ -250,6 +253,19 @@ impl FnApi {
             .unwrap_or_else(|p| p.into_inner())
             .get(id)
             .cloned()
+    }
+
+    /// Runs `f` on descriptor `id` (or `None`), without copying it.
+    pub(crate) fn with_descriptor<T>(
+        &self,
+        id: &str,
+        f: impl FnOnce(Option<&beam::ProcessBundleDescriptor>) -> T,
+    ) -> T {
+        f(self
+            .descriptors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id))
     }
 
     pub(crate) fn bundle(&self, instruction_id: &str) -> Option<Arc<BundleState>> {

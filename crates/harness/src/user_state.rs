@@ -165,7 +165,8 @@ pub struct UserState {
 struct Committed {
     /// Bag cells: the concatenated encoded values.
     bags: HashMap<Cell, Vec<u8>>,
-    /// Multimap cells: encoded map key -> concatenated encoded values.
+    /// Multimap cells: encoded map key -> concatenated encoded values. A map
+    /// key put with values that encode to no bytes is kept, with no bytes.
     multimaps: HashMap<Cell, BTreeMap<Vec<u8>, Vec<u8>>>,
     ordered_lists: HashMap<Cell, OrderedList>,
     /// How many cells of the maps above each (transform id, encoded window)
@@ -301,8 +302,21 @@ impl Committed {
 struct MultimapChanges {
     /// The bundle cleared the whole multimap (before `keys` were written).
     cleared: bool,
-    /// Per map key: whether the bundle cleared it, and what it appended since.
-    keys: BTreeMap<Vec<u8>, (bool, Vec<u8>)>,
+    /// Per map key, what the bundle did to it.
+    keys: BTreeMap<Vec<u8>, MapKeyChanges>,
+}
+
+/// One bundle's writes to one map key of a multimap.
+#[derive(Default)]
+struct MapKeyChanges {
+    /// The bundle removed the map key (before the appends below).
+    cleared: bool,
+    /// The bundle appended to the map key since, maybe values that encode
+    /// to no bytes: Java's SetState is a multimap of `VoidCoder` values, so
+    /// an Append with empty data puts a key, and the key then exists.
+    put: bool,
+    /// The encoded values appended since.
+    appended: Vec<u8>,
 }
 
 /// One bundle's writes to one ordered-list cell, in the order that gives the
@@ -392,7 +406,10 @@ impl BundleUserState {
         let changes = self.changes();
         let change = changes.multimaps.get(&key);
         let (cleared, appended) = match change.and_then(|c| c.keys.get(&k.map_key)) {
-            Some((c, a)) => (*c || change.is_some_and(|c| c.cleared), a.as_slice()),
+            Some(kc) => (
+                kc.cleared || change.is_some_and(|c| c.cleared),
+                kc.appended.as_slice(),
+            ),
             None => (change.is_some_and(|c| c.cleared), &[][..]),
         };
         let mut out = if cleared {
@@ -410,20 +427,21 @@ impl BundleUserState {
     }
 
     /// Appends encoded values to one map key (`MultimapUserState` Append).
+    /// The map key exists from then on even when `data` is empty (values
+    /// whose coder writes no bytes, such as the `VoidCoder` values of Java's
+    /// SetState).
     pub fn multimap_append(&self, k: &beam::state_key::MultimapUserState, data: &[u8]) {
-        if data.is_empty() {
-            return;
-        }
         let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
-        self.changes()
+        let mut changes = self.changes();
+        let kc = changes
             .multimaps
             .entry(key)
             .or_default()
             .keys
             .entry(k.map_key.clone())
-            .or_default()
-            .1
-            .extend_from_slice(data);
+            .or_default();
+        kc.put = true;
+        kc.appended.extend_from_slice(data);
     }
 
     /// Removes one map key and its values (`MultimapUserState` Clear).
@@ -434,35 +452,78 @@ impl BundleUserState {
             .entry(key)
             .or_default()
             .keys
-            .insert(k.map_key.clone(), (true, Vec::new()));
+            .insert(
+                k.map_key.clone(),
+                MapKeyChanges {
+                    cleared: true,
+                    ..MapKeyChanges::default()
+                },
+            );
     }
 
-    /// The concatenated encoded map keys that have at least one value
+    /// The multimap of one (transform, state id, window, key) as this
+    /// bundle sees it: every map key that was put and not removed since,
+    /// with its concatenated encoded values (maybe none, maybe empty bytes),
+    /// in the byte order of the map keys' encodings.
+    fn multimap_view(&self, key: &Cell) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        let changes = self.changes();
+        let change = changes.multimaps.get(key);
+        let mut view = BTreeMap::new();
+        if !change.is_some_and(|c| c.cleared) {
+            if let Some(m) = self.committed().multimaps.get(key) {
+                view = m.clone();
+            }
+        }
+        for (mk, kc) in change.map(|c| &c.keys).into_iter().flatten() {
+            if kc.cleared {
+                view.remove(mk);
+            }
+            if kc.put {
+                view.entry(mk.clone())
+                    .or_default()
+                    .extend_from_slice(&kc.appended);
+            }
+        }
+        view
+    }
+
+    /// The concatenated encoded map keys of the multimap
     /// (`MultimapKeysUserState` Get), in the byte order of their encodings.
     pub fn multimap_keys(&self, k: &beam::state_key::MultimapKeysUserState) -> Vec<u8> {
         let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
-        let changes = self.changes();
-        let change = changes.multimaps.get(&key);
-        let mut present: BTreeMap<&[u8], ()> = BTreeMap::new();
-        let committed = self.committed();
-        if !change.is_some_and(|c| c.cleared) {
-            if let Some(m) = committed.multimaps.get(&key) {
-                present.extend(m.keys().map(|mk| (mk.as_slice(), ())));
-            }
-        }
-        if let Some(c) = change {
-            for (mk, (cleared, appended)) in &c.keys {
-                if *cleared && appended.is_empty() {
-                    present.remove(mk.as_slice());
-                } else if !appended.is_empty() {
-                    present.insert(mk.as_slice(), ());
-                }
-            }
-        }
-        present.keys().flat_map(|mk| mk.iter().copied()).collect()
+        self.multimap_view(&key).into_keys().flatten().collect()
     }
 
-    /// Removes every map key (`MultimapKeysUserState` Clear).
+    /// Every entry of the multimap (`MultimapEntriesUserState` Get): for each
+    /// map key, in the byte order of their encodings, the map key's encoding
+    /// followed by its values as Beam's `IterableCoder` writes them in a
+    /// nested context (a 4-byte big-endian count, then the values), i.e.
+    /// `KV<K, Iterable<V>>` elements, which is how Java's
+    /// `MultimapUserState.entries()` decodes them. `count_values` counts the
+    /// values in a map key's concatenated value encodings (the runner stores
+    /// bytes, so only the state's value coder knows where one value ends).
+    /// Errors: those of `count_values`, or more than `i32::MAX` values.
+    pub fn multimap_entries(
+        &self,
+        k: &beam::state_key::MultimapEntriesUserState,
+        count_values: impl Fn(&[u8]) -> Result<usize, String>,
+    ) -> Result<Vec<u8>, String> {
+        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+        let mut out = Vec::new();
+        for (map_key, values) in self.multimap_view(&key) {
+            let n = count_values(&values)?;
+            let n = i32::try_from(n).map_err(|_| {
+                format!("{n} values under one map key are more than an iterable holds")
+            })?;
+            out.extend_from_slice(&map_key);
+            out.extend_from_slice(&n.to_be_bytes());
+            out.extend_from_slice(&values);
+        }
+        Ok(out)
+    }
+
+    /// Removes every map key (`MultimapKeysUserState` Clear; the same for
+    /// `MultimapEntriesUserState` Clear).
     pub fn multimap_clear_all(&self, k: &beam::state_key::MultimapKeysUserState) {
         let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
         self.changes().multimaps.insert(
@@ -603,14 +664,14 @@ impl BundleUserState {
             if change.cleared {
                 map.clear();
             }
-            for (map_key, (cleared, appended)) in change.keys {
-                let values = map.entry(map_key.clone()).or_default();
-                if cleared {
-                    values.clear();
-                }
-                values.extend_from_slice(&appended);
-                if values.is_empty() {
+            for (map_key, kc) in change.keys {
+                if kc.cleared {
                     map.remove(&map_key);
+                }
+                if kc.put {
+                    map.entry(map_key)
+                        .or_default()
+                        .extend_from_slice(&kc.appended);
                 }
             }
             let live = !map.is_empty();
@@ -806,6 +867,106 @@ mod tests {
         e.multimap_clear(&entry(w, "k", "b"));
         e.commit();
         assert!(base.committed.lock().unwrap().multimaps.is_empty());
+    }
+
+    /// Java's SetState is a multimap of `VoidCoder` values: each add is an
+    /// Append of no bytes, and the set's elements are the map keys. A key
+    /// put with no bytes exists, in its bundle and after commit.
+    #[test]
+    fn multimap_keys_put_with_empty_values_exist() {
+        let base = Arc::new(UserState::default());
+        let w = b"w".as_slice();
+        let a = BundleUserState::new(base.clone());
+        a.multimap_append(&entry(w, "k", "x"), b"");
+        a.multimap_append(&entry(w, "k", "y"), b"");
+        a.multimap_append(&entry(w, "k", "x"), b"");
+        assert_eq!(a.multimap_keys(&map_keys(w, "k")), cat(&["x", "y"]));
+        a.commit();
+        assert_eq!(base.live_cells(), 1);
+
+        let b = BundleUserState::new(base.clone());
+        assert_eq!(b.multimap_keys(&map_keys(w, "k")), cat(&["x", "y"]));
+        assert_eq!(b.multimap_get(&entry(w, "k", "x")), b"");
+        // SetState.add(e) is remove(e) then put(e, null).
+        b.multimap_clear(&entry(w, "k", "y"));
+        b.multimap_append(&entry(w, "k", "y"), b"");
+        b.multimap_clear(&entry(w, "k", "x"));
+        assert_eq!(b.multimap_keys(&map_keys(w, "k")), cat(&["y"]));
+        b.commit();
+        let c = BundleUserState::new(base.clone());
+        assert_eq!(c.multimap_keys(&map_keys(w, "k")), cat(&["y"]));
+        // Cleared and put again in one bundle: the key stays.
+        c.multimap_clear_all(&map_keys(w, "k"));
+        c.multimap_append(&entry(w, "k", "z"), b"");
+        assert_eq!(c.multimap_keys(&map_keys(w, "k")), cat(&["z"]));
+        c.commit();
+        let d = BundleUserState::new(base.clone());
+        assert_eq!(d.multimap_keys(&map_keys(w, "k")), cat(&["z"]));
+        d.multimap_clear(&entry(w, "k", "z"));
+        d.commit();
+        assert_eq!(
+            base.live_cells(),
+            0,
+            "the last key removed empties the cell"
+        );
+    }
+
+    /// Ordered lists carry each value's length, so an empty value is a value.
+    #[test]
+    fn ordered_list_keeps_empty_values() {
+        let base = Arc::new(UserState::default());
+        let all = list("k", None);
+        let a = BundleUserState::new(base.clone());
+        let mut data = Vec::new();
+        encode_ordered_entry(4, b"", &mut data);
+        encode_ordered_entry(2, b"", &mut data);
+        a.ordered_list_append(&all, &data).unwrap();
+        a.commit();
+        let b = BundleUserState::new(base.clone());
+        let page = b.ordered_list_get(&all, &[], usize::MAX).unwrap();
+        assert_eq!(page.data, vec![2, 0, 4, 0]);
+        assert_eq!(base.live_cells(), 1);
+    }
+
+    /// Entries list every map key, one with no value bytes too, with the
+    /// count `count_values` gives for its bytes, committed and pending.
+    #[test]
+    fn multimap_entries_of_keys_with_and_without_value_bytes() {
+        let base = Arc::new(UserState::default());
+        let w = b"w".as_slice();
+        let a = BundleUserState::new(base.clone());
+        a.multimap_append(&entry(w, "k", "b"), &[7, 8]);
+        a.multimap_append(&entry(w, "k", "a"), b"");
+        a.commit();
+        let b = BundleUserState::new(base.clone());
+        b.multimap_append(&entry(w, "k", "b"), &[9]);
+        let entries_key = beam::state_key::MultimapEntriesUserState {
+            transform_id: "t".into(),
+            user_state_id: "map".into(),
+            window: w.to_vec(),
+            key: s("k"),
+        };
+        // One byte a value.
+        let got = b
+            .multimap_entries(&entries_key, |v| Ok(v.len().max(1)))
+            .unwrap();
+        let want = [
+            &s("a")[..],
+            &[0, 0, 0, 1],
+            &s("b"),
+            &[0, 0, 0, 3],
+            &[7, 8, 9],
+        ]
+        .concat();
+        assert_eq!(got, want);
+        let err = b
+            .multimap_entries(&entries_key, |_| Err("bad values".to_string()))
+            .unwrap_err();
+        assert_eq!(err, "bad values");
+        let err = b
+            .multimap_entries(&entries_key, |_| Ok(usize::MAX))
+            .unwrap_err();
+        assert!(err.contains("more than an iterable holds"), "{err}");
     }
 
     #[test]

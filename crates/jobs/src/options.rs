@@ -97,10 +97,11 @@ pub struct SdkHarnessPlan {
     /// between that and `max_num_workers` (default `num_workers`) ×
     /// `per_worker`.
     pub scaling: weir_harness::environment::Scaling,
-    /// Bundles one SDK harness runs at a time:
-    /// `number_of_worker_harness_threads` (default 1, which keeps CPU-bound
-    /// SDKs such as Python's from sharing one interpreter lock).
-    pub bundles_per_worker: usize,
+    /// Bundles one SDK harness runs at a time when set:
+    /// `number_of_worker_harness_threads`. Unset, each environment's SDK
+    /// decides ([`weir_harness::environment::bundles_per_harness`]: several
+    /// for Java and Go, one for Python).
+    pub harness_threads: Option<usize>,
 }
 
 /// The [`SdkHarnessPlan`] of a job with checked options `validated`
@@ -122,10 +123,9 @@ pub fn sdk_harness_plan(validated: &JobOptions, options: &Struct) -> SdkHarnessP
     SdkHarnessPlan {
         per_worker,
         scaling,
-        bundles_per_worker: validated
+        harness_threads: validated
             .number_of_worker_harness_threads
-            .unwrap_or(1)
-            .max(1) as usize,
+            .map(|n| n.max(1) as usize),
     }
 }
 

@@ -93,12 +93,12 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
     job.message(
         Importance::JobMessageBasic,
         format!(
-            "starting {} SDK harness(es) per environment ({} worker(s) of {} SDK harness(es) each) for {} stage(s); each SDK harness runs up to {} bundle(s) at a time",
+            "starting {} SDK harness(es) per environment ({} worker(s) of {} SDK harness(es) each) for {} stage(s); {}",
             sizing.scaling.initial(),
             sizing.scaling.initial() / sizing.per_worker.max(1),
             sizing.per_worker,
             plan.graph.stages.len(),
-            sizing.bundles_per_worker,
+            bundles_per_harness_text(&plan.environments, sizing.harness_threads),
         ),
     );
     if let Some(t) = job.validated.element_processing_timeout {
@@ -120,7 +120,7 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         &job.id,
         &plan.environments,
         sizing.scaling,
-        sizing.bundles_per_worker,
+        sizing.harness_threads,
         &provision,
         log,
     )
@@ -194,5 +194,94 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
             Err((JobState::Cancelled, "job cancelled".into()))
         }
         Err(e) => Err(fail(format!("job {} failed: {e}", job.name))),
+    }
+}
+
+/// How many bundles each environment's SDK harnesses run at a time, for the
+/// job's messages: `each SDK harness runs up to N bundle(s) at a time`,
+/// saying why when the SDK chose it, or one clause per environment when
+/// they differ.
+fn bundles_per_harness_text(
+    environments: &std::collections::HashMap<String, beam::Environment>,
+    harness_threads: Option<usize>,
+) -> String {
+    use environment::bundles_per_harness;
+    let mut per_env: Vec<(&String, usize)> = environments
+        .iter()
+        .map(|(id, env)| (id, bundles_per_harness(env, harness_threads)))
+        .collect();
+    per_env.sort();
+    let why = |n: usize| match harness_threads {
+        Some(_) => " (number_of_worker_harness_threads)",
+        None if n > 1 => " (the SDK declares beam:protocol:multi_core_bundle_processing:v1)",
+        None => "",
+    };
+    match per_env.as_slice() {
+        [] => format!(
+            "each SDK harness runs up to {} bundle(s) at a time",
+            harness_threads.unwrap_or(1)
+        ),
+        [(_, n), rest @ ..] if rest.iter().all(|(_, m)| m == n) => {
+            format!(
+                "each SDK harness runs up to {n} bundle(s) at a time{}",
+                why(*n)
+            )
+        }
+        _ => per_env
+            .iter()
+            .map(|(id, n)| {
+                format!(
+                    "an SDK harness of environment {id} runs up to {n} bundle(s) at a time{}",
+                    why(*n)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(capabilities: &[&str]) -> beam::Environment {
+        beam::Environment {
+            urn: weir_proto::urns::env::EXTERNAL.into(),
+            capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_message_says_how_many_bundles_each_sdk_harness_runs() {
+        const MULTI: &str = weir_proto::urns::protocol::MULTI_CORE_BUNDLE_PROCESSING;
+        let envs = |list: &[(&str, &[&str])]| {
+            list.iter()
+                .map(|(id, caps)| (id.to_string(), env(caps)))
+                .collect::<std::collections::HashMap<_, _>>()
+        };
+        let python = envs(&[("py", &["beam:protocol:worker_status:v1"])]);
+        assert_eq!(
+            bundles_per_harness_text(&python, None),
+            "each SDK harness runs up to 1 bundle(s) at a time"
+        );
+        assert_eq!(
+            bundles_per_harness_text(&python, Some(2)),
+            "each SDK harness runs up to 2 bundle(s) at a time (number_of_worker_harness_threads)"
+        );
+        let java = envs(&[("java", &[MULTI])]);
+        assert_eq!(
+            bundles_per_harness_text(&java, None),
+            "each SDK harness runs up to 16 bundle(s) at a time (the SDK declares beam:protocol:multi_core_bundle_processing:v1)"
+        );
+        let both = envs(&[("py", &[]), ("java", &[MULTI])]);
+        assert_eq!(
+            bundles_per_harness_text(&both, None),
+            "an SDK harness of environment java runs up to 16 bundle(s) at a time (the SDK declares beam:protocol:multi_core_bundle_processing:v1); an SDK harness of environment py runs up to 1 bundle(s) at a time"
+        );
+        assert_eq!(
+            bundles_per_harness_text(&both, Some(3)),
+            "each SDK harness runs up to 3 bundle(s) at a time (number_of_worker_harness_threads)"
+        );
     }
 }

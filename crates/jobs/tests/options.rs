@@ -1355,11 +1355,11 @@ fn worker_options_size_the_sdk_harnesses() {
         options::sdk_harness_plan(&options::validate(&s).expect("valid"), &s)
     };
     let one_each = || py("experiments");
-    // Default: one worker of one SDK harness (with no_use_multiple_sdk_containers), one bundle each.
+    // Default: one worker of one SDK harness (with no_use_multiple_sdk_containers); the SDK decides its bundles at a time.
     let p = plan(serde_json::json!({ one_each(): ["no_use_multiple_sdk_containers"] }));
     assert_eq!(
-        (p.per_worker, p.scaling, p.bundles_per_worker),
-        (1, Scaling::Fixed(1), 1)
+        (p.per_worker, p.scaling, p.harness_threads),
+        (1, Scaling::Fixed(1), None)
     );
     // num_workers multiplies; NONE keeps the count fixed.
     let p = plan(serde_json::json!({
@@ -1367,7 +1367,7 @@ fn worker_options_size_the_sdk_harnesses() {
         py("max_num_workers"): 5, py("autoscaling_algorithm"): "NONE",
         py("number_of_worker_harness_threads"): 4,
     }));
-    assert_eq!((p.scaling, p.bundles_per_worker), (Scaling::Fixed(3), 4));
+    assert_eq!((p.scaling, p.harness_threads), (Scaling::Fixed(3), Some(4)));
     // THROUGHPUT_BASED: between num_workers and max_num_workers.
     let p = plan(serde_json::json!({
         one_each(): ["no_use_multiple_sdk_containers"], py("num_workers"): 2,

@@ -77,6 +77,10 @@ pub mod coder {
     /// writes it inside a `length_prefix` coder, and its element encoders
     /// write the length prefix themselves.
     pub const GO_CUSTOM: &str = "beam:go:coder:custom:v1";
+    /// A coder the Java SDK serialized (Beam Java's `CoderTranslation`):
+    /// the payload is the coder object, Java-serialized and compressed by
+    /// snappy-java.
+    pub const JAVA_SDK: &str = "beam:coders:javasdk:0.1";
 }
 
 /// WindowFn URNs (standard_window_fns.proto).
@@ -138,6 +142,14 @@ pub mod capability {
     pub const MONITORING_INFO_SHORT_IDS: &str = "beam:protocol:monitoring_info_short_ids:v1";
     pub const CONTROL_RESPONSE_ELEMENTS_EMBEDDING: &str =
         "beam:protocol:control_response_elements_embedding:v1";
+}
+
+/// SDK capabilities an environment declares (`StandardProtocols`,
+/// `Environment.capabilities`).
+pub mod protocol {
+    /// The SDK harness runs several bundles at once on many cores (Java,
+    /// Go); Dataflow gives an SDK without it one harness per core.
+    pub const MULTI_CORE_BUNDLE_PROCESSING: &str = "beam:protocol:multi_core_bundle_processing:v1";
 }
 
 /// User-state protocol URNs (`StandardUserStateTypes`, the `protocol` of a

@@ -2,7 +2,8 @@
 //! materialized views (`IterableSideInput`, `MultimapSideInput`,
 //! `MultimapKeysSideInput`, `MultimapKeysValuesSideInput`) and user state
 //! (`BagUserState`, `MultimapUserState`, `MultimapKeysUserState`,
-//! `OrderedListUserState`; see [`crate::user_state`]).
+//! `MultimapEntriesUserState`, `OrderedListUserState`; see
+//! [`crate::user_state`]).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use weir_proto::beam::state_request::Request as R;
 use weir_proto::beam::state_response::Response;
 
 use crate::registry::FnApi;
+use crate::state_values::{multimap_value_shape, ValueShape};
 use crate::user_state::BundleUserState;
 
 /// The state service.
@@ -36,12 +38,15 @@ const APPENDED: Response = Response::Append(beam::StateAppendResponse {});
 const CLEARED: Response = Response::Clear(beam::StateClearResponse {});
 
 /// Serves a user-state request from the bundle's view of user state, or
-/// returns `None` for a key that is not user state. Errors name the state key
-/// and say which operation it does not support.
+/// returns `None` for a key that is not user state. `value_shape` gives the
+/// shape of the values of a (transform id, state id)'s multimap, which
+/// `MultimapEntriesUserState` needs (see [`crate::state_values`]). Errors
+/// name the state key and say which operation it does not support.
 fn user_state(
     state: &BundleUserState,
     key: &Key,
     req: &beam::StateRequest,
+    value_shape: impl Fn(&str, &str) -> Result<ValueShape, String>,
 ) -> Option<Result<Response, String>> {
     let op = req.request.as_ref();
     let unsupported = |what: &str| Err(format!("{what} is not supported on state key {key:?}"));
@@ -73,9 +78,25 @@ fn user_state(
         (Key::MultimapKeysUserState(_), Some(R::Append(_))) => {
             unsupported("Append (MultimapKeysUserState allows only Get and Clear; append to a map key with MultimapUserState)")
         }
-        (Key::MultimapEntriesUserState(_), _) => unsupported(
-            "MultimapEntriesUserState (Weir serves MultimapKeysUserState and MultimapUserState)",
-        ),
+        (Key::MultimapEntriesUserState(k), Some(R::Get(_))) => {
+            value_shape(&k.transform_id, &k.user_state_id).and_then(|shape| {
+                state
+                    .multimap_entries(k, |values| shape.count(values))
+                    .map(get)
+            })
+        }
+        (Key::MultimapEntriesUserState(k), Some(R::Clear(_))) => {
+            state.multimap_clear_all(&beam::state_key::MultimapKeysUserState {
+                transform_id: k.transform_id.clone(),
+                user_state_id: k.user_state_id.clone(),
+                window: k.window.clone(),
+                key: k.key.clone(),
+            });
+            Ok(CLEARED)
+        }
+        (Key::MultimapEntriesUserState(_), Some(R::Append(_))) => {
+            unsupported("Append (MultimapEntriesUserState allows only Get and Clear; append to a map key with MultimapUserState)")
+        }
         (Key::OrderedListUserState(k), Some(R::Get(g))) => state
             .ordered_list_get(k, &g.continuation_token, ORDERED_LIST_PAGE_BYTES)
             .map(|page| {
@@ -105,7 +126,18 @@ fn answer(fn_api: &FnApi, req: &beam::StateRequest) -> Result<Response, String> 
         .as_ref()
         .and_then(|k| k.r#type.as_ref())
         .ok_or("state request without a key")?;
-    if let Some(answer) = user_state(&bundle.user_state, key, req) {
+    let value_shape = |transform_id: &str, state_id: &str| {
+        fn_api.with_descriptor(&bundle.descriptor_id, |d| {
+            let d = d.ok_or_else(|| {
+                format!(
+                    "no ProcessBundleDescriptor {:?} for the bundle",
+                    bundle.descriptor_id
+                )
+            })?;
+            multimap_value_shape(d, transform_id, state_id)
+        })
+    };
+    if let Some(answer) = user_state(&bundle.user_state, key, req, value_shape) {
         return answer;
     }
     if !matches!(req.request, Some(R::Get(_))) {
@@ -186,7 +218,14 @@ mod tests {
         req: &beam::StateRequest,
     ) -> Option<Result<Response, String>> {
         let key = req.state_key.as_ref().unwrap().r#type.as_ref().unwrap();
-        user_state(state, key, req)
+        // Values of state "m" of transform "t" are varints (Java's VarIntCoder).
+        user_state(state, key, req, |t, s| {
+            if (t, s) == ("t", "m") {
+                Ok(ValueShape::Coder(weir_model::Coder::VarInt))
+            } else {
+                Err(format!("no state {s} of {t}"))
+            }
+        })
     }
 
     #[test]
@@ -236,13 +275,112 @@ mod tests {
             Some(Ok(self::get(vec![])))
         );
 
-        let entries = Key::MultimapEntriesUserState(Default::default());
-        let err = serve(&state, &request(entries, get.clone()))
-            .unwrap()
-            .unwrap_err();
-        assert!(err.contains("MultimapEntriesUserState"), "{err}");
         // Side-input keys are not user state.
         let side = Key::IterableSideInput(Default::default());
         assert_eq!(serve(&state, &request(side, get)), None);
+    }
+
+    fn entry_of(map_key: &str) -> Key {
+        Key::MultimapUserState(MultimapUserState {
+            transform_id: "t".into(),
+            user_state_id: "m".into(),
+            window: vec![],
+            key: vec![1, b'k'],
+            map_key: [&[map_key.len() as u8], map_key.as_bytes()].concat(),
+        })
+    }
+
+    fn entries_key(state_id: &str) -> Key {
+        Key::MultimapEntriesUserState(beam::state_key::MultimapEntriesUserState {
+            transform_id: "t".into(),
+            user_state_id: state_id.into(),
+            window: vec![],
+            key: vec![1, b'k'],
+        })
+    }
+
+    /// `MultimapEntriesUserState` Get answers `KV<K, Iterable<V>>` elements as
+    /// Java's `KvCoder.of(keyCoder, IterableCoder.of(valueCoder))` decodes
+    /// them: the map key, a 4-byte big-endian count, the values.
+    #[test]
+    fn multimap_entries_are_kvs_of_key_and_counted_values() {
+        let state = BundleUserState::new(Default::default());
+        let append = |data: &[u8]| {
+            R::Append(beam::StateAppendRequest {
+                data: data.to_vec(),
+            })
+        };
+        let get = R::Get(beam::StateGetRequest::default());
+        // Java's testMultimapStatePut: a -> 97, 97, 98 (two appends); b -> 33.
+        for (mk, data) in [("b", &[33u8][..]), ("a", &[97, 97]), ("a", &[98])] {
+            assert_eq!(
+                serve(&state, &request(entry_of(mk), append(data))),
+                Some(Ok(APPENDED))
+            );
+        }
+        let want = [
+            &[1, b'a'][..],
+            &[0, 0, 0, 3],
+            &[97, 97, 98],
+            &[1, b'b'],
+            &[0, 0, 0, 1],
+            &[33],
+        ]
+        .concat();
+        assert_eq!(
+            serve(&state, &request(entries_key("m"), get.clone())),
+            Some(Ok(self::get(want)))
+        );
+        // A multi-byte varint (300 = ac 02) counts as one value.
+        serve(&state, &request(entry_of("b"), append(&[0xac, 0x02])));
+        let want = [
+            &[1, b'a'][..],
+            &[0, 0, 0, 3],
+            &[97, 97, 98],
+            &[1, b'b'],
+            &[0, 0, 0, 2],
+            &[33, 0xac, 0x02],
+        ]
+        .concat();
+        assert_eq!(
+            serve(&state, &request(entries_key("m"), get.clone())),
+            Some(Ok(self::get(want)))
+        );
+        // Values that do not split under the value coder are an error, not
+        // a wrong count.
+        serve(&state, &request(entry_of("c"), append(&[0x80])));
+        let err = serve(&state, &request(entries_key("m"), get.clone()))
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            err.contains("beam:coder:varint:v1") && err.contains("byte 0"),
+            "{err}"
+        );
+        // A state whose value coder is unknown names the state.
+        let err = serve(&state, &request(entries_key("other"), get.clone()))
+            .unwrap()
+            .unwrap_err();
+        assert!(err.contains("no state other of t"), "{err}");
+        // Clear on the entries key clears the whole multimap.
+        let clear = R::Clear(beam::StateClearRequest {});
+        assert_eq!(
+            serve(&state, &request(entries_key("m"), clear)),
+            Some(Ok(CLEARED))
+        );
+        assert_eq!(
+            serve(&state, &request(entries_key("m"), get.clone())),
+            Some(Ok(self::get(vec![])))
+        );
+        assert_eq!(
+            serve(&state, &request(entry_of("a"), get)),
+            Some(Ok(self::get(vec![])))
+        );
+        let err = serve(&state, &request(entries_key("m"), append(&[1])))
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            err.contains("Append") && err.contains("MultimapEntriesUserState"),
+            "{err}"
+        );
     }
 }

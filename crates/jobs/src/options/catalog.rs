@@ -182,7 +182,7 @@ pub static CATALOG: &[OptionSpec] = &[
         "has no local meaning (no Flexible Resource Scheduling); recorded", rule "COST_OPTIMIZED, SPEED_OPTIMIZED or UNSPECIFIED (also with Go's FLEXRS_ prefix)."),
     spec!("number_of_worker_harness_threads", py "number_of_worker_harness_threads", java "numberOfWorkerHarnessThreads", go "number_of_worker_harness_threads", [], Integer, ResourceUtilization, Honoured,
         "Threads per worker harness.",
-        "The number of bundles Weir sends one SDK harness at a time (default 1, which keeps CPU-bound SDKs such as Python's from contending for one interpreter lock; the Python SDK runs concurrent bundles on its thread pool). The value is in the job's messages (`each SDK harness runs up to N bundle(s) at a time`).", rule "A positive integer."),
+        "The number of bundles Weir sends one SDK harness at a time, for every SDK. Unset, the SDK decides: 16 for an SDK whose environment declares the capability beam:protocol:multi_core_bundle_processing:v1 (Java and Go, whose harnesses run bundles on many threads; Dataflow too runs one such harness per worker VM with many threads), 1 for the others (Python, whose CPU-bound bundles would contend for one interpreter lock; the Python SDK runs concurrent bundles on its thread pool when this is set). The value is in the job's messages (`each SDK harness runs up to N bundle(s) at a time`, with the reason).", rule "A positive integer."),
     spec!("max_cache_memory_usage_mb", py "max_cache_memory_usage_mb", java "maxCacheMemoryUsageMb", go "", [], Integer, ResourceUtilization, Sdk,
         "Size of the SDK harness's state and side-input cache, in MB (0 disables it).",
         "The SDK harness sizes its cache from it.", rule "An integer, 0 or more."),
