@@ -208,7 +208,10 @@ public final class WeirPipelineResult implements PipelineResult {
     return state;
   }
 
-  /** Asks Weir to cancel the job ({@code CancelJob}) and waits until it is terminal. */
+  /**
+   * Asks Weir to cancel the job ({@code CancelJob}) and waits (at most 5 minutes) until it is
+   * terminal; returns the state then.
+   */
   @Override
   public State cancel() {
     if (!terminal.isDone()) {
@@ -222,7 +225,8 @@ public final class WeirPipelineResult implements PipelineResult {
         }
       }
     }
-    return waitUntilFinish();
+    State s = waitUntilFinish(Duration.standardMinutes(5));
+    return s == null ? state : s;
   }
 
   /**
