@@ -172,6 +172,11 @@ public final class WeirPipelineResult implements PipelineResult {
       finalMetrics = metrics;
     }
     release();
+    if (s == State.FAILED) {
+      // Said again now that the job's LOOPBACK harnesses, which redirect this JVM's logging to
+      // Weir while they run, are gone.
+      LOG.error("Job {} failed:\n{}", jobId, String.join("\n", getProblems()));
+    }
     terminal.complete(s);
   }
 
