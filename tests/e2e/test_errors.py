@@ -131,3 +131,30 @@ def test_prepare_rejects_unknown_transform_urn(weir_server):
                         grpc.StatusCode.UNIMPLEMENTED), (err.code(), err.details())
   assert UNKNOWN_URN in (err.details() or ''), err.details()
   assert weir_server.alive(), weir_server.log_tail()
+
+
+def test_harness_that_exits_at_start_fails_the_job_at_once(beam, weir_server, tmp_path):
+  """A PROCESS command that exits before its SDK harness connects fails the
+  job in seconds, and the job's error carries its exit status and output."""
+  import json
+  import sys
+  import time
+  from conftest import PIPELINES_PY
+  boot = tmp_path / 'bad-boot.sh'
+  boot.write_text('#!/bin/sh\necho "weir-test: no such SDK here" >&2\nexit 7\n')
+  boot.chmod(0o755)
+  out = tmp_path / 'out'
+  began = time.monotonic()
+  run = beam.run(
+      [PIPELINES_PY, 'good', '--output', out, '--error_file', tmp_path / 'err.txt',
+       '--runner=PortableRunner', '--job_endpoint=%s' % weir_server.endpoint,
+       '--environment_type=PROCESS',
+       '--environment_config=' + json.dumps({'command': str(boot)})],
+      out, 'bad-boot', error_file=tmp_path / 'err.txt')
+  took = time.monotonic() - began
+  assert run.returncode != 0, run.describe(weir_server)
+  assert took < 60, 'took %.0fs to fail\n%s' % (took, run.describe(weir_server))
+  text = (run.client_error() or '') + run.stderr
+  assert 'exited before it connected (exit status 7)' in text, run.describe(weir_server)
+  assert 'weir-test: no such SDK here' in text, run.describe(weir_server)
+  assert weir_server.alive(), weir_server.log_tail()

@@ -75,7 +75,9 @@ impl Clock {
     /// test clock, which only moves with the TestStream).
     fn wait_until(&self, at: i64) -> Option<Duration> {
         match self {
-            Clock::Wall => Some(Duration::from_millis((at - wall_millis()).clamp(1, 3_600_000) as u64)),
+            Clock::Wall => Some(Duration::from_millis(
+                (at - wall_millis()).clamp(1, 3_600_000) as u64,
+            )),
             Clock::Test(_) => None,
         }
     }
@@ -161,7 +163,9 @@ impl JobContext {
         let waiting: Vec<String> = all
             .iter()
             .enumerate()
-            .filter(|(_, st)| st.watermark.is_some() || st.in_flight > 0 || st.pending > 0 || st.held_back > 0)
+            .filter(|(_, st)| {
+                st.watermark.is_some() || st.in_flight > 0 || st.pending > 0 || st.held_back > 0
+            })
             .take(3)
             .map(|(i, st)| {
                 let stage = &self.graph.stages[i];
@@ -177,7 +181,10 @@ impl JobContext {
                 for (n, label) in [
                     (st.in_flight, "bundle(s) at SDK harnesses"),
                     (st.pending, "element(s) waiting for a bundle"),
-                    (st.held_back, "element(s) held back until their side windows are ready"),
+                    (
+                        st.held_back,
+                        "element(s) held back until their side windows are ready",
+                    ),
                     (st.delayed, "residual(s) waiting out a resume delay"),
                     (st.timers, "timer(s) pending"),
                     (st.windows, "key(s) with buffered windows"),
@@ -192,7 +199,11 @@ impl JobContext {
         format!(
             "the job has made no progress for {} s; it waits at {}",
             idle.as_secs(),
-            if waiting.is_empty() { "no stage (all inputs done)".to_string() } else { waiting.join("; ") }
+            if waiting.is_empty() {
+                "no stage (all inputs done)".to_string()
+            } else {
+                waiting.join("; ")
+            }
         )
     }
 
@@ -203,7 +214,8 @@ impl JobContext {
     fn idle_but_held_back(&self) -> bool {
         let all = self.status.lock().unwrap_or_else(|p| p.into_inner());
         let stages = all.iter().flatten();
-        stages.clone().any(|s| s.held_back > 0) && stages.clone().all(|s| s.in_flight == 0 && s.pending == 0)
+        stages.clone().any(|s| s.held_back > 0)
+            && stages.clone().all(|s| s.in_flight == 0 && s.pending == 0)
     }
 
     fn fail(&self, e: EngineError) {
@@ -238,7 +250,11 @@ pub fn run_job(
     // processing-time triggers cut panes the way Beam's other runners do
     // (Prism, the Python DirectRunner). SDK harnesses still run bundles of
     // different stages in parallel.
-    let workers = if graph.streaming { 1 } else { config.workers.max(1) };
+    let workers = if graph.streaming {
+        1
+    } else {
+        config.workers.max(1)
+    };
     let stage_count = graph.stages.len();
     let graph_has_test_stream = graph
         .stages
@@ -250,7 +266,10 @@ pub fn run_job(
         config: config.clone(),
         failure: Arc::new(Mutex::new(None)),
         stop: Arc::new(AtomicBool::new(false)),
-        status: Arc::new(Mutex::new(vec![vec![StageStatus::default(); workers]; stage_count])),
+        status: Arc::new(Mutex::new(vec![
+            vec![StageStatus::default(); workers];
+            stage_count
+        ])),
         activity: Arc::default(),
         clock: if graph_has_test_stream {
             Clock::Test(Arc::new(std::sync::atomic::AtomicI64::new(wall_millis())))
@@ -259,43 +278,45 @@ pub fn run_job(
         },
     };
     let worker_ctx = ctx.clone();
-    let guards = timely::execute(
-        timely::Config::process(workers),
-        move |worker| {
-            let ctx = worker_ctx.clone();
-            let probe = ProbeHandle::<Time>::new();
-            let peers = worker.peers();
-            let index = worker.index();
-            worker.dataflow::<Time, _, _>(|scope| build(scope, &ctx, &probe, index, peers));
-            let mut last_activity = (ctx.activity.load(Ordering::Relaxed), std::time::Instant::now());
-            while !probe.done() {
-                if index == 0 {
-                    // Stuck-job watchdog: report (once per period) where a
-                    // job that stopped making progress waits.
-                    let activity = ctx.activity.load(Ordering::Relaxed);
-                    if activity != last_activity.0 {
-                        last_activity = (activity, std::time::Instant::now());
-                    } else if last_activity.1.elapsed() >= ctx.config.stuck_after {
-                        ctx.config.notices.send(ctx.stuck_notice(last_activity.1.elapsed()));
-                        last_activity.1 = std::time::Instant::now();
-                    }
+    let guards = timely::execute(timely::Config::process(workers), move |worker| {
+        let ctx = worker_ctx.clone();
+        let probe = ProbeHandle::<Time>::new();
+        let peers = worker.peers();
+        let index = worker.index();
+        worker.dataflow::<Time, _, _>(|scope| build(scope, &ctx, &probe, index, peers));
+        let mut last_activity = (
+            ctx.activity.load(Ordering::Relaxed),
+            std::time::Instant::now(),
+        );
+        while !probe.done() {
+            if index == 0 {
+                // Stuck-job watchdog: report (once per period) where a
+                // job that stopped making progress waits.
+                let activity = ctx.activity.load(Ordering::Relaxed);
+                if activity != last_activity.0 {
+                    last_activity = (activity, std::time::Instant::now());
+                } else if last_activity.1.elapsed() >= ctx.config.stuck_after {
+                    ctx.config
+                        .notices
+                        .send(ctx.stuck_notice(last_activity.1.elapsed()));
+                    last_activity.1 = std::time::Instant::now();
                 }
-                if cancel.load(Ordering::SeqCst) {
-                    ctx.fail(EngineError::Cancelled);
-                }
-                if ctx.stopped() {
-                    // A failed or cancelled job may still hold capabilities
-                    // (bundles that will never complete): drop the dataflow
-                    // rather than wait for it to drain.
-                    for id in worker.installed_dataflows() {
-                        worker.drop_dataflow(id);
-                    }
-                    break;
-                }
-                worker.step_or_park(Some(Duration::from_millis(20)));
             }
-        },
-    )
+            if cancel.load(Ordering::SeqCst) {
+                ctx.fail(EngineError::Cancelled);
+            }
+            if ctx.stopped() {
+                // A failed or cancelled job may still hold capabilities
+                // (bundles that will never complete): drop the dataflow
+                // rather than wait for it to drain.
+                for id in worker.installed_dataflows() {
+                    worker.drop_dataflow(id);
+                }
+                break;
+            }
+            worker.step_or_park(Some(Duration::from_millis(20)));
+        }
+    })
     .map_err(EngineError::Internal)?;
     for r in guards.join() {
         if let Err(panic) = r {
@@ -629,7 +650,11 @@ fn test_stream<'s>(
 ) -> StreamVec<'s, Time, (u32, Element)> {
     use timely::dataflow::operators::generic::operator::source;
     use weir_plan::TestStreamEvent;
-    let events: VecDeque<TestStreamEvent> = if index == 0 { events.iter().cloned().collect() } else { VecDeque::new() };
+    let events: VecDeque<TestStreamEvent> = if index == 0 {
+        events.iter().cloned().collect()
+    } else {
+        VecDeque::new()
+    };
     let ctx = ctx.clone();
     let probe = probe.clone();
     let worker = scope.worker().clone();
@@ -671,7 +696,10 @@ fn test_stream<'s>(
                 return;
             };
             match event {
-                TestStreamEvent::Elements { output: port, elements } => {
+                TestStreamEvent::Elements {
+                    output: port,
+                    elements,
+                } => {
                     let mut session = output.session(c);
                     for (value, timestamp) in elements {
                         let wv = weir_model::WindowedValue {
@@ -769,7 +797,11 @@ fn side_specs<'a>(sdk: &'a SdkStage, graph: &'a StageGraph) -> Vec<SideSpec<'a>>
                 window_coder: &info.window_coder,
                 refresh: Refresh::of(&info.windowing, graph.streaming),
             };
-            (spec, si.window_fn, info.windowing.trigger != weir_plan::Trigger::Default)
+            (
+                spec,
+                si.window_fn,
+                info.windowing.trigger != weir_plan::Trigger::Default,
+            )
         })
         .collect()
 }
@@ -783,7 +815,9 @@ fn side_specs<'a>(sdk: &'a SdkStage, graph: &'a StageGraph) -> Vec<SideSpec<'a>>
 /// which may bring the side data; their event time, and so the watermark
 /// they hold, never changes.
 fn release_ready(st: &mut SdkState, sides: &[SideSpec<'_>], side_frontier: &[Time]) {
-    let Some(live) = st.side_inputs.clone() else { return };
+    let Some(live) = st.side_inputs.clone() else {
+        return;
+    };
     let done = side_frontier.is_empty();
     let watermark = watermark_of(side_frontier);
     let ready = |windows: &[weir_model::Window]| {
@@ -802,9 +836,12 @@ fn release_ready(st: &mut SdkState, sides: &[SideSpec<'_>], side_frontier: &[Tim
     };
     let side_min = side_frontier.iter().min().copied();
     for (cap, elements) in std::mem::take(&mut st.held_back) {
-        let (go, wait): (Vec<_>, Vec<_>) = elements.into_iter().partition(|(windows, _)| ready(windows));
+        let (go, wait): (Vec<_>, Vec<_>) = elements
+            .into_iter()
+            .partition(|(windows, _)| ready(windows));
         if !go.is_empty() {
-            st.pending.push_back((cap.clone(), go.into_iter().map(|(_, e)| e).collect()));
+            st.pending
+                .push_back((cap.clone(), go.into_iter().map(|(_, e)| e).collect()));
         }
         if wait.is_empty() {
             continue;
@@ -822,13 +859,20 @@ fn release_ready(st: &mut SdkState, sides: &[SideSpec<'_>], side_frontier: &[Tim
 /// that expired at input watermark `watermark` (end of window plus allowed
 /// lateness passed); elements left with no window are dropped. Elements
 /// that do not decode are kept (the SDK reports them).
-fn drop_expired(info: &weir_plan::PCollectionInfo, elements: Vec<Element>, watermark: Timestamp) -> Vec<Element> {
+fn drop_expired(
+    info: &weir_plan::PCollectionInfo,
+    elements: Vec<Element>,
+    watermark: Timestamp,
+) -> Vec<Element> {
     let lateness = info.windowing.allowed_lateness_ms;
-    let live = |w: &weir_model::Window| watermark <= w.max_timestamp().saturating_add_millis(lateness);
+    let live =
+        |w: &weir_model::Window| watermark <= w.max_timestamp().saturating_add_millis(lateness);
     elements
         .into_iter()
         .filter_map(|e| {
-            let Ok((mut wv, _)) = weir_model::WindowedValue::decode(&info.value_coder, &info.window_coder, &e) else {
+            let Ok((mut wv, _)) =
+                weir_model::WindowedValue::decode(&info.value_coder, &info.window_coder, &e)
+            else {
                 return Some(e);
             };
             if wv.windows.iter().all(live) {
@@ -849,12 +893,20 @@ fn drop_expired(info: &weir_plan::PCollectionInfo, elements: Vec<Element>, water
 /// see `TimerStore::set_window_expiration`) of every (key, window) of
 /// `elements`, encoded windowed KVs of `info`. Elements that do not decode
 /// are skipped (the SDK reports them).
-fn set_expiration_timers(timers: &mut TimerStore, family: usize, info: &weir_plan::PCollectionInfo, elements: &[Element]) {
+fn set_expiration_timers(
+    timers: &mut TimerStore,
+    family: usize,
+    info: &weir_plan::PCollectionInfo,
+    elements: &[Element],
+) {
     for e in elements {
-        let Ok((wv, _)) = weir_model::WindowedValue::decode(&info.value_coder, &info.window_coder, e) else {
+        let Ok((wv, _)) =
+            weir_model::WindowedValue::decode(&info.value_coder, &info.window_coder, e)
+        else {
             continue;
         };
-        let Ok((key, _)) = weir_model::windowed_value::split_kv(&info.value_coder, &wv.value) else {
+        let Ok((key, _)) = weir_model::windowed_value::split_kv(&info.value_coder, &wv.value)
+        else {
             continue;
         };
         for w in &wv.windows {
@@ -867,6 +919,15 @@ fn set_expiration_timers(timers: &mut TimerStore, family: usize, info: &weir_pla
 /// pending timers (never earlier than a capability it may use: the current
 /// hold or `bundle`, the capability of a bundle that just completed), and
 /// drops it when no timer is pending.
+///
+/// The hold sits at the *last* timely time of its event time (the low 64
+/// bits, a TestStream's event sequence, all ones): it holds the Beam
+/// watermark at that event time all the same, but it is not "work before"
+/// any TestStream event at that event time. A TestStream replays its next
+/// event only once everything before its current time is done; a timer
+/// held at the stream's current event time (e.g. set at exactly the
+/// watermark) can only fire after the stream moves the watermark on, so
+/// counting its hold as pending work would stall the job for good.
 fn refresh_timer_hold(st: &mut SdkState, bundle: Option<&Capability<Time>>) {
     let Some(min_hold) = st.timers.min_hold() else {
         st.timer_hold = None;
@@ -878,7 +939,7 @@ fn refresh_timer_hold(st: &mut SdkState, bundle: Option<&Capability<Time>>) {
         (None, Some(c)) => c.clone(),
         (None, None) => return,
     };
-    let at = (*base.time()).max(time_at(min_hold));
+    let at = (*base.time()).max(time_at(min_hold)) | Time::from(u64::MAX);
     st.timer_hold = Some(base.delayed(&at));
 }
 

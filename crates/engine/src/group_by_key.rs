@@ -247,7 +247,9 @@ fn merge_groups(by_window: &mut HashMap<Window, Group>, merges: Merges) {
 /// Beam's session merging over one key's interval windows: windows that
 /// intersect become their span. Returns each merged window with the
 /// windows it replaces (only merges of two or more windows).
-pub(crate) fn session_merges<'a>(windows: impl Iterator<Item = &'a Window>) -> Vec<(Window, Vec<Window>)> {
+pub(crate) fn session_merges<'a>(
+    windows: impl Iterator<Item = &'a Window>,
+) -> Vec<(Window, Vec<Window>)> {
     let mut windows: Vec<Window> = windows
         .filter(|w| matches!(w, Window::Interval { .. }))
         .cloned()
@@ -369,7 +371,8 @@ mod tests {
         let mut got: Vec<(Window, i64, Vec<u8>)> = out
             .iter()
             .map(|bytes| {
-                let (wv, _) = WindowedValue::decode(&coder_out, &Coder::IntervalWindow, bytes).unwrap();
+                let (wv, _) =
+                    WindowedValue::decode(&coder_out, &Coder::IntervalWindow, bytes).unwrap();
                 (wv.windows[0].clone(), wv.timestamp.0, wv.value)
             })
             .collect();

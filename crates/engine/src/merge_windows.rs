@@ -66,7 +66,9 @@ pub fn decode_response(window_coder: &Coder, bytes: &[u8]) -> Result<Vec<(usize,
         .map_err(|e| format!("merge_windows output: {e}"))?;
     elements
         .iter()
-        .map(|wv| decode_value(window_coder, &wv.value).map_err(|e| format!("merge_windows output: {e}")))
+        .map(|wv| {
+            decode_value(window_coder, &wv.value).map_err(|e| format!("merge_windows output: {e}"))
+        })
         .collect()
 }
 

@@ -111,7 +111,7 @@ impl PaneBuffer {
         watermark == Timestamp(i64::MAX)
             || watermark
                 > w.max_timestamp()
-                .saturating_add_millis(self.windowing.allowed_lateness_ms)
+                    .saturating_add_millis(self.windowing.allowed_lateness_ms)
     }
 
     /// Adds one input element (an encoded windowed KV) with the input
@@ -196,7 +196,13 @@ impl PaneBuffer {
     /// Applies merges of `key`'s windows computed by the SDK (panes and
     /// trigger states merge as for sessions), then evaluates the key's
     /// triggers as an element arrival does; returns the panes fired.
-    pub fn apply_merges(&mut self, key: &[u8], merges: Merges, watermark: Timestamp, now: i64) -> Vec<Vec<u8>> {
+    pub fn apply_merges(
+        &mut self,
+        key: &[u8],
+        merges: Merges,
+        watermark: Timestamp,
+        now: i64,
+    ) -> Vec<Vec<u8>> {
         if let Some(by_window) = self.windows.get_mut(key) {
             merge_panes(&self.trigger, by_window, merges);
         }
@@ -275,7 +281,11 @@ impl PaneBuffer {
             let (timing, on_time_index) = if !past_end {
                 (PaneTiming::Early, -1)
             } else {
-                let t = if on_time { PaneTiming::OnTime } else { PaneTiming::Late };
+                let t = if on_time {
+                    PaneTiming::OnTime
+                } else {
+                    PaneTiming::Late
+                };
                 (t, p.non_speculative_index)
             };
             let pane = PaneInfo {
@@ -341,12 +351,17 @@ pub(crate) fn pane_timestamp(
 /// Merges the panes of each set of merged windows of one key (session
 /// windows that intersect, or the SDK's merges) into their merged window,
 /// merging their values and trigger states.
-fn merge_panes(trigger: &CompiledTrigger, by_window: &mut HashMap<Window, WindowPanes>, merges: Merges) {
+fn merge_panes(
+    trigger: &CompiledTrigger,
+    by_window: &mut HashMap<Window, WindowPanes>,
+    merges: Merges,
+) {
     for (target, members) in merges {
         if members == [target.clone()] {
             continue;
         }
-        let mut parts: Vec<WindowPanes> = members.iter().filter_map(|m| by_window.remove(m)).collect();
+        let mut parts: Vec<WindowPanes> =
+            members.iter().filter_map(|m| by_window.remove(m)).collect();
         if let Some(existing) = by_window.remove(&target) {
             parts.push(existing);
         }
@@ -420,12 +435,21 @@ mod tests {
             .iter()
             .map(|b| {
                 let (wv, _) = WindowedValue::decode(&out_coder, &Coder::IntervalWindow, b).unwrap();
-                let key = String::from_utf8(wv.value[1..1 + wv.value[0] as usize].to_vec()).unwrap();
+                let key =
+                    String::from_utf8(wv.value[1..1 + wv.value[0] as usize].to_vec()).unwrap();
                 let rest = &wv.value[1 + wv.value[0] as usize..];
                 let n = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
                 let values = rest[4..4 + n].iter().map(|&x| x as i64).collect();
                 let p = wv.pane;
-                (key, values, p.timing, p.index, p.on_time_index, p.is_first, p.is_last)
+                (
+                    key,
+                    values,
+                    p.timing,
+                    p.index,
+                    p.on_time_index,
+                    p.is_first,
+                    p.is_last,
+                )
             })
             .collect()
     }
@@ -451,15 +475,34 @@ mod tests {
         );
         let mut out = vec![];
         for v in 1..=5 {
-            out.extend(b.insert(&element("A", v, v as i64), Timestamp::MIN, 0).unwrap());
+            out.extend(
+                b.insert(&element("A", v, v as i64), Timestamp::MIN, 0)
+                    .unwrap(),
+            );
         }
         out.extend(b.advance(Timestamp(10), 0));
         assert!(b.is_empty());
         assert_eq!(
             decode(out),
             vec![
-                ("A".into(), vec![1, 2, 3], PaneTiming::Early, 0, -1, true, false),
-                ("A".into(), vec![4, 5], PaneTiming::OnTime, 1, 0, false, true),
+                (
+                    "A".into(),
+                    vec![1, 2, 3],
+                    PaneTiming::Early,
+                    0,
+                    -1,
+                    true,
+                    false
+                ),
+                (
+                    "A".into(),
+                    vec![4, 5],
+                    PaneTiming::OnTime,
+                    1,
+                    0,
+                    false,
+                    true
+                ),
             ]
         );
     }
@@ -477,19 +520,49 @@ mod tests {
         );
         let mut out = vec![];
         for v in 1..=3 {
-            out.extend(b.insert(&element("k", v, v as i64), Timestamp(0), 0).unwrap());
+            out.extend(
+                b.insert(&element("k", v, v as i64), Timestamp(0), 0)
+                    .unwrap(),
+            );
         }
         out.extend(b.advance(Timestamp(10), 0)); // on time
         out.extend(b.insert(&element("k", 7, 7), Timestamp(50), 0).unwrap()); // late
         out.extend(b.advance(Timestamp(200), 0)); // expired: nothing new
-        assert_eq!(b.insert(&element("k", 8, 8), Timestamp(200), 0).unwrap(), Vec::<Vec<u8>>::new());
+        assert_eq!(
+            b.insert(&element("k", 8, 8), Timestamp(200), 0).unwrap(),
+            Vec::<Vec<u8>>::new()
+        );
         assert_eq!(b.dropped_late, 1);
         assert_eq!(
             decode(out),
             vec![
-                ("k".into(), vec![1, 2], PaneTiming::Early, 0, -1, true, false),
-                ("k".into(), vec![1, 2, 3], PaneTiming::OnTime, 1, 0, false, false),
-                ("k".into(), vec![1, 2, 3, 7], PaneTiming::Late, 2, 1, false, false),
+                (
+                    "k".into(),
+                    vec![1, 2],
+                    PaneTiming::Early,
+                    0,
+                    -1,
+                    true,
+                    false
+                ),
+                (
+                    "k".into(),
+                    vec![1, 2, 3],
+                    PaneTiming::OnTime,
+                    1,
+                    0,
+                    false,
+                    false
+                ),
+                (
+                    "k".into(),
+                    vec![1, 2, 3, 7],
+                    PaneTiming::Late,
+                    2,
+                    1,
+                    false,
+                    false
+                ),
             ]
         );
     }
@@ -507,7 +580,10 @@ mod tests {
             decode(out),
             vec![("k".into(), vec![1], PaneTiming::OnTime, 0, 0, true, true)]
         );
-        assert!(b.insert(&element("k", 2, 2), Timestamp(10), 0).unwrap().is_empty());
+        assert!(b
+            .insert(&element("k", 2, 2), Timestamp(10), 0)
+            .unwrap()
+            .is_empty());
         assert_eq!(b.dropped_late, 1);
         assert!(b.is_empty());
     }
@@ -530,7 +606,15 @@ mod tests {
         let out = b.advance(Timestamp(0), 6000);
         assert_eq!(
             decode(out),
-            vec![("k".into(), vec![1, 2], PaneTiming::Early, 0, -1, true, false)]
+            vec![(
+                "k".into(),
+                vec![1, 2],
+                PaneTiming::Early,
+                0,
+                -1,
+                true,
+                false
+            )]
         );
         assert_eq!(b.next_deadline(), None);
     }

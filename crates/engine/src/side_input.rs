@@ -121,7 +121,12 @@ impl SideInputs {
     pub fn new(specs: &[SideInputSpec<'_>]) -> SideInputs {
         let views = specs
             .iter()
-            .map(|s| ((s.transform_id.to_string(), s.local_name.to_string()), View::default()))
+            .map(|s| {
+                (
+                    (s.transform_id.to_string(), s.local_name.to_string()),
+                    View::default(),
+                )
+            })
             .collect();
         SideInputs { views }
     }
@@ -135,13 +140,22 @@ impl SideInputs {
     ///
     /// # Errors
     /// A message when the element does not decode, or a multimap side input is not KV-coded.
-    pub fn insert(&mut self, spec: &SideInputSpec<'_>, element: &[u8], firing: u128) -> Result<(), String> {
-        let (wv, _) = WindowedValue::decode(spec.value_coder, spec.window_coder, element).map_err(|e| e.to_string())?;
+    pub fn insert(
+        &mut self,
+        spec: &SideInputSpec<'_>,
+        element: &[u8],
+        firing: u128,
+    ) -> Result<(), String> {
+        let (wv, _) = WindowedValue::decode(spec.value_coder, spec.window_coder, element)
+            .map_err(|e| e.to_string())?;
         let kv = match spec.kind {
             SideInputKind::Iterable => None,
             SideInputKind::Multimap => {
                 if !matches!(spec.value_coder, Coder::Kv(..)) {
-                    return Err(format!("multimap side input {} is not KV-coded", spec.local_name));
+                    return Err(format!(
+                        "multimap side input {} is not KV-coded",
+                        spec.local_name
+                    ));
                 }
                 let (k, v) = split_kv(spec.value_coder, &wv.value).map_err(|e| e.to_string())?;
                 Some((k.to_vec(), v.to_vec()))
@@ -176,7 +190,11 @@ impl SideInputs {
                 *f = (*f).max(firing);
             }
             match &kv {
-                None => view.iterable.entry(wb).or_default().extend_from_slice(&wv.value),
+                None => view
+                    .iterable
+                    .entry(wb)
+                    .or_default()
+                    .extend_from_slice(&wv.value),
                 Some((k, v)) => {
                     let by_key = view.multimap.entry(wb.clone()).or_default();
                     let entry = by_key.entry(k.clone()).or_insert_with(|| {
@@ -193,7 +211,9 @@ impl SideInputs {
 
     /// Whether any element of the side input arrived.
     pub fn has_any(&self, transform_id: &str, local_name: &str) -> bool {
-        self.view(transform_id, local_name).map(|v| v.any).unwrap_or(false)
+        self.view(transform_id, local_name)
+            .map(|v| v.any)
+            .unwrap_or(false)
     }
 
     /// Whether data (a pane) of the side input arrived in encoded `window`.
@@ -282,7 +302,11 @@ pub fn mapped_window(window_fn: SideWindowFn, main: &Window) -> Option<Window> {
         SideWindowFn::Fixed { size_ms, offset_ms } => {
             Some(interval(t - (t - offset_ms).rem_euclid(size_ms), size_ms))
         }
-        SideWindowFn::Sliding { size_ms, period_ms, offset_ms } => {
+        SideWindowFn::Sliding {
+            size_ms,
+            period_ms,
+            offset_ms,
+        } => {
             // The latest start at or before t, moved back while the window
             // before it still contains t.
             let mut start = t - (t - offset_ms).rem_euclid(period_ms);
@@ -337,7 +361,10 @@ mod tests {
     use weir_model::PaneInfo;
 
     fn interval(start: i64, end: i64) -> Window {
-        Window::Interval { start: Timestamp(start), end: Timestamp(end) }
+        Window::Interval {
+            start: Timestamp(start),
+            end: Timestamp(end),
+        }
     }
 
     fn encoded(w: &Window) -> Vec<u8> {
@@ -348,7 +375,12 @@ mod tests {
 
     /// A varint value (one byte, < 128) in `window` with `pane`.
     fn element(value: u8, window: Window, pane: PaneInfo) -> Vec<u8> {
-        let wv = WindowedValue { timestamp: Timestamp(0), windows: vec![window], pane, value: vec![value] };
+        let wv = WindowedValue {
+            timestamp: Timestamp(0),
+            windows: vec![window],
+            pane,
+            value: vec![value],
+        };
         let mut out = Vec::new();
         wv.encode(&mut out);
         out
@@ -367,30 +399,71 @@ mod tests {
 
     #[test]
     fn fixed_windows_map_to_the_window_holding_the_main_windows_max_timestamp() {
-        let fixed = SideWindowFn::Fixed { size_ms: 10_000, offset_ms: 0 };
+        let fixed = SideWindowFn::Fixed {
+            size_ms: 10_000,
+            offset_ms: 0,
+        };
         // Main [0, 5000) -> side [0, 10000); main [5000, 12000) -> [10000, 20000).
-        assert_eq!(mapped_window(fixed, &interval(0, 5_000)), Some(interval(0, 10_000)));
-        assert_eq!(mapped_window(fixed, &interval(5_000, 12_000)), Some(interval(10_000, 20_000)));
+        assert_eq!(
+            mapped_window(fixed, &interval(0, 5_000)),
+            Some(interval(0, 10_000))
+        );
+        assert_eq!(
+            mapped_window(fixed, &interval(5_000, 12_000)),
+            Some(interval(10_000, 20_000))
+        );
         // Negative times and an offset.
-        assert_eq!(mapped_window(fixed, &interval(-3_000, -2_000)), Some(interval(-10_000, 0)));
-        let shifted = SideWindowFn::Fixed { size_ms: 10_000, offset_ms: 3_000 };
-        assert_eq!(mapped_window(shifted, &interval(0, 5_000)), Some(interval(3_000, 13_000)));
-        assert_eq!(mapped_window(SideWindowFn::Global, &interval(0, 1)), Some(Window::Global));
+        assert_eq!(
+            mapped_window(fixed, &interval(-3_000, -2_000)),
+            Some(interval(-10_000, 0))
+        );
+        let shifted = SideWindowFn::Fixed {
+            size_ms: 10_000,
+            offset_ms: 3_000,
+        };
+        assert_eq!(
+            mapped_window(shifted, &interval(0, 5_000)),
+            Some(interval(3_000, 13_000))
+        );
+        assert_eq!(
+            mapped_window(SideWindowFn::Global, &interval(0, 1)),
+            Some(Window::Global)
+        );
         assert_eq!(mapped_window(SideWindowFn::Other, &interval(0, 1)), None);
     }
 
     #[test]
     fn sliding_windows_map_to_the_earliest_window_holding_the_max_timestamp() {
         // Size 10 s every 5 s: t = 12.999 s is in [5, 15) and [10, 20); the earliest is [5, 15).
-        let sliding = SideWindowFn::Sliding { size_ms: 10_000, period_ms: 5_000, offset_ms: 0 };
-        assert_eq!(mapped_window(sliding, &interval(12_000, 13_000)), Some(interval(5_000, 15_000)));
+        let sliding = SideWindowFn::Sliding {
+            size_ms: 10_000,
+            period_ms: 5_000,
+            offset_ms: 0,
+        };
+        assert_eq!(
+            mapped_window(sliding, &interval(12_000, 13_000)),
+            Some(interval(5_000, 15_000))
+        );
         // t = 9.999 s: [0, 10) and [5, 15) -> [0, 10).
-        assert_eq!(mapped_window(sliding, &interval(0, 10_000)), Some(interval(0, 10_000)));
+        assert_eq!(
+            mapped_window(sliding, &interval(0, 10_000)),
+            Some(interval(0, 10_000))
+        );
         // Size 3 s every 2 s: t = 4.999 s is in [2, 5) and [4, 7) -> [2, 5);
         // t = 5.999 s only in [4, 7).
-        let sparse = SideWindowFn::Sliding { size_ms: 3_000, period_ms: 2_000, offset_ms: 0 };
-        assert_eq!(mapped_window(sparse, &interval(4_000, 5_000)), Some(interval(2_000, 5_000)));
-        assert_eq!(mapped_window(sparse, &interval(5_000, 6_000)), Some(interval(4_000, 7_000)));
+        let sparse = SideWindowFn::Sliding {
+            size_ms: 3_000,
+            period_ms: 2_000,
+            offset_ms: 0,
+        };
+        assert_eq!(
+            mapped_window(sparse, &interval(4_000, 5_000)),
+            Some(interval(2_000, 5_000))
+        );
+        assert_eq!(
+            mapped_window(sparse, &interval(5_000, 6_000)),
+            Some(interval(4_000, 7_000))
+        );
     }
 
     fn progress<'a>(
@@ -400,26 +473,51 @@ mod tests {
         any: bool,
         has_window: &'a dyn Fn(&[u8]) -> bool,
     ) -> SideProgress<'a> {
-        SideProgress { window_fn, triggered, done: false, watermark: Timestamp(watermark), any, has_window }
+        SideProgress {
+            window_fn,
+            triggered,
+            done: false,
+            watermark: Timestamp(watermark),
+            any,
+            has_window,
+        }
     }
 
     #[test]
     fn fixed_side_window_is_ready_once_the_watermark_passes_its_end() {
-        let fixed = SideWindowFn::Fixed { size_ms: 10_000, offset_ms: 0 };
+        let fixed = SideWindowFn::Fixed {
+            size_ms: 10_000,
+            offset_ms: 0,
+        };
         let none = |_: &[u8]| false;
         // Main [0, 5000) maps to [0, 10000): ready only past 9999 ms.
         let main = interval(0, 5_000);
-        assert!(!side_ready(&progress(fixed, false, 5_000, true, &none), &main));
-        assert!(!side_ready(&progress(fixed, false, 9_999, true, &none), &main));
-        assert!(side_ready(&progress(fixed, false, 10_000, false, &none), &main));
+        assert!(!side_ready(
+            &progress(fixed, false, 5_000, true, &none),
+            &main
+        ));
+        assert!(!side_ready(
+            &progress(fixed, false, 9_999, true, &none),
+            &main
+        ));
+        assert!(side_ready(
+            &progress(fixed, false, 10_000, false, &none),
+            &main
+        ));
         // A done stream is ready at any watermark.
-        let done = SideProgress { done: true, ..progress(fixed, false, i64::MIN / 1000, false, &none) };
+        let done = SideProgress {
+            done: true,
+            ..progress(fixed, false, i64::MIN / 1000, false, &none)
+        };
         assert!(side_ready(&done, &main));
     }
 
     #[test]
     fn triggered_fixed_side_window_is_ready_once_a_pane_of_it_arrived() {
-        let fixed = SideWindowFn::Fixed { size_ms: 10_000, offset_ms: 0 };
+        let fixed = SideWindowFn::Fixed {
+            size_ms: 10_000,
+            offset_ms: 0,
+        };
         let side = encoded(&interval(0, 10_000));
         let has = move |w: &[u8]| w == side.as_slice();
         let main = interval(0, 5_000);
@@ -427,23 +525,38 @@ mod tests {
         // Without a trigger (one on-time pane), data alone is not enough.
         assert!(!side_ready(&progress(fixed, false, 0, true, &has), &main));
         // A pane of another window does not count.
-        assert!(!side_ready(&progress(fixed, true, 0, true, &has), &interval(10_000, 20_000)));
+        assert!(!side_ready(
+            &progress(fixed, true, 0, true, &has),
+            &interval(10_000, 20_000)
+        ));
     }
 
     #[test]
     fn global_side_window_is_ready_once_any_element_arrived() {
         let none = |_: &[u8]| false;
         let main = interval(0, 5_000);
-        assert!(!side_ready(&progress(SideWindowFn::Global, false, 1_000_000, false, &none), &main));
-        assert!(side_ready(&progress(SideWindowFn::Global, false, 0, true, &none), &main));
+        assert!(!side_ready(
+            &progress(SideWindowFn::Global, false, 1_000_000, false, &none),
+            &main
+        ));
+        assert!(side_ready(
+            &progress(SideWindowFn::Global, false, 0, true, &none),
+            &main
+        ));
     }
 
     #[test]
     fn opaque_side_windowing_waits_for_the_main_windows_end() {
         let none = |_: &[u8]| false;
         let main = interval(0, 5_000);
-        assert!(!side_ready(&progress(SideWindowFn::Other, false, 4_999, true, &none), &main));
-        assert!(side_ready(&progress(SideWindowFn::Other, false, 5_000, true, &none), &main));
+        assert!(!side_ready(
+            &progress(SideWindowFn::Other, false, 4_999, true, &none),
+            &main
+        ));
+        assert!(side_ready(
+            &progress(SideWindowFn::Other, false, 5_000, true, &none),
+            &main
+        ));
     }
 
     #[test]
@@ -463,14 +576,19 @@ mod tests {
         let (w0, w1) = (interval(0, 10), interval(10, 20));
         let mut s = SideInputs::new(std::slice::from_ref(&spec));
         assert!(!s.has_any("t", "s"));
-        s.insert(&spec, &element(1, w0.clone(), PaneInfo::NO_FIRING), 5).unwrap();
-        s.insert(&spec, &element(2, w0.clone(), PaneInfo::NO_FIRING), 5).unwrap();
-        s.insert(&spec, &element(7, w1.clone(), PaneInfo::NO_FIRING), 5).unwrap();
+        s.insert(&spec, &element(1, w0.clone(), PaneInfo::NO_FIRING), 5)
+            .unwrap();
+        s.insert(&spec, &element(2, w0.clone(), PaneInfo::NO_FIRING), 5)
+            .unwrap();
+        s.insert(&spec, &element(7, w1.clone(), PaneInfo::NO_FIRING), 5)
+            .unwrap();
         assert!(s.has_any("t", "s") && s.has_window("t", "s", &encoded(&w0)));
         assert_eq!(s.iterable("t", "s", &encoded(&w0)), Some(vec![1, 2]));
         // Firing 9 replaces [0, 10) only; firing 3 is stale.
-        s.insert(&spec, &element(3, w0.clone(), PaneInfo::NO_FIRING), 9).unwrap();
-        s.insert(&spec, &element(4, w0.clone(), PaneInfo::NO_FIRING), 3).unwrap();
+        s.insert(&spec, &element(3, w0.clone(), PaneInfo::NO_FIRING), 9)
+            .unwrap();
+        s.insert(&spec, &element(4, w0.clone(), PaneInfo::NO_FIRING), 3)
+            .unwrap();
         assert_eq!(s.iterable("t", "s", &encoded(&w0)), Some(vec![3]));
         assert_eq!(s.iterable("t", "s", &encoded(&w1)), Some(vec![7]));
     }
@@ -480,14 +598,21 @@ mod tests {
         let spec = spec(Refresh::LatestCumulativePane, &Coder::GlobalWindow);
         let g = encoded(&Window::Global);
         let mut s = SideInputs::new(std::slice::from_ref(&spec));
-        let early = PaneInfo { timing: PaneTiming::Early, ..PaneInfo::NO_FIRING };
-        s.insert(&spec, &element(3, Window::Global, early), 1).unwrap();
-        s.insert(&spec, &element(12, Window::Global, early), 2).unwrap();
+        let early = PaneInfo {
+            timing: PaneTiming::Early,
+            ..PaneInfo::NO_FIRING
+        };
+        s.insert(&spec, &element(3, Window::Global, early), 1)
+            .unwrap();
+        s.insert(&spec, &element(12, Window::Global, early), 2)
+            .unwrap();
         assert_eq!(s.iterable("t", "s", &g), Some(vec![12]));
         // Elements that no GroupByKey produced accumulate.
         let mut s = SideInputs::new(std::slice::from_ref(&spec));
-        s.insert(&spec, &element(1, Window::Global, PaneInfo::NO_FIRING), 1).unwrap();
-        s.insert(&spec, &element(2, Window::Global, PaneInfo::NO_FIRING), 2).unwrap();
+        s.insert(&spec, &element(1, Window::Global, PaneInfo::NO_FIRING), 1)
+            .unwrap();
+        s.insert(&spec, &element(2, Window::Global, PaneInfo::NO_FIRING), 2)
+            .unwrap();
         assert_eq!(s.iterable("t", "s", &g), Some(vec![1, 2]));
     }
 
@@ -499,7 +624,10 @@ mod tests {
             element(2, Window::Global, PaneInfo::ON_TIME_AND_ONLY_FIRING),
         ]];
         let s = SideInputs::build(std::slice::from_ref(&spec), &data).unwrap();
-        assert_eq!(s.iterable("t", "s", &encoded(&Window::Global)), Some(vec![1, 2]));
+        assert_eq!(
+            s.iterable("t", "s", &encoded(&Window::Global)),
+            Some(vec![1, 2])
+        );
         assert_eq!(s.iterable("t", "other", &[]), None);
     }
 }

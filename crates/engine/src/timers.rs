@@ -98,7 +98,8 @@ impl TimerStore {
             let id = (family, p.id_key, p.windows, p.tag);
             match p.fire {
                 Some((fire, hold)) => {
-                    self.timers.insert(id, (fire, hold, bytes[..p.len].to_vec()));
+                    self.timers
+                        .insert(id, (fire, hold, bytes[..p.len].to_vec()));
                 }
                 None => {
                     self.timers.remove(&id);
@@ -119,7 +120,13 @@ impl TimerStore {
     /// callback's output is on time and the window's state outlives it.
     /// Setting it again changes nothing. Windows of custom types (whose end
     /// the runner cannot know) get none; their state goes with the job.
-    pub fn set_window_expiration(&mut self, family: usize, key: &[u8], window: &Window, allowed_lateness_ms: i64) {
+    pub fn set_window_expiration(
+        &mut self,
+        family: usize,
+        key: &[u8],
+        window: &Window,
+        allowed_lateness_ms: i64,
+    ) {
         if matches!(window, Window::Custom(_)) || family >= self.families.len() {
             return;
         }
@@ -240,7 +247,9 @@ mod tests {
         // Held at the window's max timestamp (9), fired after 9 + 5.
         assert_eq!(s.min_hold(), Some(Timestamp(9)));
         assert!(s.take_ready(|_, fire| fire < Timestamp(14)).is_none());
-        let fired = s.take_ready(|event_time, fire| event_time && fire <= Timestamp(14)).unwrap();
+        let fired = s
+            .take_ready(|event_time, fire| event_time && fire <= Timestamp(14))
+            .unwrap();
         // Exactly what the SDK would write for such a timer: key, empty tag,
         // one window, set, fire 14, hold 9, no firing.
         let mut expected = Vec::new();
@@ -255,7 +264,10 @@ mod tests {
         }
         assert_eq!(fired, vec![expected.clone()]);
         // And the store parses its own timers like any other.
-        let mut again = TimerStore::new(&[TimerFamily { window_coder: Coder::IntervalWindow, ..family() }]);
+        let mut again = TimerStore::new(&[TimerFamily {
+            window_coder: Coder::IntervalWindow,
+            ..family()
+        }]);
         again.apply(0, &expected).unwrap();
         assert_eq!(again.len(), 2);
         assert!(s.is_empty());

@@ -42,16 +42,25 @@ pub struct CompiledTrigger {
 #[derive(Clone, Debug)]
 enum Node {
     Default,
-    AfterEndOfWindow { early: Option<usize>, late: Option<usize> },
+    AfterEndOfWindow {
+        early: Option<usize>,
+        late: Option<usize>,
+    },
     ElementCount(u64),
-    AfterProcessingTime { delay_ms: i64, align: Option<(i64, i64)> },
+    AfterProcessingTime {
+        delay_ms: i64,
+        align: Option<(i64, i64)>,
+    },
     Always,
     Never,
     Repeatedly(usize),
     AfterEach(Vec<usize>),
     AfterAny(Vec<usize>),
     AfterAll(Vec<usize>),
-    OrFinally { main: usize, finally: usize },
+    OrFinally {
+        main: usize,
+        finally: usize,
+    },
 }
 
 /// The state of one trigger tree for one window.
@@ -207,7 +216,11 @@ impl CompiledTrigger {
                 }
             }
             Node::AfterEndOfWindow { early, late } => {
-                let sub = if s.nodes[i].on_time_fired { *late } else { *early };
+                let sub = if s.nodes[i].on_time_fired {
+                    *late
+                } else {
+                    *early
+                };
                 if let Some(sub) = sub {
                     self.element(sub, s, cx);
                 }
@@ -484,15 +497,25 @@ mod tests {
 
     #[test]
     fn after_processing_time_waits_for_the_clock() {
-        let t = Trigger::AfterProcessingTime { delay_ms: 100, align: None };
+        let t = Trigger::AfterProcessingTime {
+            delay_ms: 100,
+            align: None,
+        };
         let c = CompiledTrigger::new(&t);
         let mut s = c.new_state();
         c.on_element(&mut s, &cx(0, 1000));
         c.on_element(&mut s, &cx(0, 1050));
-        assert_eq!(c.next_deadline(&s), Some(1100), "timed from the first element");
+        assert_eq!(
+            c.next_deadline(&s),
+            Some(1100),
+            "timed from the first element"
+        );
         assert!(!c.should_fire(&s, &cx(0, 1099)));
         assert!(c.should_fire(&s, &cx(0, 1100)));
-        let aligned = Trigger::AfterProcessingTime { delay_ms: 0, align: Some((60, 5)) };
+        let aligned = Trigger::AfterProcessingTime {
+            delay_ms: 0,
+            align: Some((60, 5)),
+        };
         let c = CompiledTrigger::new(&aligned);
         let mut s = c.new_state();
         c.on_element(&mut s, &cx(0, 100));

@@ -1457,14 +1457,23 @@ fn streaming_side_input_holds_main_elements_and_serves_the_latest_firing() {
     };
     let events = vec![
         elements(0, &[10]),
-        TestStreamEvent::Watermark { output: 0, to: Timestamp(1_000) },
+        TestStreamEvent::Watermark {
+            output: 0,
+            to: Timestamp(1_000),
+        },
         elements(1, &[1]),
         elements(0, &[20]),
         elements(1, &[2, 3]),
         elements(0, &[30, 31]),
         elements(1, &[4]),
     ];
-    g.stage("TestStream", StageKind::TestStream { outputs: vec![main, side], events });
+    g.stage(
+        "TestStream",
+        StageKind::TestStream {
+            outputs: vec![main, side],
+            events,
+        },
+    );
     let si = SideInput {
         transform_id: "use-transform".into(),
         local_name: "s".into(),
@@ -1483,7 +1492,10 @@ fn streaming_side_input_holds_main_elements_and_serves_the_latest_firing() {
         s_use,
         Box::new(move |wv: &WindowedValue, sides: &SideInputs| {
             let values = read_varints(&sides.iterable("use-transform", "s", &[]).expect("served"));
-            seen2.lock().unwrap().push((read_varint(&wv.value).0, values));
+            seen2
+                .lock()
+                .unwrap()
+                .push((read_varint(&wv.value).0, values));
             Emit::default()
         }),
     )];
@@ -1493,7 +1505,117 @@ fn streaming_side_input_holds_main_elements_and_serves_the_latest_firing() {
     seen.sort();
     assert_eq!(
         seen,
-        vec![(10, vec![1]), (20, vec![1]), (30, vec![2, 3]), (31, vec![2, 3])],
+        vec![
+            (10, vec![1]),
+            (20, vec![1]),
+            (30, vec![2, 3]),
+            (31, vec![2, 3])
+        ],
         "10 waits for the first side value; 30 and 31 see the firing of 2 and 3, not 1"
     );
+}
+
+/// A stateful stage whose bundles set, per element `(key, v)`, an
+/// event-time timer at the element's timestamp plus `offset_ms` (held there
+/// too), and log each timer that fires as `(key, fire timestamp)`.
+#[derive(Clone)]
+struct TimerAtSdk {
+    offset_ms: i64,
+    fired: Arc<Mutex<Vec<(String, i64)>>>,
+}
+
+impl BundleProcessor for TimerAtSdk {
+    fn process_bundle(&self, request: BundleRequest, done: Completion) {
+        let sdk = self.clone();
+        std::thread::spawn(move || {
+            let mut timers = Vec::new();
+            for bytes in &request.input {
+                let (wv, _) = WindowedValue::decode(&kv_coder(), &Coder::GlobalWindow, bytes).unwrap();
+                let (key, _) = read_kv_str_int(&wv.value);
+                let at = Timestamp(wv.timestamp.0 + sdk.offset_ms);
+                timers.extend(string(&key));
+                timers.extend(varint(0));
+                timers.extend_from_slice(&1i32.to_be_bytes());
+                timers.push(0);
+                at.encode(&mut timers);
+                at.encode(&mut timers);
+                PaneInfo::NO_FIRING.encode(&mut timers);
+            }
+            for mut bytes in request.timers.iter().map(|t| t.as_slice()) {
+                while !bytes.is_empty() {
+                    let (key, mut pos) = read_string(bytes);
+                    pos += 1 + 4 + 1; // empty tag, one global window, set
+                    let (fire, n) = Timestamp::decode(&bytes[pos..]).unwrap();
+                    pos += n;
+                    pos += Timestamp::decode(&bytes[pos..]).unwrap().1;
+                    pos += PaneInfo::decode(&bytes[pos..]).unwrap().1;
+                    sdk.fired.lock().unwrap().push((key, fire.0));
+                    bytes = &bytes[pos..];
+                }
+            }
+            done(Ok(BundleResult { timers: vec![timers], ..BundleResult::default() }))
+        });
+    }
+}
+
+/// TestStream -> a stateful stage with one event-time timer per element.
+fn timers_under_test_stream(events: Vec<weir_plan::TestStreamEvent>, offset_ms: i64) -> Vec<(String, i64)> {
+    use weir_plan::TimerFamily;
+    let mut g = GraphBuilder::default();
+    let raw = g.pc("raw", kv_coder());
+    g.stage("TestStream", StageKind::TestStream { outputs: vec![raw], events });
+    let stage = g.sdk("Timers", raw, vec![], vec![]);
+    if let StageKind::Sdk(sdk) = &mut g.stages[stage].kind {
+        sdk.stateful = true;
+        sdk.timer_families = vec![TimerFamily {
+            transform_id: "Timers-transform".into(),
+            family_id: "t".into(),
+            key_coder: Coder::StringUtf8,
+            window_coder: Coder::GlobalWindow,
+            event_time: true,
+        }];
+    }
+    let mut graph = (*g.build()).clone();
+    graph.streaming = true;
+    let sdk = TimerAtSdk { offset_ms, fired: Arc::default() };
+    let (tx, rx) = mpsc::channel();
+    let processor = sdk.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(run_job(Arc::new(graph), Arc::new(processor), config(1, 100), no_cancel()));
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the job finishes (a timer at the watermark must not stall it)")
+        .expect("job succeeds");
+    let fired = sdk.fired.lock().unwrap().clone();
+    fired
+}
+
+/// Python's `test_timer_output_timestamp`: the watermark is at 10 when the
+/// element (timestamp 10) sets a timer at 10, held at 10, and the stream
+/// ends. The TestStream must not wait for that timer's hold (the timer can
+/// only fire once the watermark moves past 10, i.e. after the stream goes
+/// on): the timer fires at the end of the stream.
+#[test]
+fn event_time_timer_at_the_watermark_fires_at_the_end_of_a_test_stream() {
+    use weir_plan::TestStreamEvent;
+    let events = vec![
+        TestStreamEvent::Watermark { output: 0, to: Timestamp(10) },
+        TestStreamEvent::Elements { output: 0, elements: vec![(kv_str_int("k", 1), Timestamp(10))] },
+    ];
+    assert_eq!(timers_under_test_stream(events, 0), [("k".to_string(), 10)]);
+}
+
+/// Java's `ParDoTest.testEventTimeTimerUnbounded`: a relative timer 1 s
+/// after the element (at 0), then the watermark is advanced to exactly
+/// 1000 ms, then to infinity.
+#[test]
+fn relative_event_time_timer_fires_when_the_watermark_passes_it() {
+    use weir_plan::TestStreamEvent;
+    let events = vec![
+        TestStreamEvent::Watermark { output: 0, to: Timestamp(0) },
+        TestStreamEvent::Elements { output: 0, elements: vec![(kv_str_int("hello", 37), Timestamp(0))] },
+        TestStreamEvent::Watermark { output: 0, to: Timestamp(1000) },
+        TestStreamEvent::Watermark { output: 0, to: Timestamp::MAX },
+    ];
+    assert_eq!(timers_under_test_stream(events, 1000), [("hello".to_string(), 1000)]);
 }

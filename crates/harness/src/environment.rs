@@ -106,15 +106,72 @@ pub fn validate(env_id: &str, env: &beam::Environment) -> Result<()> {
     Ok(())
 }
 
-fn forward_output<R: tokio::io::AsyncRead + Unpin + Send + 'static>(reader: R, worker_id: String) {
+/// Lines of an SDK process's output kept for the error when it exits before connecting.
+const OUTPUT_TAIL_LINES: usize = 20;
+/// Longest output line kept in that tail, in bytes.
+const OUTPUT_TAIL_LINE_BYTES: usize = 2000;
+
+/// The last lines an SDK process wrote, oldest first.
+type OutputTail = Arc<Mutex<std::collections::VecDeque<String>>>;
+
+fn forward_output<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
+    reader: R,
+    worker_id: String,
+    tail: OutputTail,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut lines = tokio::io::BufReader::new(reader).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             // The SDK's log entries reach the job through the Logging service;
-            // the process's own output goes to Weir's log only.
+            // the process's own output goes to Weir's log only (and, should
+            // it exit before connecting, into the job's error).
             tracing::info!(worker = %worker_id, "{line}");
+            let mut kept = line;
+            if kept.len() > OUTPUT_TAIL_LINE_BYTES {
+                let mut end = OUTPUT_TAIL_LINE_BYTES;
+                while !kept.is_char_boundary(end) {
+                    end -= 1;
+                }
+                kept.truncate(end);
+                kept.push_str(" [...]");
+            }
+            let mut tail = tail.lock().unwrap_or_else(|p| p.into_inner());
+            if tail.len() == OUTPUT_TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(kept);
         }
-    });
+    })
+}
+
+/// How a process ended: its exit code, or the signal that ended it.
+fn exit_status(status: std::io::Result<std::process::ExitStatus>) -> String {
+    match status {
+        Ok(s) => match s.code() {
+            Some(code) => code.to_string(),
+            None => s.to_string(),
+        },
+        Err(e) => format!("unknown ({e})"),
+    }
+}
+
+/// Waits until a watched process has exited; its exit status (`None` when
+/// its watcher went away without one).
+async fn exited(status: &mut tokio::sync::watch::Receiver<Option<String>>) -> Option<String> {
+    status
+        .wait_for(Option::is_some)
+        .await
+        .ok()
+        .and_then(|s| s.clone())
+}
+
+/// Watches a started SDK process: whether (and how) it has exited, and the
+/// last lines it wrote.
+#[derive(Clone)]
+struct ProcessExit {
+    /// `Some(status)` once the process has exited and its output is read.
+    status: tokio::sync::watch::Receiver<Option<String>>,
+    output: OutputTail,
 }
 
 /// How often the autoscaler looks at the backlog.
@@ -148,9 +205,11 @@ impl Scaling {
 
 /// How one SDK harness was started, so it can be stopped.
 enum Handle {
-    /// PROCESS or DOCKER: the child process and its semi-persistent folder.
+    /// PROCESS or DOCKER: a task owns the child process; sending on `kill`
+    /// (or dropping it) kills it. Also its semi-persistent folder.
     Process {
-        child: tokio::process::Child,
+        kill: tokio::sync::oneshot::Sender<()>,
+        exit: ProcessExit,
         dir: Option<std::path::PathBuf>,
     },
     /// EXTERNAL / LOOPBACK: the worker pool that started it.
@@ -256,10 +315,10 @@ impl SdkHarnesses {
                 started.push((env_id.clone(), self.launch(&env_id).await?));
             }
         }
-        for (_, w) in &started {
-            wait_connected(w).await?;
+        for (_, (w, exit)) in &started {
+            wait_connected(w, exit.clone()).await?;
         }
-        for (env_id, w) in started {
+        for (env_id, (w, _)) in started {
             self.join(&env_id, w);
         }
         Ok(())
@@ -293,8 +352,9 @@ impl SdkHarnesses {
         });
     }
 
-    /// Starts one SDK harness of `env_id` (without waiting for it to connect).
-    async fn launch(&self, env_id: &str) -> Result<Arc<Worker>> {
+    /// Starts one SDK harness of `env_id` (without waiting for it to
+    /// connect); for a process, also how to see it exit.
+    async fn launch(&self, env_id: &str) -> Result<(Arc<Worker>, Option<ProcessExit>)> {
         let env = &self.environments[env_id];
         let url = self.fn_api.url.clone();
         let worker_id = self.fn_api.fresh_id(&format!("{}-worker-", self.job_id));
@@ -318,8 +378,12 @@ impl SdkHarnesses {
                     stop_handle_of(handle, &worker_id, Duration::ZERO).await;
                     return Err(env_error(env_id, &env.urn, "the job is stopping"));
                 }
+                let exit = match &handle {
+                    Handle::Process { exit, .. } => Some(exit.clone()),
+                    Handle::Pool { .. } => None,
+                };
                 pool.handles.insert(worker_id, handle);
-                Ok(worker)
+                Ok((worker, exit))
             }
             Err(e) => {
                 self.fn_api.remove_worker(&worker_id);
@@ -405,8 +469,8 @@ impl SdkHarnesses {
     /// `starting`; adds it to the pool once connected.
     async fn start_one(self: &Arc<Self>, env_id: &str) -> Result<Arc<Worker>> {
         let started = async {
-            let w = self.launch(env_id).await?;
-            if let Err(e) = wait_connected(&w).await {
+            let (w, exit) = self.launch(env_id).await?;
+            if let Err(e) = wait_connected(&w, exit).await {
                 self.stop_worker(&w, Duration::ZERO).await;
                 return Err(e);
             }
@@ -644,18 +708,41 @@ impl SdkHarnesses {
     }
 }
 
-async fn wait_connected(w: &Worker) -> Result<()> {
+/// Waits until `w` dials the control service.
+///
+/// # Errors
+/// [`HarnessError::ExitedBeforeConnect`] as soon as its process exits
+/// first (with its exit status and last output lines),
+/// [`HarnessError::ConnectTimeout`] after [`CONNECT_TIMEOUT`].
+async fn wait_connected(w: &Worker, exit: Option<ProcessExit>) -> Result<()> {
     let mut rx = w.connected.subscribe();
-    let connected = tokio::time::timeout(CONNECT_TIMEOUT, rx.wait_for(|c| *c))
-        .await
-        .is_ok_and(|r| r.is_ok());
-    if connected {
-        Ok(())
-    } else {
-        Err(HarnessError::ConnectTimeout {
+    let connected = rx.wait_for(|c| *c);
+    let exited = async {
+        match exit {
+            Some(mut e) => match exited(&mut e.status).await {
+                Some(status) => {
+                    let output = e.output.lock().unwrap_or_else(|p| p.into_inner());
+                    (status, output.iter().cloned().collect::<Vec<_>>())
+                }
+                None => std::future::pending().await,
+            },
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        biased;
+        r = tokio::time::timeout(CONNECT_TIMEOUT, connected) => match r {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(HarnessError::ConnectTimeout {
+                worker_id: w.id.clone(),
+                seconds: CONNECT_TIMEOUT.as_secs(),
+            }),
+        },
+        (status, stderr) = exited => Err(HarnessError::ExitedBeforeConnect {
             worker_id: w.id.clone(),
-            seconds: CONNECT_TIMEOUT.as_secs(),
-        })
+            status,
+            stderr,
+        }),
     }
 }
 
@@ -679,22 +766,24 @@ async fn stop_handle_of(handle: Handle, worker_id: &str, grace: Duration) -> Opt
             }
             None
         }
-        Handle::Process { mut child, dir } => {
-            let exited = match tokio::time::timeout(grace, child.wait()).await {
-                Ok(Ok(status)) => Some(match status.code() {
-                    Some(code) => code.to_string(),
-                    None => status.to_string(),
-                }),
-                _ => {
-                    let _ = child.start_kill();
-                    let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+        Handle::Process {
+            kill,
+            mut exit,
+            dir,
+        } => {
+            let status = match tokio::time::timeout(grace, exited(&mut exit.status)).await {
+                Ok(status) => status,
+                Err(_) => {
+                    let _ = kill.send(());
+                    let _ = tokio::time::timeout(Duration::from_secs(5), exited(&mut exit.status))
+                        .await;
                     None
                 }
             };
             if let Some(dir) = dir {
                 let _ = tokio::fs::remove_dir_all(dir).await;
             }
-            exited
+            status
         }
     }
 }
@@ -772,7 +861,10 @@ async fn spawn_harness(
                 let mut args: Vec<String> = words.collect();
                 args.extend(flags);
                 let d = worker_dir(worker_id);
-                args.push(format!("--semi_persistent_directory={}", d.display()));
+                // Beam's container contract spells it `--semi_persist_dir`
+                // (Beam's Go and Java boot programs exit on an unknown flag);
+                // `weir boot` accepts it and Python's spelling.
+                args.push(format!("--semi_persist_dir={}", d.display()));
                 dir = Some(d);
                 (program, args, p.env)
             } else {
@@ -798,13 +890,47 @@ async fn spawn_harness(
                 .map_err(|e| {
                     env_error(env_id, &env.urn, format!("cannot start {program:?}: {e}"))
                 })?;
-            if let Some(out) = child.stdout.take() {
-                forward_output(out, worker_id.to_string());
-            }
-            if let Some(err) = child.stderr.take() {
-                forward_output(err, worker_id.to_string());
-            }
-            Ok(Handle::Process { child, dir })
+            let tail = OutputTail::default();
+            let readers: Vec<_> = [
+                child
+                    .stdout
+                    .take()
+                    .map(|o| forward_output(o, worker_id.to_string(), tail.clone())),
+                child
+                    .stderr
+                    .take()
+                    .map(|e| forward_output(e, worker_id.to_string(), tail.clone())),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            let (kill, killed) = tokio::sync::oneshot::channel::<()>();
+            let (status_tx, status) = tokio::sync::watch::channel(None);
+            tokio::spawn(async move {
+                // A dropped `kill` sender kills the process too.
+                let status = tokio::select! {
+                    s = child.wait() => s,
+                    _ = killed => {
+                        let _ = child.start_kill();
+                        child.wait().await
+                    }
+                };
+                // Its last lines belong with its exit status.
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    futures::future::join_all(readers),
+                )
+                .await;
+                let _ = status_tx.send(Some(exit_status(status)));
+            });
+            Ok(Handle::Process {
+                kill,
+                exit: ProcessExit {
+                    status,
+                    output: tail,
+                },
+                dir,
+            })
         }
         other => Err(env_error(env_id, other, "unsupported environment type")),
     }
@@ -814,12 +940,92 @@ async fn spawn_harness(
 mod tests {
     use super::*;
 
+    fn process_env(command: &str) -> beam::Environment {
+        beam::Environment {
+            urn: urns::env::PROCESS.to_string(),
+            payload: beam::ProcessPayload {
+                command: command.to_string(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+            ..Default::default()
+        }
+    }
+
     fn env(capabilities: &[&str]) -> beam::Environment {
         beam::Environment {
             urn: urns::env::EXTERNAL.into(),
             capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
             ..Default::default()
         }
+    }
+
+    /// A harness process that exits before dialing the control service fails
+    /// the start at once, with its exit status and its last output lines.
+    #[tokio::test]
+    async fn process_that_exits_before_connecting_fails_at_once() {
+        let dir = tempfile_dir("early-exit");
+        let script = dir.join("boot.sh");
+        std::fs::write(
+            &script,
+            "#!/bin/sh\necho starting\necho \"unknown flag: $1\" >&2\nexit 3\n",
+        )
+        .unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let fn_api = FnApi::new("localhost:1".into());
+        let envs = HashMap::from([(
+            "env".to_string(),
+            process_env(&script.display().to_string()),
+        )]);
+        let log: LogSink = Arc::new(|_, _| {});
+        let began = Instant::now();
+        let err = match start(
+            &fn_api,
+            "job",
+            &envs,
+            Scaling::Fixed(1),
+            1,
+            &beam::ProvisionInfo::default(),
+            log,
+        )
+        .await
+        {
+            Ok(_) => panic!("a harness that exits cannot start"),
+            Err(e) => e,
+        };
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "took {:?}",
+            began.elapsed()
+        );
+        match &err {
+            HarnessError::ExitedBeforeConnect { status, stderr, .. } => {
+                assert_eq!(status, "3");
+                let mut got = stderr.clone();
+                got.sort();
+                assert_eq!(
+                    got,
+                    vec![
+                        "starting".to_string(),
+                        "unknown flag: --id=job-worker-1".to_string()
+                    ]
+                );
+            }
+            other => panic!("wrong error: {other}"),
+        }
+        assert!(err.to_string().contains("exit status 3"), "{err}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn tempfile_dir(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("weir-test-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+
     }
 
     // The non-coder capabilities each SDK declares (Beam Java 2.73.0's

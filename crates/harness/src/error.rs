@@ -13,6 +13,15 @@ pub enum HarnessError {
     /// SDK harnesses did not connect in time.
     #[error("SDK harness {worker_id} did not connect within {seconds} s")]
     ConnectTimeout { worker_id: String, seconds: u64 },
+    /// An SDK harness process ended before it dialed the control service.
+    #[error("SDK harness {worker_id} exited before it connected (exit status {status}){}", stderr_tail(.stderr))]
+    ExitedBeforeConnect {
+        worker_id: String,
+        /// The exit code, or how the process ended (e.g. a signal).
+        status: String,
+        /// The last lines the process wrote (stdout and stderr), oldest first.
+        stderr: Vec<String>,
+    },
     /// A Weir bug.
     #[error("internal error in Weir's harness (this is a Weir bug): {0}")]
     Internal(String),
@@ -20,3 +29,11 @@ pub enum HarnessError {
 
 /// Result alias of the harness.
 pub type Result<T> = std::result::Result<T, HarnessError>;
+
+fn stderr_tail(lines: &[String]) -> String {
+    if lines.is_empty() {
+        " and wrote nothing".to_string()
+    } else {
+        format!("; its last output:\n{}", lines.join("\n"))
+    }
+}

@@ -1,6 +1,7 @@
 //! The registry every Fn API service shares: SDK workers by worker id (the
-//! `worker_id` gRPC header), bundles in flight by instruction id, and
-//! registered `ProcessBundleDescriptor`s by id.
+//! `worker_id` gRPC header), bundles in flight by instruction id,
+//! registered `ProcessBundleDescriptor`s by id, and where each job wants its
+//! SDK log entries.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -19,7 +20,10 @@ pub enum WorkerLog {
     Error,
 }
 
-/// Where a job wants SDK log entries (and worker lifecycle notes) to go.
+/// Where a job wants Weir's notes about its workers (started, died,
+/// restarted) to go; and, registered with [`FnApi::set_sdk_log`], the SDK
+/// harnesses' own log entries (`BeamFnLogging`), kept apart because the job
+/// treats them differently (see `weir_jobs::registry::Job::sdk_log`).
 pub type LogSink = Arc<dyn Fn(WorkerLog, String) + Send + Sync>;
 
 /// One SDK harness as the runner sees it.
@@ -125,6 +129,8 @@ pub struct FnApi {
     workers: Mutex<HashMap<String, Arc<Worker>>>,
     pub(crate) bundles: Mutex<HashMap<String, Arc<BundleState>>>,
     descriptors: Mutex<HashMap<String, beam::ProcessBundleDescriptor>>,
+    /// Where each job's SDK log entries go, by job id.
+    sdk_logs: Mutex<HashMap<String, LogSink>>,
     next_id: AtomicU64,
 }
 
@@ -136,6 +142,7 @@ impl FnApi {
             workers: Mutex::default(),
             bundles: Mutex::default(),
             descriptors: Mutex::default(),
+            sdk_logs: Mutex::default(),
             next_id: AtomicU64::new(1),
         })
     }
@@ -171,6 +178,32 @@ impl FnApi {
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, w.clone());
         w
+    }
+
+    /// Sends the SDK log entries of job `job_id`'s workers to `sink` (until
+    /// [`FnApi::remove_sdk_log`]); without one they reach Weir's log only.
+    pub fn set_sdk_log(&self, job_id: &str, sink: LogSink) {
+        self.sdk_logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(job_id.to_string(), sink);
+    }
+
+    /// Stops sending job `job_id`'s SDK log entries anywhere but Weir's log.
+    pub fn remove_sdk_log(&self, job_id: &str) {
+        self.sdk_logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(job_id);
+    }
+
+    /// Where job `job_id`'s SDK log entries go, if anywhere.
+    pub(crate) fn sdk_log(&self, job_id: &str) -> Option<LogSink> {
+        self.sdk_logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(job_id)
+            .cloned()
     }
 
     /// Forgets a worker (its job ended).

@@ -1,6 +1,10 @@
 //! The job registry: every job this server knows, its state, messages
 //! (runner notes and SDK log entries, the last [`MAX_LOG_ENTRIES`] per job)
-//! and staged artifacts. Finished jobs are kept up to a bound
+//! and staged artifacts. A job's events are read in one of two [`View`]s:
+//! its message stream (GetMessageStream, what Beam's clients see) carries
+//! state changes, Weir's own messages and the SDK's warnings and errors; its
+//! logs (`weir jobs logs`) carry every SDK log entry too (see
+//! [`Job::sdk_log`] for why and how). Finished jobs are kept up to a bound
 //! ([`DEFAULT_MAX_FINISHED_JOBS`], the oldest finished go first) so a
 //! long-running server does not grow without end.
 
@@ -23,6 +27,128 @@ use crate::ServerConfig;
 /// Messages (runner notes and SDK log entries) kept per job; older ones are
 /// dropped first. State changes are always kept.
 pub const MAX_LOG_ENTRIES: usize = 10_000;
+
+/// How many of the messages last sent on a job's message stream an SDK log
+/// entry is compared with to tell an echo ([`Job::sdk_log`]).
+pub const ECHO_WINDOW: usize = 64;
+
+/// SDK warnings and errors the message stream takes at once
+/// ([`Job::sdk_log`]); the allowance refills at [`SDK_STREAM_PER_SECOND`].
+pub const SDK_STREAM_BURST: f64 = 100.0;
+
+/// SDK warnings and errors per second the message stream takes in the long
+/// run; the rest reach the job's logs only.
+pub const SDK_STREAM_PER_SECOND: f64 = 10.0;
+
+/// Which of a job's events a reader gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum View {
+    /// The job's message stream (GetMessageStream for Beam's clients):
+    /// state changes, Weir's own messages, and the SDK's warnings and errors
+    /// that are not echoes of the stream ([`Job::sdk_log`]).
+    Stream,
+    /// The job's logs (`weir jobs logs`): every event, every SDK log entry
+    /// at its own severity.
+    Logs,
+}
+
+/// One published event as each [`View`] sees it.
+#[derive(Clone, Debug)]
+pub struct Published {
+    /// What [`View::Logs`] gets.
+    event: beam::JobMessagesResponse,
+    /// What [`View::Stream`] gets.
+    on_stream: OnStream,
+}
+
+#[derive(Clone, Debug)]
+enum OnStream {
+    Same,
+    /// A copy at another importance.
+    Changed(beam::JobMessagesResponse),
+    Hidden,
+}
+
+impl Published {
+    /// The event as `view` sees it, or `None` when `view` does not carry it.
+    pub fn view(&self, view: View) -> Option<&beam::JobMessagesResponse> {
+        match (view, &self.on_stream) {
+            (View::Logs, _) | (View::Stream, OnStream::Same) => Some(&self.event),
+            (View::Stream, OnStream::Changed(e)) => Some(e),
+            (View::Stream, OnStream::Hidden) => None,
+        }
+    }
+}
+
+/// True when `text` names a message id of job `job_id` (`<job id>-<n>`, as
+/// [`Job::message`] makes them): Beam's Go client prints each message it
+/// receives with its id, and in LOOPBACK that print comes back as an SDK log
+/// entry.
+fn names_message_of(text: &str, job_id: &str) -> bool {
+    let prefix = format!("{job_id}-");
+    text.match_indices(&prefix).any(|(i, _)| {
+        text[i + prefix.len()..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_digit())
+    })
+}
+
+/// Decides which SDK log entries the message stream carries (see
+/// [`Job::sdk_log`]).
+struct StreamGate {
+    /// Texts of the last [`ECHO_WINDOW`] messages sent on the stream
+    /// (Weir's own and SDK entries).
+    recent: VecDeque<String>,
+    /// SDK entries the stream may still take now (at most [`SDK_STREAM_BURST`]).
+    allowance: f64,
+    refilled: std::time::Instant,
+    /// SDK warnings and errors kept off the stream by the rate limit.
+    limited: u64,
+}
+
+impl Default for StreamGate {
+    fn default() -> Self {
+        StreamGate {
+            recent: VecDeque::new(),
+            allowance: SDK_STREAM_BURST,
+            refilled: std::time::Instant::now(),
+            limited: 0,
+        }
+    }
+}
+
+impl StreamGate {
+    fn sent(&mut self, text: &str) {
+        if self.recent.len() == ECHO_WINDOW {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(text.to_string());
+    }
+
+    fn is_echo(&self, text: &str, job_id: &str) -> bool {
+        names_message_of(text, job_id)
+            || self
+                .recent
+                .iter()
+                .any(|r| !r.is_empty() && text.trim_end().ends_with(r.trim_end()))
+    }
+
+    /// Takes one unit of the allowance; false when none is left.
+    fn take(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        let refill = now.duration_since(self.refilled).as_secs_f64() * SDK_STREAM_PER_SECOND;
+        self.allowance = (self.allowance + refill).min(SDK_STREAM_BURST);
+        self.refilled = now;
+        if self.allowance >= 1.0 {
+            self.allowance -= 1.0;
+            true
+        } else {
+            self.limited += 1;
+            false
+        }
+    }
+}
 
 /// Finished jobs (DONE, FAILED, CANCELLED, ...) a registry keeps by default.
 pub const DEFAULT_MAX_FINISHED_JOBS: usize = 100;
@@ -58,8 +184,9 @@ pub struct Job {
     state: Mutex<JobState>,
     /// Events in publish order; messages beyond [`MAX_LOG_ENTRIES`] are dropped oldest first.
     history: Mutex<History>,
-    events: broadcast::Sender<beam::JobMessagesResponse>,
+    events: broadcast::Sender<Published>,
     next_message: Mutex<u64>,
+    gate: Mutex<StreamGate>,
 }
 
 #[derive(Default)]
@@ -70,7 +197,7 @@ struct Times {
 
 #[derive(Default)]
 struct History {
-    events: VecDeque<beam::JobMessagesResponse>,
+    events: VecDeque<Published>,
     messages: usize,
     dropped: u64,
 }
@@ -105,11 +232,16 @@ impl Job {
     }
 
     fn publish(&self, event: beam::JobMessagesResponse) {
+        self.publish_as(event, OnStream::Same);
+    }
+
+    fn publish_as(&self, event: beam::JobMessagesResponse, on_stream: OnStream) {
+        let event = Published { event, on_stream };
         let mut h = self.history.lock().unwrap_or_else(|p| p.into_inner());
-        if is_message(&event) {
+        if is_message(&event.event) {
             h.messages += 1;
             if h.messages > MAX_LOG_ENTRIES {
-                if let Some(i) = h.events.iter().position(is_message) {
+                if let Some(i) = h.events.iter().position(|e| is_message(&e.event)) {
                     h.events.remove(i);
                     h.messages -= 1;
                     h.dropped += 1;
@@ -161,35 +293,108 @@ impl Job {
         });
     }
 
-    /// Adds a message to the job's message stream.
-    pub fn message(&self, importance: MessageImportance, text: impl Into<String>) {
+    fn job_message(&self, importance: MessageImportance, text: String) -> beam::JobMessagesResponse {
         let id = {
             let mut n = self.next_message.lock().unwrap_or_else(|p| p.into_inner());
             *n += 1;
             *n
         };
-        self.publish(beam::JobMessagesResponse {
+        beam::JobMessagesResponse {
             response: Some(beam::job_messages_response::Response::MessageResponse(
                 beam::JobMessage {
                     message_id: format!("{}-{id}", self.id),
                     time: now().to_string(),
                     importance: importance as i32,
-                    message_text: text.into(),
+                    message_text: text,
                 },
             )),
-        });
+        }
     }
 
-    /// Everything kept so far (every state change, the last
-    /// [`MAX_LOG_ENTRIES`] messages), and a receiver of what comes next.
+    /// Adds one of Weir's own messages to the job's message stream (and logs).
+    pub fn message(&self, importance: MessageImportance, text: impl Into<String>) {
+        let text = text.into();
+        self.gate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .sent(&text);
+        let event = self.job_message(importance, text);
+        self.publish(event);
+    }
+
+    /// Adds an SDK harness's log entry (Fn API `BeamFnLogging`, `text` as
+    /// `[<worker id>] <message>`) to the job's logs, where it keeps its
+    /// severity. The job's message stream gets only warnings and errors, and
+    /// not all of them, so that no client can echo entries back into a loop:
+    ///
+    /// * DEBUG and INFO entries never reach the stream. Beam's Go client logs
+    ///   every message it receives through Beam's logger, which in LOOPBACK
+    ///   is the SDK harness's own and sends it back here; were INFO entries
+    ///   on the stream, each would come back forever.
+    /// * An entry that is an echo of the stream stays off it: one that names
+    ///   a message id of this job (the Go client prints ids) or ends with the
+    ///   text of one of the last [`ECHO_WINDOW`] messages sent on it (clients
+    ///   print a message's text last; so a client that logs a warning it
+    ///   received at WARNING cannot loop either, and an SDK warning repeated
+    ///   word for word reaches the stream once per window).
+    /// * The stream takes at most [`SDK_STREAM_BURST`] SDK entries at once
+    ///   and [`SDK_STREAM_PER_SECOND`] in the long run; the rest reach the
+    ///   logs only (a backstop for echoes that match neither rule).
+    /// * SDK errors reach the stream as warnings: Beam's Go client takes any
+    ///   `JOB_MESSAGE_ERROR` for the job's failure even when the job ends
+    ///   DONE (say, a bundle that failed once and succeeded when retried).
+    ///   When a job fails, Weir's own error message says so and why.
+    pub fn sdk_log(&self, level: weir_harness::WorkerLog, text: String) {
+        use weir_harness::WorkerLog;
+        let importance = match level {
+            WorkerLog::Debug => MessageImportance::JobMessageDebug,
+            WorkerLog::Info => MessageImportance::JobMessageBasic,
+            WorkerLog::Warning => MessageImportance::JobMessageWarning,
+            WorkerLog::Error => MessageImportance::JobMessageError,
+        };
+        let to_stream = matches!(level, WorkerLog::Warning | WorkerLog::Error) && {
+            let mut gate = self.gate.lock().unwrap_or_else(|p| p.into_inner());
+            let pass = !gate.is_echo(&text, &self.id) && gate.take();
+            if pass {
+                gate.sent(&text);
+            }
+            pass
+        };
+        let event = self.job_message(importance, text);
+        let on_stream = match (to_stream, level) {
+            (false, _) => OnStream::Hidden,
+            (true, WorkerLog::Error) => {
+                let mut copy = event.clone();
+                if let Some(beam::job_messages_response::Response::MessageResponse(m)) =
+                    &mut copy.response
+                {
+                    m.importance = MessageImportance::JobMessageWarning as i32;
+                }
+                OnStream::Changed(copy)
+            }
+            (true, _) => OnStream::Same,
+        };
+        self.publish_as(event, on_stream);
+    }
+
+    /// SDK warnings and errors kept off the message stream by its rate
+    /// limit so far ([`Job::sdk_log`]).
+    pub fn sdk_entries_rate_limited(&self) -> u64 {
+        self.gate.lock().unwrap_or_else(|p| p.into_inner()).limited
+    }
+
+    /// Everything `view` carries that is kept so far (every state change,
+    /// of the last [`MAX_LOG_ENTRIES`] messages those `view` carries), and a
+    /// receiver of what comes next (read it through [`Published::view`]).
     pub fn subscribe(
         &self,
-    ) -> (
-        Vec<beam::JobMessagesResponse>,
-        broadcast::Receiver<beam::JobMessagesResponse>,
-    ) {
+        view: View,
+    ) -> (Vec<beam::JobMessagesResponse>, broadcast::Receiver<Published>) {
         let h = self.history.lock().unwrap_or_else(|p| p.into_inner());
-        (h.events.iter().cloned().collect(), self.events.subscribe())
+        (
+            h.events.iter().filter_map(|e| e.view(view).cloned()).collect(),
+            self.events.subscribe(),
+        )
     }
 
     /// `JobInfo` for GetJobs.
@@ -308,6 +513,7 @@ impl JobRegistry {
             history: Mutex::default(),
             events: broadcast::channel(4096).0,
             next_message: Mutex::new(0),
+            gate: Mutex::default(),
         });
         job.publish(beam::JobMessagesResponse {
             response: Some(beam::job_messages_response::Response::StateResponse(
@@ -459,7 +665,7 @@ mod tests {
             j.message(MessageImportance::JobMessageBasic, format!("line {i}"));
         }
         j.set_state(JobState::Done);
-        let (history, _) = j.subscribe();
+        let (history, _) = j.subscribe(View::Logs);
         let texts: Vec<&str> = history
             .iter()
             .filter_map(|e| match &e.response {
@@ -481,4 +687,135 @@ mod tests {
         let (start, end) = j.times();
         assert!(start.is_some() && end.is_some() && start <= end);
     }
+
+    fn texts(events: &[beam::JobMessagesResponse]) -> Vec<(String, i32)> {
+        events
+            .iter()
+            .filter_map(|e| match &e.response {
+                Some(beam::job_messages_response::Response::MessageResponse(m)) => {
+                    Some((m.message_text.clone(), m.importance))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sdk_info_reaches_the_logs_but_not_the_message_stream() {
+        use weir_harness::WorkerLog;
+        let r = registry("sdk-levels");
+        let j = job(&r, "levels");
+        j.message(MessageImportance::JobMessageBasic, "runner note");
+        j.sdk_log(WorkerLog::Debug, "[w1] debug entry".into());
+        j.sdk_log(WorkerLog::Info, "[w1] info entry".into());
+        j.sdk_log(WorkerLog::Warning, "[w1] warning entry".into());
+        j.sdk_log(WorkerLog::Error, "[w1] error entry".into());
+        let basic = MessageImportance::JobMessageBasic as i32;
+        let warning = MessageImportance::JobMessageWarning as i32;
+        let error = MessageImportance::JobMessageError as i32;
+        let debug = MessageImportance::JobMessageDebug as i32;
+        assert_eq!(
+            texts(&j.subscribe(View::Logs).0),
+            vec![
+                ("runner note".to_string(), basic),
+                ("[w1] debug entry".to_string(), debug),
+                ("[w1] info entry".to_string(), basic),
+                ("[w1] warning entry".to_string(), warning),
+                ("[w1] error entry".to_string(), error),
+            ]
+        );
+        // The stream: Weir's note, the SDK's warning, and its error as a warning.
+        assert_eq!(
+            texts(&j.subscribe(View::Stream).0),
+            vec![
+                ("runner note".to_string(), basic),
+                ("[w1] warning entry".to_string(), warning),
+                ("[w1] error entry".to_string(), warning),
+            ]
+        );
+    }
+
+    #[test]
+    fn sdk_echoes_of_the_message_stream_stay_off_it() {
+        use weir_harness::WorkerLog;
+        let r = registry("sdk-echo");
+        let j = job(&r, "echo");
+        j.message(
+            MessageImportance::JobMessageWarning,
+            "hot key in GroupByKey g: a key has 10 of the 10 values",
+        );
+        // As Beam's Go client prints a message it received: time, id, text.
+        let go_echo = format!(
+            "[w1] (time=2026-12-01T08:58:40Z)(id={}-1)hot key in GroupByKey g: a key has 10 of the 10 values",
+            j.id
+        );
+        j.sdk_log(WorkerLog::Warning, go_echo.clone());
+        // An echo without the id (another client's format) still has the text.
+        j.sdk_log(
+            WorkerLog::Warning,
+            "[w1] job said: hot key in GroupByKey g: a key has 10 of the 10 values".into(),
+        );
+        // An echo of an echo: the id of the first SDK entry.
+        j.sdk_log(WorkerLog::Error, format!("[w1] (id={}-2) again", j.id));
+        // A worker id is not a message id.
+        let own = format!("[{}-worker-3] disk almost full", j.id);
+        j.sdk_log(WorkerLog::Warning, own.clone());
+        // Word for word again: once per window.
+        j.sdk_log(WorkerLog::Warning, own.clone());
+        // A text that merely starts like an earlier one is no echo.
+        j.sdk_log(WorkerLog::Warning, "[w1] retry 1".into());
+        j.sdk_log(WorkerLog::Warning, "[w1] retry 10".into());
+        let stream: Vec<String> = texts(&j.subscribe(View::Stream).0)
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect();
+        assert_eq!(
+            stream,
+            vec![
+                "hot key in GroupByKey g: a key has 10 of the 10 values".to_string(),
+                own.clone(),
+                "[w1] retry 1".to_string(),
+                "[w1] retry 10".to_string(),
+            ]
+        );
+        // The logs keep every entry.
+        assert_eq!(texts(&j.subscribe(View::Logs).0).len(), 8);
+        assert!(names_message_of(&go_echo, &j.id));
+        assert!(!names_message_of(&own, &j.id));
+    }
+
+    #[test]
+    fn sdk_warnings_are_rate_limited_on_the_message_stream() {
+        use weir_harness::WorkerLog;
+        let r = registry("sdk-rate");
+        let j = job(&r, "rate");
+        let n = SDK_STREAM_BURST as usize + 50;
+        for i in 0..n {
+            j.sdk_log(WorkerLog::Warning, format!("[w1] distinct warning {i}"));
+        }
+        let on_stream = texts(&j.subscribe(View::Stream).0).len();
+        // The burst, plus what refilled while the loop ran (10 per second).
+        assert!(
+            on_stream >= SDK_STREAM_BURST as usize && on_stream < SDK_STREAM_BURST as usize + 10,
+            "{on_stream} on the stream"
+        );
+        assert_eq!(j.sdk_entries_rate_limited() as usize, n - on_stream);
+        assert_eq!(texts(&j.subscribe(View::Logs).0).len(), n);
+    }
+
+    #[tokio::test]
+    async fn a_live_subscriber_gets_its_view_only() {
+        use weir_harness::WorkerLog;
+        let r = registry("sdk-live");
+        let j = job(&r, "live");
+        let (_, mut live) = j.subscribe(View::Stream);
+        j.sdk_log(WorkerLog::Info, "[w1] info".into());
+        j.sdk_log(WorkerLog::Warning, "[w1] warn".into());
+        let first = live.recv().await.expect("event");
+        assert!(first.view(View::Stream).is_none());
+        assert!(first.view(View::Logs).is_some());
+        let second = live.recv().await.expect("event");
+        assert_eq!(texts(&[second.view(View::Stream).cloned().unwrap()])[0].0, "[w1] warn");
+    }
+
 }

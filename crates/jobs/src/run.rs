@@ -80,6 +80,10 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         };
         log_job.message(importance, text);
     });
+    let sdk_job = job.clone();
+    registry
+        .fn_api
+        .set_sdk_log(&job.id, Arc::new(move |level, text| sdk_job.sdk_log(level, text)));
     let provision = beam::ProvisionInfo {
         pipeline_options: Some(job.options.clone()),
         retrieval_token: job.id.clone(),
@@ -126,6 +130,7 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         Ok(s) => s,
         Err(e) => {
             registry.fn_api.remove_descriptors(&prefix);
+            registry.fn_api.remove_sdk_log(&job.id);
             return Err(e);
         }
     };
@@ -182,6 +187,7 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
 
     started.stop().await;
     registry.fn_api.remove_descriptors(&prefix);
+    registry.fn_api.remove_sdk_log(&job.id);
     match result? {
         Ok(()) => Ok(()),
         Err(weir_engine::EngineError::Cancelled) => {

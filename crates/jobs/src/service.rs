@@ -9,6 +9,11 @@
 //!   [`FOLLOW_HEADER`]` = false` gets only what the job has so far (its
 //!   state changes and last messages) and then the stream ends. `weir jobs
 //!   logs` and `weir jobs list` use that.
+//! * GetMessageStream carries the job's message stream: state changes,
+//!   Weir's messages, the SDK's warnings and errors
+//!   ([`crate::registry::Job::sdk_log`]); with the metadata [`LOGS_HEADER`]`
+//!   = all` it carries the job's logs, every SDK log entry too (`weir jobs
+//!   logs`).
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -22,7 +27,7 @@ use weir_proto::beam::job_message::MessageImportance;
 use weir_proto::beam::job_messages_response::Response as Event;
 use weir_proto::beam::job_state::Enum as JobState;
 
-use crate::registry::{is_terminal, Job, JobRegistry};
+use crate::registry::{is_terminal, Job, JobRegistry, View};
 
 /// Samples the job's CPU and memory every [`crate::resources::SAMPLE_EVERY`]
 /// until it reaches a terminal state (so SDK processes are measured before
@@ -48,6 +53,19 @@ fn follows<T>(request: &tonic::Request<T>) -> bool {
         .get(FOLLOW_HEADER)
         .and_then(|v| v.to_str().ok())
         .map_or(true, |v| !v.eq_ignore_ascii_case("false"))
+}
+
+/// gRPC metadata key: `all` makes GetMessageStream carry the job's logs
+/// ([`View::Logs`]: every SDK log entry at its own severity) instead of its
+/// message stream ([`View::Stream`]). `weir jobs logs` sends it.
+pub const LOGS_HEADER: &str = "weir-logs";
+
+fn wants_logs<T>(request: &tonic::Request<T>) -> bool {
+    request
+        .metadata()
+        .get(LOGS_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("all"))
 }
 
 /// The Job API service.
@@ -93,10 +111,11 @@ fn follow<T: Send + 'static>(
     job: Arc<Job>,
     map: fn(beam::JobMessagesResponse) -> Option<T>,
     live_too: bool,
+    view: View,
 ) -> EventStream<T> {
     let (tx, rx) = mpsc::channel(256);
     tokio::spawn(async move {
-        let (history, mut live) = job.subscribe();
+        let (history, mut live) = job.subscribe(view);
         let terminal = |e: &beam::JobMessagesResponse| matches!(&e.response, Some(Event::StateResponse(s)) if JobState::try_from(s.state).map(is_terminal).unwrap_or(false));
         // Sends one event; false when the stream should end.
         let forward = |e: beam::JobMessagesResponse| {
@@ -121,8 +140,9 @@ fn follow<T: Send + 'static>(
         }
         loop {
             match live.recv().await {
-                Ok(e) => {
-                    if !forward(e).await {
+                Ok(p) => {
+                    let Some(e) = p.view(view) else { continue };
+                    if !forward(e.clone()).await {
                         return;
                     }
                 }
@@ -152,7 +172,10 @@ impl beam::job_service_server::JobService for JobService {
             &weir_plan::PlanOptions {
                 fn_api_url: self.0.url.clone(),
                 streaming: crate::options::flag(&options, "streaming"),
-                drain: crate::options::has_experiment(&options, crate::options::TEST_DRAIN_EXPERIMENT),
+                drain: crate::options::has_experiment(
+                    &options,
+                    crate::options::TEST_DRAIN_EXPERIMENT,
+                ),
             },
         )
         .map_err(|e| plan_status(&e))?;
@@ -314,6 +337,7 @@ impl beam::job_service_server::JobService for JobService {
                 _ => None,
             },
             live,
+            View::Stream,
         )))
     }
 
@@ -325,7 +349,12 @@ impl beam::job_service_server::JobService for JobService {
     ) -> Result<tonic::Response<Self::GetMessageStreamStream>, tonic::Status> {
         let job = self.job(&request.get_ref().job_id)?;
         let live = follows(&request);
-        Ok(tonic::Response::new(follow(job, Some, live)))
+        let view = if wants_logs(&request) {
+            View::Logs
+        } else {
+            View::Stream
+        };
+        Ok(tonic::Response::new(follow(job, Some, live, view)))
     }
 
     async fn get_job_metrics(

@@ -1001,7 +1001,10 @@ fn wordcount() -> beam::Pipeline {
 }
 
 fn messages(registry: &JobRegistry, id: &str) -> Vec<String> {
-    let (history, _) = registry.get(id).expect("job").subscribe();
+    let (history, _) = registry
+        .get(id)
+        .expect("job")
+        .subscribe(weir_jobs::registry::View::Logs);
     history
         .into_iter()
         .filter_map(|e| match e.response {

@@ -42,7 +42,9 @@ pub fn decode_iterable<T>(
     let mut out = Vec::new();
     let mut read = |n: i64, pos: &mut usize, out: &mut Vec<T>| -> Result<()> {
         for _ in 0..n {
-            let rest = bytes.get(*pos..).ok_or(Error::Truncated { what: "iterable element" })?;
+            let rest = bytes.get(*pos..).ok_or(Error::Truncated {
+                what: "iterable element",
+            })?;
             let (t, used) = element(rest)?;
             *pos += used;
             out.push(t);

@@ -119,3 +119,83 @@ pub(crate) fn to_model(coders: &HashMap<String, beam::Coder>, id: &str) -> Resul
         source,
     })
 }
+
+/// How the elements of a TestStream (`TestStreamPayload.coder_id` =
+/// `payload`) reach the data plane: the coder of the PCollection the
+/// TestStream writes, and whether each `TimestampedElement.encoded_element`
+/// must be length-prefixed to be in that coder.
+///
+/// `encoded_element` is the element in the payload coder's **outer**
+/// context (Python `coder.encode`, Java `CoderUtils.encodeToByteArray`: a
+/// string or bytes without its length, a KV whose value has none), which
+/// the runner cannot turn into the nested context for coders it does not
+/// know. So the elements travel as `length_prefix(payload)`: a varint
+/// length, then the outer encoding, which is exactly how every SDK encodes
+/// and decodes a `length_prefix` coder (the inner value in the outer
+/// context), so the SDK decodes the bytes it wrote. Two cases are already
+/// in that form and are not prefixed again:
+///
+/// * the payload coder is a `length_prefix` coder (same bytes in both contexts);
+/// * a Go custom coder ([`urns::coder::GO_CUSTOM`]): the Go SDK has no outer
+///   context and its element encoder writes the length prefix itself (its
+///   pipeline declares the output as `length_prefix(custom)`).
+///
+/// The returned coder id is `payload` itself or `<payload>/weir:lp`, added
+/// to `coders` when missing (the id [`wire_coder_id`] gives a coder it
+/// length-prefixes).
+pub(crate) fn test_stream_element_coder(
+    coders: &mut HashMap<String, beam::Coder>,
+    payload: &str,
+) -> Result<TestStreamElements> {
+    let u = urn(lookup(coders, payload)?).to_string();
+    if u == urns::coder::LENGTH_PREFIX {
+        return Ok(TestStreamElements { coder_id: payload.to_string(), prefix: false });
+    }
+    let coder_id = add_coder(
+        coders,
+        format!("{payload}/weir:lp"),
+        urns::coder::LENGTH_PREFIX,
+        vec![payload.to_string()],
+    );
+    Ok(TestStreamElements { coder_id, prefix: u != urns::coder::GO_CUSTOM })
+}
+
+/// See [`test_stream_element_coder`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TestStreamElements {
+    /// Coder id of the PCollection the TestStream writes its elements to.
+    pub coder_id: String,
+    /// Each `encoded_element` gets a varint length prefix.
+    pub prefix: bool,
+}
+
+impl TestStreamElements {
+    /// One `encoded_element` as the data plane carries it in `coder_id`.
+    pub fn wire_form(&self, encoded_element: &[u8]) -> Vec<u8> {
+        if !self.prefix {
+            return encoded_element.to_vec();
+        }
+        let mut out = Vec::with_capacity(encoded_element.len() + 5);
+        weir_model::varint::encode_varint(encoded_element.len() as i64, &mut out);
+        out.extend_from_slice(encoded_element);
+        out
+    }
+}
+
+/// True when coder ids `a` and `b` name the same coder: the same id, or the
+/// same URN and payload over components that are the same coders.
+pub(crate) fn same_coder(coders: &HashMap<String, beam::Coder>, a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    let (Some(ca), Some(cb)) = (coders.get(a), coders.get(b)) else {
+        return false;
+    };
+    ca.spec == cb.spec
+        && ca.component_coder_ids.len() == cb.component_coder_ids.len()
+        && ca
+            .component_coder_ids
+            .iter()
+            .zip(&cb.component_coder_ids)
+            .all(|(x, y)| same_coder(coders, x, y))
+}

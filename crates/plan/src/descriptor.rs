@@ -12,7 +12,7 @@ use prost::Message;
 use weir_model::Coder;
 use weir_proto::{beam, urns};
 
-use crate::coders::{to_model, windowed_coder_id, wire_coder_id};
+use crate::coders::{test_stream_element_coder, to_model, windowed_coder_id, wire_coder_id};
 use crate::fusion::{split_inputs, FusedStage};
 use crate::graph::*;
 use crate::leaves::{pardo_payload, LeafKind};
@@ -503,24 +503,9 @@ fn test_stream(b: &mut Builder<'_>, id: &str, t: &beam::PTransform) -> Result<St
             ))
         })
     };
-    // Elements are encoded with the payload's coder; where Weir's wire coder
-    // length-prefixes a coder it does not know, prefix them the same way.
-    let payload_is_prefixed = b
-        .coders
-        .get(&p.coder_id)
-        .and_then(|c| c.spec.as_ref())
-        .map(|s| s.urn == urns::coder::LENGTH_PREFIX)
-        .unwrap_or(false);
-    let wire_form = |output: usize, bytes: &[u8]| -> Vec<u8> {
-        if matches!(b.pcollections[outputs[output]].value_coder, Coder::LengthPrefix(_)) && !payload_is_prefixed {
-            let mut out = Vec::with_capacity(bytes.len() + 5);
-            weir_model::varint::encode_varint(bytes.len() as i64, &mut out);
-            out.extend_from_slice(bytes);
-            out
-        } else {
-            bytes.to_vec()
-        }
-    };
+    // Elements come in the payload coder's outer context; the TestStream's
+    // PCollections carry them length-prefixed (see test_stream_element_coder).
+    let elements_form = test_stream_element_coder(&mut b.coders, &p.coder_id)?;
     let mut events = Vec::new();
     for e in &p.events {
         events.push(match e.event.as_ref() {
@@ -531,7 +516,7 @@ fn test_stream(b: &mut Builder<'_>, id: &str, t: &beam::PTransform) -> Result<St
                     elements: add
                         .elements
                         .iter()
-                        .map(|el| (wire_form(output, &el.encoded_element), weir_model::Timestamp(el.timestamp)))
+                        .map(|el| (elements_form.wire_form(&el.encoded_element), weir_model::Timestamp(el.timestamp)))
                         .collect(),
                 }
             }

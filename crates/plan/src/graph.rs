@@ -299,7 +299,11 @@ pub enum SideWindowFn {
     /// `beam:window_fn:fixed_windows:v1`
     Fixed { size_ms: i64, offset_ms: i64 },
     /// `beam:window_fn:sliding_windows:v1`
-    Sliding { size_ms: i64, period_ms: i64, offset_ms: i64 },
+    Sliding {
+        size_ms: i64,
+        period_ms: i64,
+        offset_ms: i64,
+    },
     /// Any other WindowFn (sessions, custom): its side windows are opaque.
     Other,
 }

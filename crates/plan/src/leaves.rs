@@ -182,7 +182,11 @@ pub(crate) fn collect(pipeline: &beam::Pipeline, c: &mut beam::Components) -> Re
         if urn_of(t).is_empty() && t.inputs.is_empty() && t.outputs.is_empty() {
             continue; // an empty composite, e.g. the root of an empty pipeline
         }
-        if !t.outputs.is_empty() && t.outputs.values().all(|o| t.inputs.values().any(|i| i == o)) {
+        if !t.outputs.is_empty()
+            && t.outputs
+                .values()
+                .all(|o| t.inputs.values().any(|i| i == o))
+        {
             // A composite whose expansion returned its input unchanged (e.g.
             // Python's Create/MaybeReshuffle of one element in streaming):
             // it has no subtransforms and nothing to run.

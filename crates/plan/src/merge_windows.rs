@@ -28,7 +28,12 @@ use crate::{PlanError, PlanOptions, Result};
 /// Adds (or finds) a coder with `urn` and `components`, named after them.
 fn structural(coders: &mut HashMap<String, beam::Coder>, urn: &str, components: &[&str]) -> String {
     let id = format!("weir:{urn}({})", components.join(","));
-    add_coder(coders, id, urn, components.iter().map(|c| c.to_string()).collect())
+    add_coder(
+        coders,
+        id,
+        urn,
+        components.iter().map(|c| c.to_string()).collect(),
+    )
 }
 
 /// The WindowFn spec to put in the merge_windows payload.
@@ -91,9 +96,15 @@ pub(crate) fn stage(
     options: &PlanOptions,
 ) -> Result<(SdkStage, beam::ProcessBundleDescriptor)> {
     let ws_id = b.pc(input)?.windowing_strategy_id.clone();
-    let ws = b.c.windowing_strategies.get(&ws_id).cloned().unwrap_or_default();
+    let ws =
+        b.c.windowing_strategies
+            .get(&ws_id)
+            .cloned()
+            .unwrap_or_default();
     let window_fn = ws.window_fn.clone().ok_or_else(|| {
-        PlanError::Invalid(format!("windowing strategy {ws_id} of PCollection {input} has no WindowFn"))
+        PlanError::Invalid(format!(
+            "windowing strategy {ws_id} of PCollection {input} has no WindowFn"
+        ))
     })?;
     let environment_id = ws.environment_id.clone();
     if !b.c.environments.contains_key(&environment_id) {
@@ -132,14 +143,25 @@ pub(crate) fn stage(
         }
         .encode_to_vec()
     };
-    let transform = |unique_name: String, urn: &str, payload: Vec<u8>, inputs: &[(&str, &str)], outputs: &[(&str, &str)], env: &str| beam::PTransform {
+    let transform = |unique_name: String,
+                     urn: &str,
+                     payload: Vec<u8>,
+                     inputs: &[(&str, &str)],
+                     outputs: &[(&str, &str)],
+                     env: &str| beam::PTransform {
         unique_name,
         spec: Some(beam::FunctionSpec {
             urn: urn.into(),
             payload,
         }),
-        inputs: inputs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        outputs: outputs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        inputs: inputs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        outputs: outputs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         environment_id: env.into(),
         ..Default::default()
     };
@@ -155,7 +177,14 @@ pub(crate) fn stage(
         transforms: [
             (
                 source_id.clone(),
-                transform(source_id.clone(), urns::transform::DATA_SOURCE, port(in_wire), &[], &[("out", &unmerged)], ""),
+                transform(
+                    source_id.clone(),
+                    urns::transform::DATA_SOURCE,
+                    port(in_wire),
+                    &[],
+                    &[("out", &unmerged)],
+                    "",
+                ),
             ),
             (
                 merge_id.clone(),
@@ -170,7 +199,14 @@ pub(crate) fn stage(
             ),
             (
                 sink_id.clone(),
-                transform(sink_id.clone(), urns::transform::DATA_SINK, port(out_wire), &[("in", &merged)], &[], ""),
+                transform(
+                    sink_id.clone(),
+                    urns::transform::DATA_SINK,
+                    port(out_wire),
+                    &[("in", &merged)],
+                    &[],
+                    "",
+                ),
             ),
         ]
         .into_iter()
@@ -181,9 +217,12 @@ pub(crate) fn stage(
         ]
         .into_iter()
         .collect(),
-        windowing_strategies: [(strategy_id.clone(), global_strategy(&global, &environment_id))]
-            .into_iter()
-            .collect(),
+        windowing_strategies: [(
+            strategy_id.clone(),
+            global_strategy(&global, &environment_id),
+        )]
+        .into_iter()
+        .collect(),
         state_api_service_descriptor: Some(beam::ApiServiceDescriptor {
             url: options.fn_api_url.clone(),
             ..Default::default()

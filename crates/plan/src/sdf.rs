@@ -24,7 +24,11 @@ const DOUBLE_CODER_ID: &str = "weir:coder:double";
 
 /// Replaces every splittable ParDo in `leaves` by its expanded transforms
 /// (three, or four with truncation when `drain`).
-pub(crate) fn expand(c: &mut beam::Components, leaves: &mut Vec<String>, drain: bool) -> Result<()> {
+pub(crate) fn expand(
+    c: &mut beam::Components,
+    leaves: &mut Vec<String>,
+    drain: bool,
+) -> Result<()> {
     let mut out = Vec::with_capacity(leaves.len());
     for id in leaves.drain(..) {
         let t = &c.transforms[&id];
@@ -51,7 +55,12 @@ pub(crate) fn expand(c: &mut beam::Components, leaves: &mut Vec<String>, drain: 
             PlanError::Invalid(format!("transform {id}: unknown PCollection {main_input}"))
         })?;
 
-        add_coder(&mut c.coders, DOUBLE_CODER_ID.into(), urns::coder::DOUBLE, vec![]);
+        add_coder(
+            &mut c.coders,
+            DOUBLE_CODER_ID.into(),
+            urns::coder::DOUBLE,
+            vec![],
+        );
         let paired_coder = add_coder(
             &mut c.coders,
             format!("{id}/weir:paired-coder"),
@@ -156,7 +165,10 @@ pub(crate) fn drain_variant(
     let mut v = d.clone();
     v.id = id.to_string();
     let process = v.transforms.get_mut(process_id).ok_or_else(|| {
-        PlanError::Internal(format!("drain variant of {}: no transform {process_id}", d.id))
+        PlanError::Internal(format!(
+            "drain variant of {}: no transform {process_id}",
+            d.id
+        ))
     })?;
     let tag = process
         .inputs
@@ -164,21 +176,33 @@ pub(crate) fn drain_variant(
         .find(|(_, pc)| pc.as_str() == input)
         .map(|(tag, _)| tag.clone())
         .ok_or_else(|| {
-            PlanError::Internal(format!("drain variant of {}: {process_id} does not read {input}", d.id))
+            PlanError::Internal(format!(
+                "drain variant of {}: {process_id} does not read {input}",
+                d.id
+            ))
         })?;
     let truncated = format!("{input}/weir:drain-truncated");
     process.inputs.insert(tag.clone(), truncated.clone());
     let mut truncate = process.clone();
-    truncate.unique_name = format!("{}/TruncateRestriction", process.unique_name.trim_end_matches("/Process"));
+    truncate.unique_name = format!(
+        "{}/TruncateRestriction",
+        process.unique_name.trim_end_matches("/Process")
+    );
     if let Some(spec) = truncate.spec.as_mut() {
         spec.urn = urns::transform::SDF_TRUNCATE_SIZED_RESTRICTIONS.to_string();
     }
     truncate.inputs.insert(tag, input.to_string());
-    truncate.outputs = [("out".to_string(), truncated.clone())].into_iter().collect();
+    truncate.outputs = [("out".to_string(), truncated.clone())]
+        .into_iter()
+        .collect();
     let pc = v.pcollections.get(input).cloned().ok_or_else(|| {
-        PlanError::Internal(format!("drain variant of {}: PCollection {input} not in the descriptor", d.id))
+        PlanError::Internal(format!(
+            "drain variant of {}: PCollection {input} not in the descriptor",
+            d.id
+        ))
     })?;
     v.pcollections.insert(truncated, pc);
-    v.transforms.insert(format!("{process_id}/weir:drain-truncate"), truncate);
+    v.transforms
+        .insert(format!("{process_id}/weir:drain-truncate"), truncate);
     Ok(v)
 }

@@ -7,11 +7,11 @@
 //! - GroupByKey inputs that are not KV-coded (e.g. a Flatten of mixed types
 //!   coded with a pickling coder): re-encoded as `KV<K, V>` taken from the
 //!   GroupByKey output coder `KV<K, Iterable<V>>`.
-//! - TestStream outputs whose coder differs from the coder of the events'
-//!   elements (`TestStreamPayload.coder_id`; Python encodes events with a
-//!   pickling coder even when the output PCollection is KV-coded): the
-//!   TestStream writes a PCollection in the payload's coder, re-encoded into
-//!   the declared output.
+//! - TestStream outputs: the TestStream writes its events' elements
+//!   (`TestStreamPayload.coder_id`, in the outer context) as a PCollection
+//!   in `length_prefix(<payload coder>)` (see
+//!   `coders::test_stream_element_coder`), re-encoded into the declared
+//!   output unless that is already the same coder (Go's custom coders).
 
 use std::collections::HashMap;
 
@@ -166,9 +166,10 @@ pub(crate) fn insert(c: &mut beam::Components, leaves: &mut Vec<String>) -> Resu
     Ok(())
 }
 
-/// Points each output of TestStream `id` whose coder differs from its
-/// payload's element coder at a new PCollection in that coder, and returns
-/// the transcoders (SDK Flattens) that fill the original outputs from them.
+/// Points each output of TestStream `id` whose coder differs from the coder
+/// its elements travel in (`coders::test_stream_element_coder`) at a new
+/// PCollection in that coder, and returns the transcoders (SDK Flattens)
+/// that fill the original outputs from them.
 fn transcode_test_stream_outputs(
     c: &mut beam::Components,
     id: &str,
@@ -185,6 +186,7 @@ fn transcode_test_stream_outputs(
             "TestStream {id}: unknown element coder {element_coder:?}"
         )));
     }
+    let element_coder = crate::coders::test_stream_element_coder(&mut c.coders, &element_coder)?.coder_id;
     let mut tags: Vec<String> = t.outputs.keys().cloned().collect();
     tags.sort();
     let mut transcoders = Vec::new();
@@ -193,7 +195,7 @@ fn transcode_test_stream_outputs(
         let pc = c.pcollections.get(&output).cloned().ok_or_else(|| {
             PlanError::Invalid(format!("TestStream {id}: unknown PCollection {output}"))
         })?;
-        if pc.coder_id == element_coder {
+        if crate::coders::same_coder(&c.coders, &pc.coder_id, &element_coder) {
             continue;
         }
         let raw = format!("{id}{TRANSCODE_MARKER}out{n}");

@@ -86,12 +86,13 @@ fn parse_trigger(t: &beam::Trigger) -> std::result::Result<Trigger, String> {
     let many = |subs: &[beam::Trigger]| -> std::result::Result<Vec<Trigger>, String> {
         subs.iter().map(parse_trigger).collect()
     };
-    let boxed = |sub: Option<&beam::Trigger>, what: &str| -> std::result::Result<Box<Trigger>, String> {
-        sub.map(parse_trigger)
-            .transpose()?
-            .map(Box::new)
-            .ok_or_else(|| format!("trigger {what} without its subtrigger"))
-    };
+    let boxed =
+        |sub: Option<&beam::Trigger>, what: &str| -> std::result::Result<Box<Trigger>, String> {
+            sub.map(parse_trigger)
+                .transpose()?
+                .map(Box::new)
+                .ok_or_else(|| format!("trigger {what} without its subtrigger"))
+        };
     Ok(match t.trigger.as_ref() {
         None | Some(T::Default(_)) => Trigger::Default,
         Some(T::Always(_)) => Trigger::Always,
@@ -117,8 +118,18 @@ fn parse_trigger(t: &beam::Trigger) -> std::result::Result<Trigger, String> {
             Trigger::AfterProcessingTime { delay_ms, align }
         }
         Some(T::AfterEndOfWindow(e)) => Trigger::AfterEndOfWindow {
-            early: e.early_firings.as_deref().map(parse_trigger).transpose()?.map(Box::new),
-            late: e.late_firings.as_deref().map(parse_trigger).transpose()?.map(Box::new),
+            early: e
+                .early_firings
+                .as_deref()
+                .map(parse_trigger)
+                .transpose()?
+                .map(Box::new),
+            late: e
+                .late_firings
+                .as_deref()
+                .map(parse_trigger)
+                .transpose()?
+                .map(Box::new),
         },
         Some(T::Repeat(r)) => Trigger::Repeatedly(boxed(r.subtrigger.as_deref(), "Repeatedly")?),
         Some(T::AfterEach(a)) => Trigger::AfterEach(many(&a.subtriggers)?),

@@ -11,8 +11,7 @@ use std::collections::{BTreeSet, HashMap};
 use weir_model::Coder;
 use weir_plan::{
     plan, Accumulation, OutputTime, Plan, PlanError, PlanOptions, SdkStage, SideInputKind, Stage,
-    StageKind, TestStreamEvent, Trigger,
-    WindowFn,
+    StageKind, TestStreamEvent, Trigger, WindowFn,
 };
 use weir_proto::beam;
 use weir_proto::prost::Message;
@@ -293,7 +292,11 @@ fn check_invariants(p: &Plan) {
         .filter(|s| {
             matches!(
                 s.kind,
-                StageKind::Sdk(_) | StageKind::GroupByKey { merge_windows: Some(_), .. }
+                StageKind::Sdk(_)
+                    | StageKind::GroupByKey {
+                        merge_windows: Some(_),
+                        ..
+                    }
             )
         })
         .map(|s| s.id.as_str())
@@ -1226,7 +1229,10 @@ fn on_window_expiration_must_name_a_timer_family_of_the_dofn() {
     spec.payload = payload.encode_to_vec();
     match plan_err(&pipeline) {
         PlanError::Invalid(message) => {
-            assert!(message.contains(&id) && message.contains("no-such-family"), "{message}");
+            assert!(
+                message.contains(&id) && message.contains("no-such-family"),
+                "{message}"
+            );
         }
         other => panic!("expected Invalid, got {other:?}"),
     }
@@ -1250,8 +1256,15 @@ fn custom_merging_windowfn_gets_a_merge_windows_stage() {
         .iter()
         .enumerate()
         .find_map(|(i, s)| match &s.kind {
-            StageKind::GroupByKey { input, merge_windows, .. } if s.name == "Group" => {
-                assert_eq!(p.graph.pcollections[*input].windowing.window_fn, WindowFn::CustomMerging);
+            StageKind::GroupByKey {
+                input,
+                merge_windows,
+                ..
+            } if s.name == "Group" => {
+                assert_eq!(
+                    p.graph.pcollections[*input].windowing.window_fn,
+                    WindowFn::CustomMerging
+                );
                 Some((i, merge_windows.clone().expect("a merge stage")))
             }
             StageKind::GroupByKey { merge_windows, .. } => {
@@ -1281,15 +1294,24 @@ fn custom_merging_windowfn_gets_a_merge_windows_stage() {
     // pickle unwrapped from Python's BytesValue (what Python's SDK harness
     // reads: see merge_windows.rs).
     let c = pipeline.components.as_ref().unwrap();
-    let group = c.transforms.values().find(|t| t.unique_name == "Group").unwrap();
-    let ws = &c.windowing_strategies[&c.pcollections[group.inputs.values().next().unwrap()].windowing_strategy_id];
+    let group = c
+        .transforms
+        .values()
+        .find(|t| t.unique_name == "Group")
+        .unwrap();
+    let ws = &c.windowing_strategies
+        [&c.pcollections[group.inputs.values().next().unwrap()].windowing_strategy_id];
     let original = ws.window_fn.as_ref().unwrap();
-    let spec = beam::FunctionSpec::decode(merge_t.spec.as_ref().unwrap().payload.as_slice()).unwrap();
+    let spec =
+        beam::FunctionSpec::decode(merge_t.spec.as_ref().unwrap().payload.as_slice()).unwrap();
     assert_eq!(spec.urn, "beam:window_fn:pickled_python:v1");
     assert_eq!(original.urn, spec.urn);
     assert_eq!(original.payload[0], 0x0a, "BytesValue field 1");
     let pickle = Vec::<u8>::decode(original.payload.as_slice()).unwrap();
-    assert!(pickle.starts_with(b"QlpoOTFBWSZTW"), "base64 of a bz2 stream");
+    assert!(
+        pickle.starts_with(b"QlpoOTFBWSZTW"),
+        "base64 of a bz2 stream"
+    );
     assert_eq!(spec.payload, pickle);
     // Wiring: source -> merge_windows -> sink.
     let unmerged = &source.outputs["out"];
@@ -1299,16 +1321,28 @@ fn custom_merging_windowfn_gets_a_merge_windows_stage() {
     // Coders: spell them out as URN trees.
     fn tree(coders: &HashMap<String, beam::Coder>, id: &str) -> String {
         let c = &coders[id];
-        let urn = c.spec.as_ref().unwrap().urn.trim_start_matches("beam:coder:").trim_end_matches(":v1");
+        let urn = c
+            .spec
+            .as_ref()
+            .unwrap()
+            .urn
+            .trim_start_matches("beam:coder:")
+            .trim_end_matches(":v1");
         if c.component_coder_ids.is_empty() {
             urn.to_string()
         } else {
-            let parts: Vec<String> = c.component_coder_ids.iter().map(|x| tree(coders, x)).collect();
+            let parts: Vec<String> = c
+                .component_coder_ids
+                .iter()
+                .map(|x| tree(coders, x))
+                .collect();
             format!("{urn}({})", parts.join(", "))
         }
     }
     let port = |t: &beam::PTransform| {
-        beam::RemoteGrpcPort::decode(t.spec.as_ref().unwrap().payload.as_slice()).unwrap().coder_id
+        beam::RemoteGrpcPort::decode(t.spec.as_ref().unwrap().payload.as_slice())
+            .unwrap()
+            .coder_id
     };
     assert_eq!(
         tree(&d.coders, &port(source)),
@@ -1318,9 +1352,15 @@ fn custom_merging_windowfn_gets_a_merge_windows_stage() {
         tree(&d.coders, &port(sink)),
         "windowed_value(kv(bytes, kv(iterable(interval_window), iterable(kv(interval_window, iterable(interval_window))))), global_window)"
     );
-    assert_eq!(tree(&d.coders, &d.pcollections[unmerged].coder_id), "kv(bytes, iterable(interval_window))");
+    assert_eq!(
+        tree(&d.coders, &d.pcollections[unmerged].coder_id),
+        "kv(bytes, iterable(interval_window))"
+    );
     let strategy = &d.windowing_strategies[&d.pcollections[merged].windowing_strategy_id];
-    assert_eq!(strategy.window_fn.as_ref().unwrap().urn, "beam:window_fn:global_windows:v1");
+    assert_eq!(
+        strategy.window_fn.as_ref().unwrap().urn,
+        "beam:window_fn:global_windows:v1"
+    );
     assert_eq!(tree(&d.coders, &strategy.window_coder_id), "global_window");
     assert!(p.environments.contains_key(ENV_ID));
 }
@@ -1451,17 +1491,25 @@ fn test_stream_events_and_trigger_tree() {
                     .collect::<Vec<_>>()
                     .join(",")
             ),
-            TestStreamEvent::Watermark { output, to } => format!("watermark[{output}]:{}", to.millis()),
+            TestStreamEvent::Watermark { output, to } => {
+                format!("watermark[{output}]:{}", to.millis())
+            }
             TestStreamEvent::ProcessingTime { advance_ms } => format!("processing:+{advance_ms}"),
         })
         .collect();
     assert_eq!(summary.len(), 5, "{summary:?}");
     // Values are Python-pickled tuples, length-prefixed on Weir's wire.
-    assert!(summary[0].starts_with("elements[0]:07") && summary[0].ends_with("@1000"), "{summary:?}");
+    assert!(
+        summary[0].starts_with("elements[0]:07") && summary[0].ends_with("@1000"),
+        "{summary:?}"
+    );
     assert_eq!(summary[1], "watermark[0]:10000");
     assert_eq!(summary[2], "processing:+5000");
     assert!(summary[3].ends_with("@2000"), "{summary:?}");
-    assert_eq!(summary[4], format!("watermark[0]:{}", weir_model::Timestamp::MAX.millis()));
+    assert_eq!(
+        summary[4],
+        format!("watermark[0]:{}", weir_model::Timestamp::MAX.millis())
+    );
     let StageKind::GroupByKey { input, .. } = p.graph.stages[2].kind else {
         unreachable!()
     };
@@ -1548,11 +1596,14 @@ fn drain_truncates_restrictions_before_processing() {
         "{urns_in_order:?}"
     );
     let truncate = "beam:transform:sdf_truncate_sized_restrictions:v1";
-    let has_truncate = |d: &beam::ProcessBundleDescriptor| {
-        d.transforms.values().any(|t| urn_of(t) == truncate)
-    };
+    let has_truncate =
+        |d: &beam::ProcessBundleDescriptor| d.transforms.values().any(|t| urn_of(t) == truncate);
     // Drained from the start, no stage needs a separate drain variant.
-    assert!(p.graph.stages.iter().all(|s| !matches!(&s.kind, StageKind::Sdk(sdk) if sdk.drain_descriptor_id.is_some())));
+    assert!(p
+        .graph
+        .stages
+        .iter()
+        .all(|s| !matches!(&s.kind, StageKind::Sdk(sdk) if sdk.drain_descriptor_id.is_some())));
 
     // Not drained: the stage's own descriptor has no truncation, but its
     // drain variant (for a drain later on) truncates the stage input before
@@ -1576,8 +1627,16 @@ fn drain_truncates_restrictions_before_processing() {
     assert_eq!(&variant.id, drain_id);
     assert_eq!(variant.transforms.len(), main.transforms.len() + 1);
     let input = pc_id(&undrained, sdk.input);
-    let (_, t) = variant.transforms.iter().find(|(_, t)| urn_of(t) == truncate).expect("truncate");
-    assert!(t.unique_name.ends_with("/TruncateRestriction"), "{}", t.unique_name);
+    let (_, t) = variant
+        .transforms
+        .iter()
+        .find(|(_, t)| urn_of(t) == truncate)
+        .expect("truncate");
+    assert!(
+        t.unique_name.ends_with("/TruncateRestriction"),
+        "{}",
+        t.unique_name
+    );
     assert!(t.inputs.values().any(|pc| pc == input));
     let truncated = t.outputs["out"].clone();
     let process = variant
@@ -1587,7 +1646,10 @@ fn drain_truncates_restrictions_before_processing() {
         .unwrap();
     assert!(process.inputs.values().any(|pc| *pc == truncated));
     assert!(!process.inputs.values().any(|pc| pc == input));
-    assert_eq!(variant.pcollections[&truncated].coder_id, variant.pcollections[input].coder_id);
+    assert_eq!(
+        variant.pcollections[&truncated].coder_id,
+        variant.pcollections[input].coder_id
+    );
     // Source and sinks are the stage's own.
     for id in std::iter::once(&sdk.input_transform_id).chain(&sdk.output_transform_ids) {
         assert_eq!(variant.transforms[id], main.transforms[id]);
@@ -1614,17 +1676,32 @@ fn side_input_window_fn() {
     let with_window_fn = |urn: &str, payload: Vec<u8>| {
         let mut p = pipeline.clone();
         let c = p.components.as_mut().expect("components");
-        let side = c.pcollections.get_mut("ref_PCollection_PCollection_8").expect("side PCollection");
+        let side = c
+            .pcollections
+            .get_mut("ref_PCollection_PCollection_8")
+            .expect("side PCollection");
         let mut ws = c.windowing_strategies[&side.windowing_strategy_id].clone();
-        ws.window_fn = Some(beam::FunctionSpec { urn: urn.into(), payload });
+        ws.window_fn = Some(beam::FunctionSpec {
+            urn: urn.into(),
+            payload,
+        });
         c.windowing_strategies.insert("side_ws".into(), ws);
         side.windowing_strategy_id = "side_ws".into();
         plan_ok(&p)
     };
-    let fixed = beam::FixedWindowsPayload { size: Some(duration(10_000)), offset: Some(at(3_500)) };
+    let fixed = beam::FixedWindowsPayload {
+        size: Some(duration(10_000)),
+        offset: Some(at(3_500)),
+    };
     assert_eq!(
-        side_of(&with_window_fn("beam:window_fn:fixed_windows:v1", fixed.encode_to_vec())),
-        SideWindowFn::Fixed { size_ms: 10_000, offset_ms: 3_500 }
+        side_of(&with_window_fn(
+            "beam:window_fn:fixed_windows:v1",
+            fixed.encode_to_vec()
+        )),
+        SideWindowFn::Fixed {
+            size_ms: 10_000,
+            offset_ms: 3_500
+        }
     );
     let sliding = beam::SlidingWindowsPayload {
         size: Some(duration(10_000)),
@@ -1632,13 +1709,26 @@ fn side_input_window_fn() {
         period: Some(duration(2_500)),
     };
     assert_eq!(
-        side_of(&with_window_fn("beam:window_fn:sliding_windows:v1", sliding.encode_to_vec())),
-        SideWindowFn::Sliding { size_ms: 10_000, period_ms: 2_500, offset_ms: 0 }
+        side_of(&with_window_fn(
+            "beam:window_fn:sliding_windows:v1",
+            sliding.encode_to_vec()
+        )),
+        SideWindowFn::Sliding {
+            size_ms: 10_000,
+            period_ms: 2_500,
+            offset_ms: 0
+        }
     );
     // A zero size cannot map windows: opaque.
-    let broken = beam::FixedWindowsPayload { size: None, offset: None };
+    let broken = beam::FixedWindowsPayload {
+        size: None,
+        offset: None,
+    };
     assert_eq!(
-        side_of(&with_window_fn("beam:window_fn:fixed_windows:v1", broken.encode_to_vec())),
+        side_of(&with_window_fn(
+            "beam:window_fn:fixed_windows:v1",
+            broken.encode_to_vec()
+        )),
         SideWindowFn::Other
     );
 }

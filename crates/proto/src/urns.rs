@@ -73,6 +73,10 @@ pub mod coder {
     pub const ROW: &str = "beam:coder:row:v1";
     pub const SHARDED_KEY: &str = "beam:coder:sharded_key:v1";
     pub const NULLABLE: &str = "beam:coder:nullable:v1";
+    /// A Go SDK custom coder (`graphx.urnCustomCoder`); the Go SDK always
+    /// writes it inside a `length_prefix` coder, and its element encoders
+    /// write the length prefix themselves.
+    pub const GO_CUSTOM: &str = "beam:go:coder:custom:v1";
     /// A coder the Java SDK serialized (Beam Java's `CoderTranslation`):
     /// the payload is the coder object, Java-serialized and compressed by
     /// snappy-java.

@@ -5,6 +5,9 @@
 //! `weir-follow: false` ([`weir_jobs::service::FOLLOW_HEADER`]) to get a
 //! job's history without following it, and leaves it out for `logs --follow`.
 //! Another Beam job server ignores the header and follows the job instead.
+//! `logs` also sends `weir-logs: all` ([`weir_jobs::service::LOGS_HEADER`])
+//! to get every SDK log entry, not only the warnings and errors that the
+//! message stream carries.
 
 use std::collections::BTreeMap;
 
@@ -296,11 +299,15 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
             let request = beam::JobMessagesRequest {
                 job_id: job_id.clone(),
             };
-            let request = if follow {
+            let mut request = if follow {
                 tonic::Request::new(request)
             } else {
                 history_only(request)
             };
+            request.metadata_mut().insert(
+                weir_jobs::service::LOGS_HEADER,
+                tonic::metadata::MetadataValue::from_static("all"),
+            );
             let mut stream = client.get_message_stream(request).await?.into_inner();
             while let Some(event) = stream.next().await {
                 match event?.response {

@@ -115,9 +115,10 @@ struct BootArgs {
     /// The java launcher (default: $JAVA_HOME/bin/java, else java on the PATH).
     #[arg(long = "java_bin")]
     java_bin: Option<String>,
-    /// Folder for the worker's staged artifacts (Python's flag name; Beam's Go and
-    /// Java boot programs call it --semi_persist_dir, accepted too).
-    #[arg(long = "semi_persistent_directory", alias = "semi_persist_dir")]
+    /// Folder for the worker's staged artifacts (Beam's container contract
+    /// spells it `--semi_persist_dir`; Python's `--semi_persistent_directory`
+    /// is accepted too).
+    #[arg(long = "semi_persist_dir", alias = "semi_persistent_directory")]
     semi_persistent_directory: Option<PathBuf>,
     /// Passed by runners per Beam's container contract; read from provision info instead.
     #[arg(long = "logging_endpoint", hide = true)]
@@ -203,4 +204,42 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     weir_jobs::serve(listener, config)
         .await
         .context("gRPC server failed")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn boot_dir(args: &[&str]) -> Option<PathBuf> {
+        let cli = Cli::try_parse_from(args).expect("weir boot arguments parse");
+        match cli.command {
+            Some(Command::Boot(b)) => b.semi_persistent_directory,
+            _ => panic!("not parsed as `weir boot`"),
+        }
+    }
+
+    #[test]
+    fn boot_takes_the_container_contracts_flags_and_pythons_spelling() {
+        // What Weir's PROCESS launcher passes (Beam's container contract).
+        let contract = [
+            "weir",
+            "boot",
+            "--id=job-1-worker-1",
+            "--provision_endpoint=localhost:1",
+            "--logging_endpoint=localhost:1",
+            "--artifact_endpoint=localhost:1",
+            "--control_endpoint=localhost:1",
+            "--semi_persist_dir=/tmp/w1",
+        ];
+        assert_eq!(boot_dir(&contract), Some(PathBuf::from("/tmp/w1")));
+        // Python's spelling, as older Weir launchers passed it.
+        let python = [
+            "weir",
+            "boot",
+            "--id=w",
+            "--provision_endpoint=localhost:1",
+            "--semi_persistent_directory=/tmp/w2",
+        ];
+        assert_eq!(boot_dir(&python), Some(PathBuf::from("/tmp/w2")));
+    }
 }

@@ -1,9 +1,11 @@
 //! `BeamFnLogging` (beam_fn_api.proto): SDK log entries go to Weir's log and,
-//! through the worker's [`crate::LogSink`], to the job's messages (which keep
-//! the last entries of each job; `weir jobs logs` reads them). Every
-//! severity is forwarded: DEBUG entries arrive only when the pipeline asks
-//! for them (`--default_sdk_harness_log_level=DEBUG`). The text is
-//! `[<worker id>] <message>`, plus ` (<transform id>)` when the SDK names the
+//! through the job's SDK log sink ([`FnApi::set_sdk_log`]), to the job's logs
+//! (which keep the last entries of each job; `weir jobs logs` reads them).
+//! Every severity is forwarded: DEBUG entries arrive only when the pipeline
+//! asks for them (`--default_sdk_harness_log_level=DEBUG`). Which of them the
+//! job's message stream carries is the job's choice (warnings and errors
+//! only; see `weir_jobs::registry::Job::sdk_log`). The text is `[<worker
+//! id>] <message>`, plus ` (<transform id>)` when the SDK names the
 //! transform, plus the traceback.
 
 use std::sync::Arc;
@@ -27,6 +29,7 @@ impl beam::beam_fn_logging_server::BeamFnLogging for LoggingService {
     ) -> Result<tonic::Response<Self::LoggingStream>, tonic::Status> {
         let worker = known_worker(&self.0, &request)?;
         let mut inbound = request.into_inner();
+        let fn_api = self.0.clone();
         tokio::spawn(async move {
             while let Some(Ok(list)) = inbound.next().await {
                 for e in list.log_entries {
@@ -51,7 +54,9 @@ impl beam::beam_fn_logging_server::BeamFnLogging for LoggingService {
                         WorkerLog::Info => tracing::info!(worker = %worker.id, "{text}"),
                         WorkerLog::Debug => tracing::debug!(worker = %worker.id, "{text}"),
                     }
-                    (worker.log)(level, format!("[{}] {text}", worker.id));
+                    if let Some(sink) = fn_api.sdk_log(&worker.job_id) {
+                        sink(level, format!("[{}] {text}", worker.id));
+                    }
                 }
             }
         });
