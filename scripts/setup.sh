@@ -67,4 +67,7 @@ fi
 # --- Java runner and harness jars -------------------------------------------
 bash "$REPO/scripts/setup_java.sh"
 
-say "ready: $REPO/target/release/weir, $VENV/bin/python, $REPO/java/target"
+# --- Go test drivers, Beam's Go boot program and integration tests ----------
+bash "$REPO/scripts/setup_go.sh"
+
+say "ready: $REPO/target/release/weir, $VENV/bin/python, $REPO/java/target, $REPO/go/bin"
