@@ -37,6 +37,19 @@ REPO = os.path.dirname(BENCH)
 RUNNERS = ('weir', 'prism')
 
 
+def read_output(prefix):
+  """Lines written at `prefix` (Go's textio: one file) or its shards
+  `prefix-*-of-*` (Java's TextIO), as (files, Counter)."""
+  import collections
+  import glob
+  files = sorted(glob.glob(prefix) + glob.glob(prefix + '-*-of-*'))
+  lines = collections.Counter()
+  for name in files:
+    with open(name, encoding='utf-8') as f:
+      lines.update(f.read().splitlines())
+  return files, lines
+
+
 def start_runner(name, weir_bin, prism_bin, out_dir):
   """Starts a job server; returns (process, endpoint, log file)."""
   port = wb.free_port()
@@ -135,7 +148,7 @@ def main():
         wb.log('  %.1f s wall, runner %.1f CPU s, SDK %.1f CPU s' % (
             r['wall'], r['runner_cpu'], r['sdk_cpu']))
         results[(lang, runner)].append(r)
-        files, lines = wb.read_output(r['prefix'])
+        files, lines = read_output(r['prefix'])
         if not files:
           raise SystemExit('%s on %s wrote no output at %s-*' % (lang, runner, r['prefix']))
         outputs.setdefault((lang, runner), lines)
