@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Weir's full test run (what CI runs): build + venv, the Rust tests, the
+# Java runner's unit tests (java/src/test), the
 # end-to-end tests (Python, Java, Go pipelines) against target/release/weir,
 # and Beam's conformance suites listed in the ledgers: Python PrismRunnerTest
 # (conformance/ledger.txt), Java ValidatesRunner (conformance/java_ledger.txt),
@@ -31,6 +32,7 @@ step() {
 }
 
 step "cargo test" cargo test --release --workspace
+step "java unit tests" mvn -B -q -f java/pom.xml test
 step "e2e tests" .venv/bin/python -m pytest -p no:cacheprovider --timeout=900 -rfEs tests/e2e
 step "conformance ledger (Python)" bash conformance/run.sh ledger
 step "conformance ledger (Java)" bash conformance/java.sh ledger
