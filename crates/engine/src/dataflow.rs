@@ -1250,7 +1250,7 @@ fn sdk_stage<'s>(
                 let watermark = watermark_of(frontier.frontier().as_ref());
                 let now = ctx.clock.now();
                 let streaming = ctx.graph.streaming;
-                let fired = st.timers.take_ready(|event_time, fire| {
+                let fired = st.timers.take_ready(sdk.window_expiration_family, |event_time, fire| {
                     if event_time {
                         watermark > fire
                     } else {
