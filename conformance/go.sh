@@ -23,7 +23,8 @@
 # Ledger lines are `ENV PACKAGE.TEST`, e.g. `LOOPBACK primitives.TestFlatten`.
 # Environment: WEIR_BIN (default target/release/weir), WEIR_GO_TIMEOUT
 # (seconds per test, default 150), WEIR_GO_ENVS (for `all`, default
-# "LOOPBACK PROCESS"), WEIR_GO_FILTER (for `all`: a regex of test names).
+# "LOOPBACK PROCESS"), WEIR_GO_FILTER (for `all`: a regex of test names),
+# WEIR_GO_OUT (logs, default out/conformance-go), WEIR_GO_PASSING (for `all`).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -31,12 +32,12 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../scripts/lib.sh"
 GOBIN="$REPO/go/bin"
 LEDGER="$HERE/go_ledger.txt"
-PASSING="$HERE/go-last-run-passing.txt"
-OUT="$REPO/out/conformance-go"
+PASSING="${WEIR_GO_PASSING:-$HERE/go-last-run-passing.txt}"
+OUT="${WEIR_GO_OUT:-$REPO/out/conformance-go}"
 TIMEOUT="${WEIR_GO_TIMEOUT:-150}"
 PACKAGES=(primitives wordcount synthetic)
 
-usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "[go-conformance] ERROR: $*" >&2; exit 1; }
 
 mode="${1:-}"
