@@ -20,10 +20,12 @@
 #   conformance/go.sh test ENV PKG.TEST...
 #                                     run the named tests, showing their output
 #
-# Ledger lines are `ENV PACKAGE.TEST`, e.g. `LOOPBACK primitives.TestFlatten`.
+# Ledger lines are `ENV PACKAGE.TEST [slow]`, e.g. `LOOPBACK primitives.TestFlatten`;
+# `ledger` skips the ones marked slow unless WEIR_GO_SLOW=1.
 # Environment: WEIR_BIN (default target/release/weir), WEIR_GO_TIMEOUT
 # (seconds per test, default 150), WEIR_GO_ENVS (for `all`, default
-# "LOOPBACK PROCESS"), WEIR_GO_FILTER (for `all`: a regex of test names).
+# "LOOPBACK PROCESS"), WEIR_GO_FILTER (for `all`: a regex of test names),
+# WEIR_GO_OUT (logs, default out/conformance-go), WEIR_GO_PASSING (for `all`).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -31,12 +33,12 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../scripts/lib.sh"
 GOBIN="$REPO/go/bin"
 LEDGER="$HERE/go_ledger.txt"
-PASSING="$HERE/go-last-run-passing.txt"
-OUT="$REPO/out/conformance-go"
+PASSING="${WEIR_GO_PASSING:-$HERE/go-last-run-passing.txt}"
+OUT="${WEIR_GO_OUT:-$REPO/out/conformance-go}"
 TIMEOUT="${WEIR_GO_TIMEOUT:-150}"
 PACKAGES=(primitives wordcount synthetic)
 
-usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "[go-conformance] ERROR: $*" >&2; exit 1; }
 
 mode="${1:-}"
@@ -116,9 +118,16 @@ case "$mode" in
     for p in "${PACKAGES[@]}"; do
       while read -r t; do known[$p.$t]=1; done < <(list "$p")
     done
+    selected=0
     for l in "${lines[@]}"; do
-      read -r env name <<<"$l"
+      read -r env name tag <<<"$l"
       case "$env" in LOOPBACK|PROCESS) ;; *) die "ledger line without LOOPBACK/PROCESS: $l" ;; esac
+      case "${tag:-}" in
+        "") ;;
+        slow) [ "${WEIR_GO_SLOW:-0}" = 1 ] || continue ;;
+        *) die "ledger line with an unknown mark (only 'slow'): $l" ;;
+      esac
+      selected=$((selected + 1))
       [ -n "${known[$name]:-}" ] || die "ledger names an unknown test: $name"
       pkg="${name%%.*}"
       t="${name#*.}"
@@ -128,7 +137,7 @@ case "$mode" in
         groups["$env $pkg"]+="${groups["$env $pkg"]:+|}$t"
       fi
     done
-    echo "[go-conformance] running the ledger's ${#lines[@]} test(s) against $WEIR"
+    echo "[go-conformance] running $selected of the ledger's ${#lines[@]} test(s) against $WEIR (WEIR_GO_SLOW=1: the slow ones too)"
     failed=()
     start=$(date +%s)
     for g in $(printf '%s\n' "${!groups[@]}" | sort | tr ' ' '~'); do
@@ -150,10 +159,10 @@ case "$mode" in
     echo "[go-conformance] $(( $(date +%s) - start )) s; weir log $(wc -c <"$WEIR_LOG") bytes"
     if [ "${#failed[@]}" -gt 0 ]; then
       printf '[go-conformance] FAILED: %s\n' "${failed[@]}" >&2
-      echo "$(( ${#lines[@]} - ${#failed[@]} )) passed, ${#failed[@]} failed"
+      echo "$(( selected - ${#failed[@]} )) passed, ${#failed[@]} failed"
       exit 1
     fi
-    echo "${#lines[@]} passed, 0 failed"
+    echo "$selected passed, 0 failed"
     ;;
 
   all)

@@ -88,9 +88,20 @@ pub struct BundlePolicy {
     /// does not move for this long is taken to be stuck on one element; its
     /// SDK harness is restarted and the bundle retried.
     pub element_processing_timeout: Option<Duration>,
+    /// The job's drain flag (DrainJob): once set, a running bundle of a
+    /// splittable stage is checkpointed (`ProcessBundleSplitRequest` with
+    /// fraction_of_remainder 0) and its residual handed to the engine,
+    /// which sends it through the stage's drain descriptor (the SDF's
+    /// `TruncateRestriction`). Without it an SDF that never stops claiming
+    /// (Go's TestDrain) kept its bundle, and the job stayed DRAINING.
+    pub drain: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl BundlePolicy {
+    fn draining(&self) -> bool {
+        self.drain.as_ref().is_some_and(|d| d.load(Ordering::SeqCst))
+    }
+
     /// Whether a bundle that failed `attempts` times is tried again.
     pub fn retries_after(&self, attempts: usize) -> bool {
         self.streaming || attempts < MAX_ATTEMPTS
@@ -527,7 +538,8 @@ impl Inner {
         mut response: tokio::sync::oneshot::Receiver<beam::InstructionResponse>,
     ) -> Result<beam::InstructionResponse, Failure> {
         let gone = || Failure::Error(format!("SDK harness {} went away", worker.id));
-        let splittable = stage.splittable && request.input.len() == 1;
+        let drainable = stage.splittable && self.policy.drain.is_some();
+        let splittable = stage.splittable && request.input.len() == 1 || drainable;
         // Progress is watched only with an element processing timeout.
         let watch = self
             .policy
@@ -548,7 +560,13 @@ impl Inner {
                 r = &mut response => return r.map_err(|_| gone()),
                 _ = tokio::time::sleep(tick) => {}
             }
-            if splittable {
+            if drainable && self.policy.draining() {
+                if splits < MAX_SPLITS_PER_BUNDLE {
+                    splits = MAX_SPLITS_PER_BUNDLE;
+                    self.split(worker, instruction_id, request, stage, bundle, 0.0, splits)
+                        .await?;
+                }
+            } else if splittable && request.input.len() == 1 {
                 splits = self
                     .maybe_split(worker, instruction_id, request, stage, bundle, splits)
                     .await?;
@@ -680,17 +698,37 @@ impl Inner {
             return Ok(splits);
         }
         splits += 1;
+        self.split(worker, instruction_id, request, stage, bundle, 0.5, splits)
+            .await?;
+        Ok(splits)
+    }
+
+    /// Asks the SDK to split the running bundle, keeping
+    /// `fraction_of_remainder` of what is left (0: a checkpoint, everything
+    /// not yet claimed goes to the residual), and hands the residuals (and
+    /// the input elements the SDK has not started) to the engine.
+    #[allow(clippy::too_many_arguments)]
+    async fn split(
+        &self,
+        worker: &Worker,
+        instruction_id: &str,
+        request: &BundleRequest,
+        stage: &weir_plan::SdkStage,
+        bundle: &BundleState,
+        fraction_of_remainder: f64,
+        nth: u32,
+    ) -> Result<(), Failure> {
         let split = worker.send(beam::InstructionRequest {
-            instruction_id: format!("{instruction_id}-split-{splits}"),
+            instruction_id: format!("{instruction_id}-split-{nth}"),
             request: Some(beam::instruction_request::Request::ProcessBundleSplit(
                 beam::ProcessBundleSplitRequest {
                     instruction_id: instruction_id.to_string(),
                     desired_splits: [(
                         stage.input_transform_id.clone(),
                         beam::process_bundle_split_request::DesiredSplit {
-                            fraction_of_remainder: 0.5,
+                            fraction_of_remainder,
                             allowed_split_points: vec![],
-                            estimated_input_elements: 1,
+                            estimated_input_elements: request.input.len() as i64,
                         },
                     )]
                     .into_iter()
@@ -706,24 +744,27 @@ impl Inner {
         };
         let Some(beam::instruction_response::Response::ProcessBundleSplit(split)) = split.response
         else {
-            return Ok(splits); // the bundle finished first, or the SDK declined
+            return Ok(()); // the bundle finished first, or the SDK declined
         };
         let mut residuals = residual_elements(split.residual_roots, stage)?.elements;
-        // A split at the element boundary leaves the (single) input element
-        // to the runner: schedule it again as a whole.
-        let element_returned = split
+        // Input elements from the first residual one on are left to the
+        // runner (a split at the element boundary returns the element the
+        // SDK was at): schedule them again as a whole.
+        if let Some(first) = split
             .channel_splits
             .iter()
-            .any(|c| c.transform_id == stage.input_transform_id && c.first_residual_element == 0);
-        if element_returned {
-            residuals.push(request.input[0].clone());
+            .filter(|c| c.transform_id == stage.input_transform_id)
+            .map(|c| c.first_residual_element.max(0) as usize)
+            .min()
+        {
+            residuals.extend(request.input.iter().skip(first).cloned());
         }
         if !residuals.is_empty() {
-            tracing::info!(worker = %worker.id, bundle = %instruction_id, "split off {} residual(s)", residuals.len());
+            tracing::info!(worker = %worker.id, bundle = %instruction_id, "split off {} residual(s) (fraction of remainder {fraction_of_remainder})", residuals.len());
             bundle.split_handed_over.store(true, Ordering::Relaxed);
             (request.on_split)(residuals);
         }
-        Ok(splits)
+        Ok(())
     }
 
     async fn exchange(

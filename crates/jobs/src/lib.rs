@@ -72,7 +72,19 @@ pub async fn serve(
         );
     let router = weir_harness::services::add_to(router, &fn_api);
     let _keep: Arc<JobRegistry> = registry;
-    router
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-        .await
+    // TCP_NODELAY on every connection: SDK harnesses wait for each state
+    // response before their next request, and with Nagle's algorithm
+    // against the client's delayed ACKs every small response waited ~40 ms
+    // (Beam Go's timer tests, one state read and write per element, took
+    // 30-60 s instead of 1-2).
+    let incoming = tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        |conn| {
+            if let Ok(c) = &conn {
+                let _ = c.set_nodelay(true);
+            }
+            conn
+        },
+    );
+    router.serve_with_incoming(incoming).await
 }

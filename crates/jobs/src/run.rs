@@ -147,6 +147,7 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         BundlePolicy {
             streaming: job.validated.streaming,
             element_processing_timeout: job.validated.element_processing_timeout,
+            drain: Some(job.drain.clone()),
         },
     );
     let notice_job = job.clone();
