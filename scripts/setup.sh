@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Prepares a checkout of Weir: builds the release binary and the Python venv.
-# Idempotent: a second run only re-runs `cargo build` (a no-op when nothing
-# changed) and skips pip while python/requirements.txt is unchanged.
+# Prepares a checkout of Weir: builds the release binary, the Python venv and
+# the Java runner (scripts/setup_java.sh). Idempotent: a second run only
+# re-runs `cargo build` (a no-op when nothing changed), skips pip while
+# python/requirements.txt is unchanged and Maven while java/ is unchanged.
 #
 # Environment:
 #   WEIR_SKIP_BUILD=1   don't run cargo build (use the binary that is there)
+#   WEIR_SKIP_JAVA=1    don't build the Java runner
 #   PYTHON=python3.x    interpreter used to create .venv (default: python3)
 set -euo pipefail
 
@@ -62,4 +64,10 @@ else
   printf '%s\n' "$want" > "$STAMP"
 fi
 
-say "ready: $REPO/target/release/weir, $VENV/bin/python"
+# --- Java runner and harness jars -------------------------------------------
+bash "$REPO/scripts/setup_java.sh"
+
+# --- Go test drivers, Beam's Go boot program and integration tests ----------
+bash "$REPO/scripts/setup_go.sh"
+
+say "ready: $REPO/target/release/weir, $VENV/bin/python, $REPO/java/target, $REPO/go/bin"

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Weir's full test run (what CI runs): build + venv, the Rust tests, the
-# Python end-to-end tests against target/release/weir, and the Beam
-# conformance tests listed in conformance/ledger.txt. Exits non-zero if any
+# Java runner's unit tests (java/src/test), the
+# end-to-end tests (Python, Java, Go pipelines) against target/release/weir,
+# and Beam's conformance suites listed in the ledgers: Python PrismRunnerTest
+# (conformance/ledger.txt), Java ValidatesRunner (conformance/java_ledger.txt),
+# Go integration tests (conformance/go_ledger.txt). Exits non-zero if any
 # part fails; every part runs even when an earlier one failed.
 set -euo pipefail
 
@@ -19,17 +22,21 @@ step() {
   shift
   echo
   echo "=== $name: $*"
+  local began=$SECONDS
   if "$@"; then
-    echo "=== $name: OK"
+    echo "=== $name: OK in $((SECONDS - began)) s"
   else
-    echo "=== $name: FAILED (exit $?)"
+    echo "=== $name: FAILED (exit $?) after $((SECONDS - began)) s"
     failed+=("$name")
   fi
 }
 
 step "cargo test" cargo test --release --workspace
+step "java unit tests" mvn -B -q -f java/pom.xml test
 step "e2e tests" .venv/bin/python -m pytest -p no:cacheprovider --timeout=900 -rfEs tests/e2e
-step "conformance ledger" bash conformance/run.sh ledger
+step "conformance ledger (Python)" bash conformance/run.sh ledger
+step "conformance ledger (Java)" bash conformance/java.sh ledger
+step "conformance ledger (Go)" bash conformance/go.sh ledger
 
 echo
 if [ "${#failed[@]}" -gt 0 ]; then

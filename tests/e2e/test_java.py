@@ -163,3 +163,16 @@ def test_weir_runner_starts_its_own_server(classpath, direct, tmp_path):
   # The server went away with the job.
   with pytest.raises(ConnectionRefusedError):
     socket.create_connection(('127.0.0.1', int(started.group(1))), timeout=5).close()
+
+
+def test_failed_java_job_reports_the_users_error(classpath, weir_server, tmp_path):
+  """A job that fails in user code ends FAILED, and the client shows why."""
+  missing = tmp_path / 'no-such-input.txt'
+  cmd, done = run_java(
+      classpath,
+      ['--inputFile=%s' % missing, '--output=%s' % (tmp_path / 'counts'),
+       '--runner=WeirRunner', '--jobEndpoint=%s' % weir_server.endpoint],
+      tmp_path)
+  assert done.returncode == 1, done.stderr[-6000:]
+  assert 'state FAILED' in done.stdout.splitlines(), done.stdout
+  assert 'No files matched spec: %s' % missing in done.stderr, done.stderr[-6000:]

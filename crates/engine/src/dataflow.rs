@@ -376,7 +376,7 @@ fn build<'s>(
                 streams[*output] = Some(data.to_stream(scope));
             }
             StageKind::TestStream { outputs, events } => {
-                let tagged = test_stream(scope, ctx, probe, index, events);
+                let tagged = test_stream(scope, ctx, probe, index, outputs.len(), events);
                 let parts = tagged.partition(outputs.len().max(1) as u64, |(port, e)| {
                     (u64::from(port), e)
                 });
@@ -638,14 +638,19 @@ enum Groups {
 /// events in order, each once the pipeline has processed everything before
 /// it (the probe has passed the stream's current time). Elements go out in
 /// the global window at their own timestamps, tagged with their output's
-/// port; a watermark event moves the stream's event time; a processing-time
-/// event moves the job's test clock. The stream ends (watermark +infinity)
-/// after its last event.
+/// port; a watermark event moves the watermark of its output (Beam's
+/// `AdvanceWatermark` names the output's tag), and the stream's event time
+/// is the least watermark of its outputs: every output is held back to the
+/// slowest, so no output's elements arrive late because another output's
+/// watermark moved on (Python's multi-output TestStreams advance each tag on
+/// its own). A processing-time event moves the job's test clock. The stream
+/// ends (watermark +infinity) after its last event.
 fn test_stream<'s>(
     scope: Scope<'s, Time>,
     ctx: &JobContext,
     probe: &ProbeHandle<Time>,
     index: usize,
+    outputs: usize,
     events: &[weir_plan::TestStreamEvent],
 ) -> StreamVec<'s, Time, (u32, Element)> {
     use timely::dataflow::operators::generic::operator::source;
@@ -662,7 +667,7 @@ fn test_stream<'s>(
         let activator = worker.activator_for(info.address.clone());
         let mut cap = Some(cap);
         let mut events = events;
-        let mut event_time = Timestamp::MIN;
+        let mut watermarks = vec![Timestamp::MIN; outputs.max(1)];
         let mut sequence: u64 = 0;
         // (activity counter, consecutive checks it stayed the same) while
         // the probe is held only by elements waiting for side inputs.
@@ -713,8 +718,10 @@ fn test_stream<'s>(
                         session.give((port as u32, bytes));
                     }
                 }
-                TestStreamEvent::Watermark { to, .. } => {
-                    event_time = event_time.max(to.min(Timestamp::MAX));
+                TestStreamEvent::Watermark { output: port, to } => {
+                    if let Some(w) = watermarks.get_mut(port) {
+                        *w = (*w).max(to.min(Timestamp::MAX));
+                    }
                 }
                 TestStreamEvent::ProcessingTime { advance_ms } => {
                     if let Clock::Test(t) = &ctx.clock {
@@ -723,6 +730,7 @@ fn test_stream<'s>(
                 }
             }
             sequence += 1;
+            let event_time = watermarks.iter().copied().min().unwrap_or(Timestamp::MIN);
             c.downgrade(&(time_at(event_time) | Time::from(sequence)));
             activator.activate();
         }
@@ -1242,7 +1250,7 @@ fn sdk_stage<'s>(
                 let watermark = watermark_of(frontier.frontier().as_ref());
                 let now = ctx.clock.now();
                 let streaming = ctx.graph.streaming;
-                let fired = st.timers.take_ready(|event_time, fire| {
+                let fired = st.timers.take_ready(sdk.window_expiration_family, |event_time, fire| {
                     if event_time {
                         watermark > fire
                     } else {

@@ -175,13 +175,24 @@ impl TimerStore {
 
     /// Removes the timers `ready(event_time, fire_timestamp)` accepts and
     /// returns them per family, in fire-timestamp order; `None` if there are none.
-    pub fn take_ready(&mut self, ready: impl Fn(bool, Timestamp) -> bool) -> Option<Vec<Vec<u8>>> {
+    ///
+    /// Timers of family `last` (the window-expiration family, Java's
+    /// `@OnWindowExpiration`) are only taken in a round where no timer of
+    /// another family is due: an SDK runs the timer families of one bundle
+    /// in an order of its own, and the expiration callback must see what
+    /// the window's other timers did to its state (e.g. an OrderedList
+    /// `clearRange` in an `@OnTimer`), as it runs last for its window in
+    /// Beam's model.
+    pub fn take_ready(&mut self, last: Option<usize>, ready: impl Fn(bool, Timestamp) -> bool) -> Option<Vec<Vec<u8>>> {
         let mut due: Vec<(Timestamp, TimerId)> = self
             .timers
             .iter()
             .filter(|(id, (fire, _, _))| ready(self.families[id.0].2, *fire))
             .map(|(id, (fire, _, _))| (*fire, id.clone()))
             .collect();
+        if due.iter().any(|(_, id)| Some(id.0) != last) {
+            due.retain(|(_, id)| Some(id.0) != last);
+        }
         if due.is_empty() {
             return None;
         }
@@ -246,9 +257,9 @@ mod tests {
         assert_eq!(s.len(), 2);
         // Held at the window's max timestamp (9), fired after 9 + 5.
         assert_eq!(s.min_hold(), Some(Timestamp(9)));
-        assert!(s.take_ready(|_, fire| fire < Timestamp(14)).is_none());
+        assert!(s.take_ready(None, |_, fire| fire < Timestamp(14)).is_none());
         let fired = s
-            .take_ready(|event_time, fire| event_time && fire <= Timestamp(14))
+            .take_ready(None, |event_time, fire| event_time && fire <= Timestamp(14))
             .unwrap();
         // Exactly what the SDK would write for such a timer: key, empty tag,
         // one window, set, fire 14, hold 9, no firing.
@@ -274,6 +285,31 @@ mod tests {
     }
 
     #[test]
+    fn window_expiration_timers_wait_for_the_other_families() {
+        let mut f = family();
+        f.window_coder = Coder::IntervalWindow;
+        let interval = Window::Interval { start: Timestamp(0), end: Timestamp(10) };
+        let mut s = TimerStore::new(&[f.clone(), f]);
+        // Family 0: a user timer at 5; family 1: the expiration timer (fires after 9).
+        let mut user = vec![1, b'a', 0];
+        user.extend_from_slice(&1i32.to_be_bytes());
+        interval.encode(&mut user);
+        user.push(0);
+        Timestamp(5).encode(&mut user);
+        Timestamp(5).encode(&mut user);
+        PaneInfo::NO_FIRING.encode(&mut user);
+        s.apply(0, &user).unwrap();
+        s.set_window_expiration(1, b"\x01a", &interval, 0);
+        // Both are due at once (the watermark jumped to the end): the user
+        // timer goes alone first, the expiration timer in the next round.
+        let first = s.take_ready(Some(1), |_, _| true).unwrap();
+        assert_eq!(first, vec![user, vec![]]);
+        let second = s.take_ready(Some(1), |_, _| true).unwrap();
+        assert!(second[0].is_empty() && !second[1].is_empty(), "{second:?}");
+        assert!(s.is_empty());
+    }
+
+    #[test]
     fn later_set_replaces_and_clear_removes() {
         let mut s = TimerStore::new(&[family()]);
         let mut batch = timer("a", "", Some(10));
@@ -282,8 +318,8 @@ mod tests {
         s.apply(0, &batch).unwrap();
         s.apply(0, &timer("c", "x", Some(1))).unwrap();
         s.apply(0, &timer("c", "x", None)).unwrap();
-        assert!(s.take_ready(|_, t| t < Timestamp(5)).is_none());
-        let fired = s.take_ready(|_, t| t <= Timestamp(20)).unwrap();
+        assert!(s.take_ready(None, |_, t| t < Timestamp(5)).is_none());
+        let fired = s.take_ready(None, |_, t| t <= Timestamp(20)).unwrap();
         let mut expected = timer("b", "", Some(5));
         expected.extend(timer("a", "", Some(20)));
         assert_eq!(fired, vec![expected]);

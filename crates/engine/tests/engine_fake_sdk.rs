@@ -1619,3 +1619,57 @@ fn relative_event_time_timer_fires_when_the_watermark_passes_it() {
     ];
     assert_eq!(timers_under_test_stream(events, 1000), [("hello".to_string(), 1000)]);
 }
+
+/// A TestStream keeps a watermark per output (`AdvanceWatermark` names its
+/// output's tag): moving the main output's watermark past a window does
+/// not make the side output's elements of that window late (Beam's
+/// test_multi_triggered_gbk_side_input advances `main` to 8 before it adds
+/// `side` elements at 2 and 7). A stateful stage in fixed windows would
+/// drop them as expired if it saw the main output's watermark.
+#[test]
+fn test_stream_outputs_advance_their_watermarks_on_their_own() {
+    use weir_plan::{TestStreamEvent, TimerFamily};
+    let mut g = GraphBuilder::default();
+    let main = g.pc("main", kv_coder());
+    let side = g.pc("side", kv_coder());
+    let events = vec![
+        TestStreamEvent::Watermark { output: 0, to: Timestamp(100) },
+        TestStreamEvent::Elements { output: 1, elements: vec![(kv_str_int("a", 1), Timestamp(5))] },
+        TestStreamEvent::Watermark { output: 1, to: Timestamp(100) },
+    ];
+    g.stage("TestStream", StageKind::TestStream { outputs: vec![main, side], events });
+    let fixed = Windowing {
+        window_fn: WindowFn::NonMerging,
+        allowed_lateness_ms: GC_LATENESS_MS,
+        ..Windowing::global()
+    };
+    let windowed = g.pc_windowed("windowed", kv_coder(), Coder::IntervalWindow, fixed);
+    let window_stage = g.sdk("Window", side, vec![windowed], vec![]);
+    let buffer_stage = g.sdk("Buffer", windowed, vec![], vec![]);
+    if let StageKind::Sdk(sdk) = &mut g.stages[buffer_stage].kind {
+        sdk.stateful = true;
+        sdk.timer_families = vec![TimerFamily {
+            transform_id: "Buffer-transform".into(),
+            family_id: "flush".into(),
+            key_coder: Coder::StringUtf8,
+            window_coder: Coder::IntervalWindow,
+            event_time: true,
+        }];
+    }
+    let mut graph = (*g.build()).clone();
+    graph.streaming = true;
+    let sdk = GcSdk { window_stage, buffer_stage, state: Arc::default(), log: Arc::default() };
+    let (tx, rx) = mpsc::channel();
+    let processor = sdk.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(run_job(Arc::new(graph), Arc::new(processor), config(1, 100), no_cancel()));
+    });
+    rx.recv_timeout(Duration::from_secs(30)).expect("job finishes").expect("job succeeds");
+    let log = sdk.log.lock().unwrap().clone();
+    let seen: Vec<&GcEvent> = log.iter().filter(|e| !matches!(e, GcEvent::Expire(..))).collect();
+    assert_eq!(
+        seen,
+        [&GcEvent::Element("a".into(), 0, 1), &GcEvent::Timer("a".into(), 0, vec![1])],
+        "{log:?}"
+    );
+}

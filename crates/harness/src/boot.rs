@@ -157,9 +157,10 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
                 Some(dir) => list_jars(dir)?,
                 None => Vec::new(),
             };
-            let has_harness = harness.iter().chain(&staged).any(|p| {
-                file_name(p).starts_with("beam-sdks-java-harness")
-            });
+            let has_harness = harness
+                .iter()
+                .chain(&staged)
+                .any(|p| file_name(p).starts_with("beam-sdks-java-harness"));
             if !has_harness {
                 return Err(format!(
                     "no Java SDK harness jar: found no Java harness classpath (--java_harness_classpath, \
@@ -464,9 +465,17 @@ mod tests {
 
     #[test]
     fn harness_jars_put_slf4j_and_the_bridges_before_the_harness() {
-        let jars = ["zstd-1.jar", "beam-sdks-java-harness-2.73.0.jar", "jamm-0.4.0.jar",
-            "log4j-over-slf4j-2.0.16.jar", "slf4j-jdk14-2.0.16.jar", "jcl-over-slf4j-2.0.16.jar",
-            "slf4j-api-2.0.16.jar", "avro-1.11.4.jar", "log4j-to-slf4j-2.23.1.jar"]
+        let jars = [
+            "zstd-1.jar",
+            "beam-sdks-java-harness-2.73.0.jar",
+            "jamm-0.4.0.jar",
+            "log4j-over-slf4j-2.0.16.jar",
+            "slf4j-jdk14-2.0.16.jar",
+            "jcl-over-slf4j-2.0.16.jar",
+            "slf4j-api-2.0.16.jar",
+            "avro-1.11.4.jar",
+            "log4j-to-slf4j-2.23.1.jar",
+        ]
         .map(|n| PathBuf::from("/h").join(n))
         .to_vec();
         let names: Vec<String> = order_harness_jars(jars)
@@ -492,8 +501,15 @@ mod tests {
     #[test]
     fn java_command_follows_the_container_contract() {
         let spec = JavaSpec {
-            harness_jars: vec!["/h/slf4j-api-2.jar".into(), "/h/beam-sdks-java-harness-2.73.0.jar".into(), "/h/jamm-0.4.0.jar".into()],
-            staged_jars: vec!["/s/app-abc.jar".into(), "/s/beam-sdks-java-core-xyz.jar".into()],
+            harness_jars: vec![
+                "/h/slf4j-api-2.jar".into(),
+                "/h/beam-sdks-java-harness-2.73.0.jar".into(),
+                "/h/jamm-0.4.0.jar".into(),
+            ],
+            staged_jars: vec![
+                "/s/app-abc.jar".into(),
+                "/s/beam-sdks-java-core-xyz.jar".into(),
+            ],
             options_file: "/semi/pipeline_options.json".into(),
             max_heap_mb: Some(700),
         };
@@ -507,7 +523,10 @@ mod tests {
         };
         let cmd = java_command("/jdk/bin/java", &spec, &config(), &info);
         assert_eq!(cmd.get_program(), "/jdk/bin/java");
-        let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
         assert_eq!(args[0], "-Xmx700m");
         assert!(args.contains(&"-XX:+UseParallelGC".to_string()));
         assert!(args.contains(&"-XX:-OmitStackTraceInFastThrow".to_string()));
@@ -522,13 +541,24 @@ mod tests {
         assert_eq!(args[n - 1], JAVA_HARNESS_MAIN);
         let env: std::collections::HashMap<String, String> = cmd
             .get_envs()
-            .filter_map(|(k, v)| Some((k.to_string_lossy().into_owned(), v?.to_string_lossy().into_owned())))
+            .filter_map(|(k, v)| {
+                Some((
+                    k.to_string_lossy().into_owned(),
+                    v?.to_string_lossy().into_owned(),
+                ))
+            })
             .collect();
         assert_eq!(env["HARNESS_ID"], "w-1");
         assert_eq!(env["PIPELINE_OPTIONS_FILE"], "/semi/pipeline_options.json");
-        assert_eq!(env["CONTROL_API_SERVICE_DESCRIPTOR"], "url: \"localhost:7\"");
+        assert_eq!(
+            env["CONTROL_API_SERVICE_DESCRIPTOR"],
+            "url: \"localhost:7\""
+        );
         // No logging endpoint in the provision info: the provision endpoint serves it.
-        assert_eq!(env["LOGGING_API_SERVICE_DESCRIPTOR"], "url: \"localhost:1\"");
+        assert_eq!(
+            env["LOGGING_API_SERVICE_DESCRIPTOR"],
+            "url: \"localhost:1\""
+        );
         assert_eq!(env["RUNNER_CAPABILITIES"], "a:v1 b:v1");
         assert!(!env.contains_key("STATUS_API_SERVICE_DESCRIPTOR"));
     }
@@ -538,6 +568,9 @@ mod tests {
         let err = find_java_harness_classpath(Some("/nonexistent/weir-jars".into())).unwrap_err();
         assert!(err.contains("--java_harness_classpath"), "{err}");
         let dir = std::env::temp_dir();
-        assert_eq!(find_java_harness_classpath(Some(dir.clone())).unwrap(), Some(dir));
+        assert_eq!(
+            find_java_harness_classpath(Some(dir.clone())).unwrap(),
+            Some(dir)
+        );
     }
 }

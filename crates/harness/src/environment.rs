@@ -988,7 +988,7 @@ mod tests {
             "job",
             &envs,
             Scaling::Fixed(1),
-            1,
+            None,
             &beam::ProvisionInfo::default(),
             log,
         )

@@ -96,7 +96,7 @@ fn python_dataflow_options_are_typed_and_noted() {
     assert_eq!(o.region.as_deref(), Some("us-central1"));
     assert_eq!(o.worker_region.as_deref(), Some("us-east1"));
     assert_eq!(o.labels, labels(&[("a", "b"), ("c", "d"), ("e", "")]));
-    assert_eq!(o.temp_location.as_deref(), Some("gs://b/t"));
+    assert_eq!(o.temp_location.as_deref(), Some("gs://bkt/t"));
     assert_eq!(o.staging_location.as_deref(), Some("/tmp/s"));
     assert_eq!((o.num_workers, o.max_num_workers), (Some(2), Some(5)));
     assert_eq!(
@@ -440,7 +440,7 @@ fn temp_and_staging_locations() {
         "file:///tmp/weir",
         "gs://bucket/tmp",
         "s3://bucket/tmp",
-        "GS://bucket",
+        "GS://bucket/tmp",
     ] {
         for name in ["temp_location", "staging_location", "gcp_temp_location"] {
             let o = ok(one(name, serde_json::json!(location)));
@@ -471,6 +471,18 @@ fn temp_and_staging_locations() {
         serde_json::json!({ "beam:option:gcpTempLocation:v1": "gs://" }),
         "gcpTempLocation",
         "names no bucket",
+    );
+    // Dataflow's rule for gs:// locations (Beam Python's
+    // PipelineOptionsValidator.validate_gcs_path): a valid bucket name.
+    refused(
+        one("temp_location", serde_json::json!("gs://bucket@1/tmp")),
+        "temp_location",
+        "invalid Cloud Storage bucket name \"bucket@1\"",
+    );
+    refused(
+        one("staging_location", serde_json::json!("gs://bucket")),
+        "staging_location",
+        "is not a Cloud Storage path gs://BUCKET/OBJECT",
     );
     refused(
         one("temp_location", serde_json::json!(["/a", "/b"])),
@@ -1222,7 +1234,7 @@ const PYTHON_DEFAULT_OPTIONS: &str = r#"{
 
 /// What the Python SDK sent for the same pipeline run with Dataflow flags:
 /// --job_name=my-job --project=proj --region=us-central1 --worker_region=us-east1
-/// --labels a=b --labels '{"c": "d"}' --labels e --temp_location=gs://b/t
+/// --labels a=b --labels '{"c": "d"}' --labels e --temp_location=gs://bkt/t
 /// --staging_location=/tmp/s --num_workers=2 --max_num_workers=5
 /// --autoscaling_algorithm=THROUGHPUT_BASED --number_of_worker_harness_threads=4
 /// --machine_type=n1-standard-2 --disk_size_gb=50 --no_use_public_ips
@@ -1334,7 +1346,7 @@ const PYTHON_DATAFLOW_OPTIONS: &str = r#"{
  "beam:option:spark_version:v1": "3",
  "beam:option:staging_location:v1": "/tmp/s",
  "beam:option:streaming:v1": true,
- "beam:option:temp_location:v1": "gs://b/t",
+ "beam:option:temp_location:v1": "gs://bkt/t",
  "beam:option:transform_name_mapping:v1": {
   "a": "b"
  },

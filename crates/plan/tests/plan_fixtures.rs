@@ -1732,3 +1732,44 @@ fn side_input_window_fn() {
         SideWindowFn::Other
     );
 }
+
+/// The element bytes of a plan's TestStream events, as hex.
+fn test_stream_elements(p: &Plan) -> Vec<String> {
+    let StageKind::TestStream { events, .. } = &p.graph.stages[0].kind else {
+        panic!("stage 0 is not the TestStream: {:?}", kinds(p))
+    };
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    events
+        .iter()
+        .filter_map(|e| match e {
+            TestStreamEvent::Elements { elements, .. } => Some(elements.iter().map(|(v, _)| hex(v))),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+#[test]
+fn go_test_stream_custom_coder_elements_keep_their_own_length_prefix() {
+    // Captured from Beam Go v2.77.0's TestTestStreamInt16Sequence (LOOPBACK):
+    // the payload names coder c0 (beam:go:coder:custom:v1, zigzag varint),
+    // its output n1 is length_prefix(c0), and Go encodes each element with
+    // its custom encoder, which writes the length itself: 91 -> 02 b6 01.
+    // The data plane must carry exactly that (one prefix), not 03 02 b6 01
+    // (which Go decoded as 1, 1, 1).
+    let p = plan_fixture("go_test_stream_int16");
+    assert_eq!(test_stream_elements(&p), ["02b601", "02b801", "02ba01"]);
+    // TestTestStreamSimple: output coder c0 itself (custom), which Weir's
+    // wire coder length-prefixes: 42 -> 01 54, again one prefix only.
+    let p = plan_fixture("go_test_stream_simple");
+    assert_eq!(test_stream_elements(&p), ["0154"]);
+}
+
+#[test]
+fn go_test_stream_varint_elements_travel_length_prefixed() {
+    // TestTestStreamTwoInt64Sequences: beam:coder:varint:v1 elements
+    // 91 92 93 @100 ms, watermark 110, 96 97 98 @120 ms, watermark 130;
+    // a TestStream's elements travel as length_prefix(payload coder).
+    let p = plan_fixture("go_test_stream_two_int64");
+    assert_eq!(test_stream_elements(&p), ["015b", "015c", "015d", "0160", "0161", "0162"]);
+}

@@ -340,8 +340,22 @@ pub(crate) fn check_labels(
 /// Schemes a temp or staging location may use.
 pub const LOCATION_SCHEMES: &[&str] = &["file", "gs", "s3"];
 
+/// GCS bucket names as Dataflow accepts them in a location
+/// (`PipelineOptionsValidator.GCS_BUCKET` of Beam's Python SDK, which the
+/// Dataflow runner applies to `temp_location` and `staging_location`):
+/// lowercase letters, digits, `-`, `_` and `.`, starting and ending with a
+/// letter or digit, at least 3 characters.
+fn gcs_bucket() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| Regex::new(r"^[a-z0-9][-_a-z0-9.]+[a-z0-9]$").expect("valid regex"))
+}
+
 /// Checks a temp or staging location: a local path, or a `file://`, `gs://`
-/// or `s3://` URL (the last two with a bucket).
+/// or `s3://` URL (the last two with a bucket). A `gs://` location follows
+/// Dataflow's rule (`PipelineOptionsValidator.validate_gcs_path`):
+/// `gs://BUCKET/OBJECT` with a valid bucket name (see [`gcs_bucket`]; so no
+/// `@`, upper case or spaces), a `/` after the bucket, and no line break in
+/// the object.
 pub(crate) fn check_location(key: &str, location: &str) -> Result<(), OptionError> {
     let Some((scheme, rest)) = location.split_once("://") else {
         return Ok(());
@@ -362,6 +376,19 @@ pub(crate) fn check_location(key: &str, location: &str) -> Result<(), OptionErro
     }
     if scheme != "file" && rest.split('/').next().unwrap_or("").is_empty() {
         return Err(err(key, format!("{location:?} names no bucket")));
+    }
+    if scheme == "gs" {
+        let Some((bucket, object)) = rest.split_once('/') else {
+            return Err(err(key, format!("{location:?} is not a Cloud Storage path gs://BUCKET/OBJECT; did you mean \"{location}/\"?")));
+        };
+        if !gcs_bucket().is_match(bucket) {
+            return Err(err(key, format!(
+                "{location:?}: invalid Cloud Storage bucket name {bucket:?}: use 3 or more lowercase letters, digits, '-', '_' or '.', starting and ending with a letter or digit (https://cloud.google.com/storage/docs/buckets#naming)"
+            )));
+        }
+        if object.contains(['\n', '\r']) {
+            return Err(err(key, format!("{location:?}: a Cloud Storage object name cannot contain a line break")));
+        }
     }
     Ok(())
 }
@@ -457,8 +484,10 @@ mod tests {
             "relative/dir",
             "file:///tmp/x",
             "gs://bucket/tmp",
+            "gs://my_bucket.example-1/",
+            "gs://bucket/x@1/y",
             "s3://bucket",
-            "GS://Bucket/x",
+            "GS://bucket/x",
             "C:\\temp",
         ] {
             assert!(check_location("temp_location", ok).is_ok(), "{ok}");
@@ -469,6 +498,15 @@ mod tests {
             "azfs://a/b",
             "gs://",
             "s3:///x",
+            // Dataflow's rule for gs:// locations: bucket names in lower
+            // case, of letters, digits, '-', '_', '.', a '/' after them.
+            "gs://bucket@1/tmp",
+            "gs://b@2",
+            "gs://Bucket/x",
+            "gs://ab/x",
+            "gs://-bucket/x",
+            "gs://bucket",
+            "gs://bucket/a\nb",
         ] {
             let e = check_location("temp_location", bad).unwrap_err();
             assert_eq!(e.option, "temp_location", "{bad}");

@@ -114,6 +114,9 @@ public final class WordCount {
                         + "/"
                         + d.getAttempted().getSum()));
     if (state != PipelineResult.State.DONE) {
+      if (result instanceof dev.weir.runner.WeirPipelineResult) {
+        ((dev.weir.runner.WeirPipelineResult) result).getProblems().forEach(System.err::println);
+      }
       System.exit(1);
     }
   }

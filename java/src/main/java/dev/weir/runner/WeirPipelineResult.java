@@ -172,6 +172,11 @@ public final class WeirPipelineResult implements PipelineResult {
       finalMetrics = metrics;
     }
     release();
+    if (s == State.FAILED) {
+      // Said again now that the job's LOOPBACK harnesses, which redirect this JVM's logging to
+      // Weir while they run, are gone.
+      LOG.error("Job {} failed:\n{}", jobId, String.join("\n", getProblems()));
+    }
     terminal.complete(s);
   }
 
@@ -208,7 +213,10 @@ public final class WeirPipelineResult implements PipelineResult {
     return state;
   }
 
-  /** Asks Weir to cancel the job ({@code CancelJob}) and waits until it is terminal. */
+  /**
+   * Asks Weir to cancel the job ({@code CancelJob}) and waits (at most 5 minutes) until it is
+   * terminal; returns the state then.
+   */
   @Override
   public State cancel() {
     if (!terminal.isDone()) {
@@ -222,7 +230,8 @@ public final class WeirPipelineResult implements PipelineResult {
         }
       }
     }
-    return waitUntilFinish();
+    State s = waitUntilFinish(Duration.standardMinutes(5));
+    return s == null ? state : s;
   }
 
   /**

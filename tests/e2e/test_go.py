@@ -1,0 +1,105 @@
+"""Beam Go SDK (v2.77.0) pipelines on Weir: Go's wordcount on King Lear
+(go/cmd/wordcount, built by scripts/setup_go.sh) through `--runner=universal`
+with the LOOPBACK and PROCESS environments gives exactly the lines of the
+same pipeline on Go's direct runner; SDK log entries reach `weir jobs logs`
+but only warnings and errors reach the job's message stream, so the Go
+client (which logs every message it receives, and in LOOPBACK sends that
+log back to Weir) cannot loop.
+
+Skipped when go/bin is not built (scripts/setup_go.sh needs Go).
+"""
+
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import REPO, king_lear_path, weir_jobs
+
+GO_BIN = REPO / 'go' / 'bin'
+WORDCOUNT = GO_BIN / 'wordcount'
+BOOT = GO_BIN / 'beam-go-boot'
+TIMEOUT = float(os.environ.get('WEIR_E2E_TIMEOUT', '300'))
+
+pytestmark = pytest.mark.skipif(
+    not (WORDCOUNT.is_file() and BOOT.is_file()),
+    reason='go/bin is not built (run scripts/setup_go.sh; it needs Go 1.26+)')
+
+
+def run_wordcount(output, *runner_flags):
+  """Runs the Go wordcount on King Lear; returns (CompletedProcess, lines)."""
+  out = subprocess.run(
+      [str(WORDCOUNT), '--input=%s' % king_lear_path(), '--output=%s' % output] +
+      list(runner_flags),
+      capture_output=True, text=True, timeout=TIMEOUT)
+  assert out.returncode == 0, 'exit %s\n%s' % (out.returncode, out.stderr[-6000:])
+  with open(output, encoding='utf-8') as f:
+    return out, sorted(f.read().splitlines())
+
+
+def weir_flags(server, env):
+  flags = ['--runner=universal', '--endpoint=%s' % server.endpoint,
+           '--environment_type=%s' % env]
+  if env == 'PROCESS':
+    # Beam's Go boot program fetches the worker binary (this very program,
+    # staged by the client) and runs it as the SDK harness.
+    flags += ['--environment_config={"command": "%s"}' % BOOT,
+              '--worker_binary=%s' % WORDCOUNT]
+  return flags
+
+
+def job_id(client_output):
+  m = re.search(r'Submitted job: (job-[0-9a-f]+)', client_output)
+  assert m, client_output[-3000:]
+  return m.group(1)
+
+
+@pytest.fixture(scope='module')
+def direct_lines(tmp_path_factory):
+  _, lines = run_wordcount(
+      tmp_path_factory.mktemp('go-direct') / 'counts.txt', '--runner=direct')
+  assert len(lines) > 4000, len(lines)
+  return lines
+
+
+@pytest.mark.parametrize('env', ['LOOPBACK', 'PROCESS'])
+def test_go_wordcount_matches_the_direct_runner(weir_server, direct_lines, tmp_path, env):
+  out, lines = run_wordcount(tmp_path / 'counts.txt', *weir_flags(weir_server, env))
+  assert lines == direct_lines
+  # The counts are real: King Lear's most frequent word.
+  assert 'the: 786' in lines, [l for l in lines if l.startswith('the:')]
+  job = job_id(out.stderr + out.stdout)
+  assert job in weir_jobs(weir_server, 'list')
+
+
+def test_go_loopback_sdk_logs_reach_the_logs_not_the_stream(weir_server, tmp_path):
+  """The log loop of issue 9: in LOOPBACK the Go client's log of each job
+  message came back as an SDK log entry, was forwarded as a new message,
+  logged again... (165 MB of server log in 10 s). Now SDK INFO entries stay
+  out of the message stream, echoes of it too, and the server log of a
+  King Lear wordcount stays small."""
+  log_before = os.path.getsize(weir_server.log_path)
+  out, _ = run_wordcount(tmp_path / 'counts.txt', *weir_flags(weir_server, 'LOOPBACK'))
+  job = job_id(out.stderr + out.stdout)
+  # The SDK's INFO entry "Writing to <output>" (Beam's textio) is in the
+  # job's logs, from the SDK worker, at BASIC importance...
+  logs = weir_jobs(weir_server, 'logs', job)
+  writing = [l for l in logs.splitlines()
+             if 'Writing to %s' % (tmp_path / 'counts.txt') in l]
+  assert writing and all('\tBASIC\t[%s-worker-' % job in l for l in writing), logs[-3000:]
+  # ... but it was not on the message stream: the Go client logs every
+  # message it receives through Beam's logger, which in LOOPBACK sends it
+  # back to Weir as an SDK entry with the message's id, `(id=<job>-<n>)`.
+  # Weir's own messages come back so (the client got them) ...
+  assert re.search(r'\t\[%s-worker-\d+\] \(time=[^)]*\)\(id=%s-\d+\)starting \d+ SDK harness'
+                   % (job, job), logs), logs[-3000:]
+  # ... the SDK's INFO entry does not.
+  echoed = [l for l in logs.splitlines() if '(id=%s-' % job in l and 'Writing to' in l]
+  assert not echoed, echoed
+  # No message echoes another: none names two message ids of the job.
+  twice = [l for l in logs.splitlines() if len(re.findall('id=%s-\\d' % job, l)) > 1]
+  assert not twice, twice[:3]
+  # The whole job wrote little to Weir's log (the loop wrote megabytes).
+  grew = os.path.getsize(weir_server.log_path) - log_before
+  assert grew < 200_000, '%d bytes of weir log for one wordcount' % grew
