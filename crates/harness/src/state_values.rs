@@ -207,7 +207,9 @@ fn snappy_java_decompress(payload: &[u8], limit: usize) -> Result<Vec<u8>, Strin
 
 /// Appends the decompression of one raw snappy block (a varint length, then
 /// literal and copy elements) to `out`. Each of snappy-java's blocks stands
-/// alone: a copy reaching back before the block's start is an error.
+/// alone: a copy reaching back before the block's start is an error, and so
+/// is an element that would write past the length the block's header gives
+/// (which bounds what a crafted payload can make Weir allocate).
 fn snappy_decompress(block: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
     let start = out.len();
     let (expected, mut at) = {
@@ -240,6 +242,9 @@ fn snappy_decompress(block: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
                     }
                     at += extra;
                 }
+                if out.len() - start + len + 1 > expected {
+                    return Err(format!("snappy literal past the block's {expected} bytes"));
+                }
                 let lit = block
                     .get(at..at + len + 1)
                     .ok_or("truncated snappy literal")?;
@@ -265,6 +270,9 @@ fn snappy_decompress(block: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
         };
         if offset == 0 || offset > out.len() - start {
             return Err("snappy copy before the start of the block".into());
+        }
+        if out.len() - start + len > expected {
+            return Err(format!("snappy copy past the block's {expected} bytes"));
         }
         for _ in 0..len {
             out.push(out[out.len() - offset]);
@@ -340,6 +348,24 @@ mod tests {
         );
         assert_eq!(shape(SERIALIZABLE_STRING), None);
         assert_eq!(shape(LIST_OF_VAR_INT), None);
+    }
+
+    #[test]
+    fn snappy_blocks_write_no_more_than_their_header_says() {
+        // Header: 4 bytes. A 1-byte literal "a", then a copy of 64 bytes at
+        // offset 1 (tag 0b111111_10, 2-byte offset): 65 bytes in all.
+        let block = [4, 0, b'a', 0xfe, 1, 0];
+        let err = snappy_decompress(&block, &mut Vec::new()).unwrap_err();
+        assert_eq!(err, "snappy copy past the block's 4 bytes");
+        // A 5-byte literal under a 4-byte header.
+        let block = [4, 4 << 2, b'a', b'b', b'c', b'd', b'e'];
+        let err = snappy_decompress(&block, &mut Vec::new()).unwrap_err();
+        assert_eq!(err, "snappy literal past the block's 4 bytes");
+        // Within the header's length: a literal "ab", then a 4-byte copy at offset 2.
+        let block = [6, 1 << 2, b'a', b'b', 0x01, 2];
+        let mut out = Vec::new();
+        snappy_decompress(&block, &mut out).unwrap();
+        assert_eq!(out, b"ababab");
     }
 
     #[test]
