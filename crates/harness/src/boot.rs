@@ -301,17 +301,25 @@ fn python_command(
     cmd.args(["-m", "apache_beam.runners.worker.sdk_worker_main"])
         .env("WORKER_ID", &cfg.worker_id)
         .env("PIPELINE_OPTIONS", options.to_string())
-        .env("SEMI_PERSISTENT_DIRECTORY", semi)
-        .env(
-            "CONTROL_API_SERVICE_DESCRIPTOR",
-            descriptor(&info.control_endpoint, &cfg.provision_endpoint),
-        )
-        .env(
-            "LOGGING_API_SERVICE_DESCRIPTOR",
-            descriptor(&info.logging_endpoint, &cfg.provision_endpoint),
-        )
-        .env("RUNNER_CAPABILITIES", info.runner_capabilities.join(" "));
+        .env("SEMI_PERSISTENT_DIRECTORY", semi);
+    set_fn_api_env(&mut cmd, cfg, info);
     cmd
+}
+
+/// Sets what every SDK's container contract reads to reach the runner:
+/// `CONTROL_API_SERVICE_DESCRIPTOR` and `LOGGING_API_SERVICE_DESCRIPTOR`
+/// (the provision info's endpoints, else the provision endpoint) and
+/// `RUNNER_CAPABILITIES` (space-separated URNs).
+fn set_fn_api_env(cmd: &mut std::process::Command, cfg: &BootConfig, info: &beam::ProvisionInfo) {
+    cmd.env(
+        "CONTROL_API_SERVICE_DESCRIPTOR",
+        descriptor(&info.control_endpoint, &cfg.provision_endpoint),
+    )
+    .env(
+        "LOGGING_API_SERVICE_DESCRIPTOR",
+        descriptor(&info.logging_endpoint, &cfg.provision_endpoint),
+    )
+    .env("RUNNER_CAPABILITIES", info.runner_capabilities.join(" "));
 }
 
 /// What the Java harness's command line is made of.
@@ -402,16 +410,8 @@ fn java_command(
         .join(":");
     cmd.arg("-cp").arg(classpath).arg(JAVA_HARNESS_MAIN);
     cmd.env("HARNESS_ID", &cfg.worker_id)
-        .env("PIPELINE_OPTIONS_FILE", &spec.options_file)
-        .env(
-            "CONTROL_API_SERVICE_DESCRIPTOR",
-            descriptor(&info.control_endpoint, &cfg.provision_endpoint),
-        )
-        .env(
-            "LOGGING_API_SERVICE_DESCRIPTOR",
-            descriptor(&info.logging_endpoint, &cfg.provision_endpoint),
-        )
-        .env("RUNNER_CAPABILITIES", info.runner_capabilities.join(" "));
+        .env("PIPELINE_OPTIONS_FILE", &spec.options_file);
+    set_fn_api_env(&mut cmd, cfg, info);
     if info.status_endpoint.is_some() {
         cmd.env(
             "STATUS_API_SERVICE_DESCRIPTOR",
