@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Prepares a checkout of Weir: builds the release binary, the Python venv and
-# the Java runner (scripts/setup_java.sh). Idempotent: a second run only
+# Prepares a checkout of Weir: builds the release binary, the Python venv,
+# the Java runner (scripts/setup_java.sh) and the Go test drivers
+# (scripts/setup_go.sh; needs Go 1.26+). Idempotent: a second run only
 # re-runs `cargo build` (a no-op when nothing changed), skips pip while
-# python/requirements.txt is unchanged and Maven while java/ is unchanged.
+# python/requirements.txt is unchanged, Maven while java/ is unchanged and
+# Go while go/ is unchanged.
 #
 # Environment:
 #   WEIR_SKIP_BUILD=1   don't run cargo build (use the binary that is there)
 #   WEIR_SKIP_JAVA=1    don't build the Java runner
+#   WEIR_SKIP_GO=1      don't build the Go test drivers
 #   PYTHON=python3.x    interpreter used to create .venv (default: python3)
 set -euo pipefail
 
@@ -68,6 +71,10 @@ fi
 bash "$REPO/scripts/setup_java.sh"
 
 # --- Go test drivers, Beam's Go boot program and integration tests ----------
-bash "$REPO/scripts/setup_go.sh"
+if [ "${WEIR_SKIP_GO:-0}" = "1" ]; then
+  say "WEIR_SKIP_GO=1: skipping the Go test drivers"
+else
+  bash "$REPO/scripts/setup_go.sh"
+fi
 
 say "ready: $REPO/target/release/weir, $VENV/bin/python, $REPO/java/target, $REPO/go/bin"

@@ -11,7 +11,7 @@
 #   synthetic.test     conformance/go.sh runs them against Weir
 # Idempotent: a second run with nothing changed (go.mod, go.sum, go/**.go, the
 # Go version) only checks a stamp. Needs Go >= 1.26 (`go` on PATH, or
-# /usr/local/go/bin/go); scripts/setup.sh calls it when Go is there.
+# /usr/local/go/bin/go); scripts/setup.sh calls it unless WEIR_SKIP_GO=1.
 #
 # Environment: WEIR_GO_FORCE=1 rebuilds even when the stamp matches.
 set -euo pipefail
