@@ -98,24 +98,27 @@ def worker_pool(classpath, tmp_path):
   proc = subprocess.Popen(
       ['java', '-cp', classpath, 'org.apache.beam.fn.harness.ExternalWorkerService'],
       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
-  deadline = time.time() + 60
-  while True:
-    assert proc.poll() is None, 'worker pool exited: %s' % (
-        (tmp_path / 'worker-pool.log').read_text()[-3000:])
-    try:
-      socket.create_connection(('127.0.0.1', port), timeout=1).close()
-      break
-    except OSError:
-      assert time.time() < deadline, 'worker pool did not listen on %d' % port
-      time.sleep(0.2)
-  yield 'localhost:%d' % port
-  proc.send_signal(signal.SIGTERM)
+  # The JVM is stopped however the fixture ends, a start-up that timed out too.
   try:
-    proc.wait(timeout=10)
-  except subprocess.TimeoutExpired:
-    proc.kill()
-    proc.wait()
-  log.close()
+    deadline = time.time() + 60
+    while True:
+      assert proc.poll() is None, 'worker pool exited: %s' % (
+          (tmp_path / 'worker-pool.log').read_text()[-3000:])
+      try:
+        socket.create_connection(('127.0.0.1', port), timeout=1).close()
+        break
+      except OSError:
+        assert time.time() < deadline, 'worker pool did not listen on %d' % port
+        time.sleep(0.2)
+    yield 'localhost:%d' % port
+  finally:
+    proc.send_signal(signal.SIGTERM)
+    try:
+      proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+      proc.kill()
+      proc.wait()
+    log.close()
 
 
 def environment_args(env, request):
