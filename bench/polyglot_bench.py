@@ -64,7 +64,13 @@ def start_runner(name, weir_bin, prism_bin, out_dir):
   proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                           stdin=subprocess.DEVNULL, env=env)
   endpoint = 'localhost:%d' % port
-  wb.wait_for_job_api(endpoint, proc, log_path)
+  try:
+    wb.wait_for_job_api(endpoint, proc, log_path)
+  except BaseException:
+    # A server that never answered is stopped, not left running.
+    wb.stop_server(proc)
+    log.close()
+    raise
   return proc, endpoint, log
 
 
