@@ -30,6 +30,18 @@ const MEASURABLE_LEAVES: &[&str] = &[
     urns::coder::LENGTH_PREFIX,
 ];
 
+/// How deep coders may nest (components of components...). A client's
+/// coder graph may have a cycle (a coder among its own components), which
+/// the recursive walks below would otherwise follow until the stack
+/// overflows and the server aborts.
+const MAX_CODER_DEPTH: usize = 64;
+
+fn too_deep(id: &str) -> PlanError {
+    PlanError::Invalid(format!(
+        "coder {id:?} nests more than {MAX_CODER_DEPTH} coders deep (do its component coders form a cycle?)"
+    ))
+}
+
 fn lookup<'a>(coders: &'a HashMap<String, beam::Coder>, id: &str) -> Result<&'a beam::Coder> {
     coders
         .get(id)
@@ -43,6 +55,17 @@ fn urn(c: &beam::Coder) -> &str {
 /// Returns the id of the wire form of coder `id`, adding new coders to
 /// `coders` as needed. Idempotent: the wire form of a wire coder is itself.
 pub(crate) fn wire_coder_id(coders: &mut HashMap<String, beam::Coder>, id: &str) -> Result<String> {
+    wire_coder_id_at(coders, id, 0)
+}
+
+fn wire_coder_id_at(
+    coders: &mut HashMap<String, beam::Coder>,
+    id: &str,
+    depth: usize,
+) -> Result<String> {
+    if depth > MAX_CODER_DEPTH {
+        return Err(too_deep(id));
+    }
     let c = lookup(coders, id)?.clone();
     let u = urn(&c);
     if MEASURABLE_LEAVES.contains(&u) {
@@ -51,7 +74,7 @@ pub(crate) fn wire_coder_id(coders: &mut HashMap<String, beam::Coder>, id: &str)
     if STRUCTURAL.contains(&u) {
         let mut comps = Vec::with_capacity(c.component_coder_ids.len());
         for comp in &c.component_coder_ids {
-            comps.push(wire_coder_id(coders, comp)?);
+            comps.push(wire_coder_id_at(coders, comp, depth + 1)?);
         }
         if comps == c.component_coder_ids {
             return Ok(id.to_string());
@@ -107,11 +130,18 @@ pub(crate) fn windowed_coder_id(
 
 /// Converts coder `id` (and its components) to the model's [`Coder`].
 pub(crate) fn to_model(coders: &HashMap<String, beam::Coder>, id: &str) -> Result<Coder> {
+    to_model_at(coders, id, 0)
+}
+
+fn to_model_at(coders: &HashMap<String, beam::Coder>, id: &str, depth: usize) -> Result<Coder> {
+    if depth > MAX_CODER_DEPTH {
+        return Err(too_deep(id));
+    }
     let c = lookup(coders, id)?;
     let comps = c
         .component_coder_ids
         .iter()
-        .map(|comp| to_model(coders, comp))
+        .map(|comp| to_model_at(coders, comp, depth + 1))
         .collect::<Result<Vec<_>>>()?;
     let payload = c.spec.as_ref().map(|s| s.payload.as_slice()).unwrap_or(&[]);
     Coder::from_urn(urn(c), payload, comps).map_err(|source| PlanError::Coder {
@@ -149,7 +179,10 @@ pub(crate) fn test_stream_element_coder(
 ) -> Result<TestStreamElements> {
     let u = urn(lookup(coders, payload)?).to_string();
     if u == urns::coder::LENGTH_PREFIX {
-        return Ok(TestStreamElements { coder_id: payload.to_string(), prefix: false });
+        return Ok(TestStreamElements {
+            coder_id: payload.to_string(),
+            prefix: false,
+        });
     }
     let coder_id = add_coder(
         coders,
@@ -157,7 +190,10 @@ pub(crate) fn test_stream_element_coder(
         urns::coder::LENGTH_PREFIX,
         vec![payload.to_string()],
     );
-    Ok(TestStreamElements { coder_id, prefix: u != urns::coder::GO_CUSTOM })
+    Ok(TestStreamElements {
+        coder_id,
+        prefix: u != urns::coder::GO_CUSTOM,
+    })
 }
 
 /// See [`test_stream_element_coder`].
@@ -183,10 +219,18 @@ impl TestStreamElements {
 }
 
 /// True when coder ids `a` and `b` name the same coder: the same id, or the
-/// same URN and payload over components that are the same coders.
+/// same URN and payload over components that are the same coders. Coders
+/// nested deeper than [`MAX_CODER_DEPTH`] are not the same.
 pub(crate) fn same_coder(coders: &HashMap<String, beam::Coder>, a: &str, b: &str) -> bool {
+    same_coder_at(coders, a, b, 0)
+}
+
+fn same_coder_at(coders: &HashMap<String, beam::Coder>, a: &str, b: &str, depth: usize) -> bool {
     if a == b {
         return true;
+    }
+    if depth > MAX_CODER_DEPTH {
+        return false;
     }
     let (Some(ca), Some(cb)) = (coders.get(a), coders.get(b)) else {
         return false;
@@ -197,5 +241,50 @@ pub(crate) fn same_coder(coders: &HashMap<String, beam::Coder>, a: &str, b: &str
             .component_coder_ids
             .iter()
             .zip(&cb.component_coder_ids)
-            .all(|(x, y)| same_coder(coders, x, y))
+            .all(|(x, y)| same_coder_at(coders, x, y, depth + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn coder(urn: &str, components: &[&str]) -> beam::Coder {
+        beam::Coder {
+            spec: Some(beam::FunctionSpec {
+                urn: urn.into(),
+                payload: vec![],
+            }),
+            component_coder_ids: components.iter().map(|c| c.to_string()).collect(),
+        }
+    }
+
+    /// Coders that are their own components (a client's pipeline may say
+    /// so) are an error naming the coder, not a stack overflow.
+    #[test]
+    fn cyclic_coders_are_refused() {
+        let mut coders: HashMap<String, beam::Coder> = [
+            ("a", coder(urns::coder::KV, &["s", "b"])),
+            ("b", coder(urns::coder::KV, &["s", "a"])),
+            ("c", coder(urns::coder::KV, &["s", "d"])),
+            ("d", coder(urns::coder::KV, &["s", "c"])),
+            ("s", coder(urns::coder::STRING_UTF8, &[])),
+        ]
+        .into_iter()
+        .map(|(id, c)| (id.to_string(), c))
+        .collect();
+        let err = to_model(&coders, "a").unwrap_err().to_string();
+        assert!(err.contains("nests more than 64 coders deep"), "{err}");
+        let err = wire_coder_id(&mut coders, "a").unwrap_err().to_string();
+        assert!(err.contains("nests more than 64 coders deep"), "{err}");
+        assert!(!same_coder(&coders, "a", "c"));
+        assert!(same_coder(&coders, "a", "a"));
+        // A deep but acyclic coder still converts.
+        let mut id = "s".to_string();
+        for n in 0..60 {
+            let next = format!("kv{n}");
+            coders.insert(next.clone(), coder(urns::coder::KV, &["s", &id]));
+            id = next;
+        }
+        assert!(to_model(&coders, &id).is_ok());
+    }
 }
