@@ -111,6 +111,7 @@ ledger_lines() { sed -e 's/#.*//' -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' 
 
 case "$mode" in
   ledger)
+    [ -f "$LEDGER" ] || die "missing ledger $LEDGER"
     mapfile -t lines < <(ledger_lines)
     [ "${#lines[@]}" -gt 0 ] || { echo "[go-conformance] the ledger lists no tests: OK"; exit 0; }
     declare -A groups=()

@@ -47,6 +47,7 @@ case "$mode" in ledger|all|test) ;; *) usage ;; esac
 ledger_tests() {
   sed -e 's/#[[:space:]].*//' -e 's/^#.*//' -e 's/[[:space:]]//g' "$LEDGER" | awk 'NF && !seen[$0]++'
 }
+[ "$mode" != ledger ] || [ -f "$LEDGER" ] || die "missing ledger $LEDGER"
 if [ "$mode" = ledger ] && [ -z "$(ledger_tests)" ]; then
   say "the ledger ($LEDGER) lists no tests yet: nothing to run, OK"
   exit 0

@@ -20,11 +20,18 @@ from conftest import REPO, king_lear_path, weir_jobs
 GO_BIN = REPO / 'go' / 'bin'
 WORDCOUNT = GO_BIN / 'wordcount'
 BOOT = GO_BIN / 'beam-go-boot'
+PRIMITIVES = GO_BIN / 'primitives.test'
 TIMEOUT = float(os.environ.get('WEIR_E2E_TIMEOUT', '300'))
 
-pytestmark = pytest.mark.skipif(
-    not (WORDCOUNT.is_file() and BOOT.is_file()),
-    reason='go/bin is not built (run scripts/setup_go.sh; it needs Go 1.26+)')
+
+
+@pytest.fixture(autouse=True)
+def go_binaries():
+  """Fails (never skips) when scripts/setup_go.sh has not built go/bin, so a
+  broken Go build cannot pass CI unseen."""
+  for path in (WORDCOUNT, BOOT, PRIMITIVES):
+    if not path.is_file():
+      pytest.fail('%s is missing; run scripts/setup_go.sh (it needs Go 1.26+)' % path)
 
 
 def run_wordcount(output, *runner_flags):
@@ -106,10 +113,8 @@ def test_go_loopback_sdk_logs_reach_the_logs_not_the_stream(weir_server, tmp_pat
   assert grew < 200_000, '%d bytes of weir log for one wordcount' % grew
 
 
-PRIMITIVES = GO_BIN / 'primitives.test'
 
 
-@pytest.mark.skipif(not PRIMITIVES.is_file(), reason='go/bin/primitives.test is not built')
 def test_go_sdf_is_drained_through_its_truncate_restriction(weir_server, tmp_path):
   """Beam Go's TestDrain pipeline (an SDF whose ProcessElement claims
   positions of [1, MaxInt64) forever, one a second) drained by `weir jobs
@@ -147,7 +152,6 @@ def test_go_sdf_is_drained_through_its_truncate_restriction(weir_server, tmp_pat
   assert 'Draining at:' in logs, logs[-3000:]
 
 
-@pytest.mark.skipif(not PRIMITIVES.is_file(), reason='go/bin/primitives.test is not built')
 def test_go_stateful_timer_test_takes_no_idle_time(weir_server, tmp_path):
   """Beam Go's TestTimers_EventTime_Bounded (750 elements on 50 keys, a
   value-state write and an event-time timer each) took 30-60 s on Weir
