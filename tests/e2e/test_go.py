@@ -113,8 +113,6 @@ def test_go_loopback_sdk_logs_reach_the_logs_not_the_stream(weir_server, tmp_pat
   assert grew < 200_000, '%d bytes of weir log for one wordcount' % grew
 
 
-
-
 def test_go_sdf_is_drained_through_its_truncate_restriction(weir_server, tmp_path):
   """Beam Go's TestDrain pipeline (an SDF whose ProcessElement claims
   positions of [1, MaxInt64) forever, one a second) drained by `weir jobs
