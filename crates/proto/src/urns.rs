@@ -106,6 +106,8 @@ pub mod env {
     pub const PROCESS: &str = "beam:env:process:v1";
     pub const EXTERNAL: &str = "beam:env:external:v1";
     pub const DEFAULT: &str = "beam:env:default:v1";
+    /// `AnyOfEnvironmentPayload`: the runner picks one of several environments.
+    pub const ANYOF: &str = "beam:env:anyof:v1";
 }
 
 /// Pipeline requirement URNs (`StandardRequirements`).
