@@ -1025,6 +1025,7 @@ mod tests {
         let d = std::env::temp_dir().join(format!("weir-test-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         d
+
     }
 
     // The non-coder capabilities each SDK declares (Beam Java 2.73.0's

@@ -81,10 +81,9 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         log_job.message(importance, text);
     });
     let sdk_job = job.clone();
-    registry.fn_api.set_sdk_log(
-        &job.id,
-        Arc::new(move |level, text| sdk_job.sdk_log(level, text)),
-    );
+    registry
+        .fn_api
+        .set_sdk_log(&job.id, Arc::new(move |level, text| sdk_job.sdk_log(level, text)));
     let provision = beam::ProvisionInfo {
         pipeline_options: Some(job.options.clone()),
         retrieval_token: job.id.clone(),

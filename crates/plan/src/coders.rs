@@ -149,10 +149,7 @@ pub(crate) fn test_stream_element_coder(
 ) -> Result<TestStreamElements> {
     let u = urn(lookup(coders, payload)?).to_string();
     if u == urns::coder::LENGTH_PREFIX {
-        return Ok(TestStreamElements {
-            coder_id: payload.to_string(),
-            prefix: false,
-        });
+        return Ok(TestStreamElements { coder_id: payload.to_string(), prefix: false });
     }
     let coder_id = add_coder(
         coders,
@@ -160,10 +157,7 @@ pub(crate) fn test_stream_element_coder(
         urns::coder::LENGTH_PREFIX,
         vec![payload.to_string()],
     );
-    Ok(TestStreamElements {
-        coder_id,
-        prefix: u != urns::coder::GO_CUSTOM,
-    })
+    Ok(TestStreamElements { coder_id, prefix: u != urns::coder::GO_CUSTOM })
 }
 
 /// See [`test_stream_element_coder`].

@@ -1742,9 +1742,7 @@ fn test_stream_elements(p: &Plan) -> Vec<String> {
     events
         .iter()
         .filter_map(|e| match e {
-            TestStreamEvent::Elements { elements, .. } => {
-                Some(elements.iter().map(|(v, _)| hex(v)))
-            }
+            TestStreamEvent::Elements { elements, .. } => Some(elements.iter().map(|(v, _)| hex(v))),
             _ => None,
         })
         .flatten()
@@ -1773,8 +1771,5 @@ fn go_test_stream_varint_elements_travel_length_prefixed() {
     // 91 92 93 @100 ms, watermark 110, 96 97 98 @120 ms, watermark 130;
     // a TestStream's elements travel as length_prefix(payload coder).
     let p = plan_fixture("go_test_stream_two_int64");
-    assert_eq!(
-        test_stream_elements(&p),
-        ["015b", "015c", "015d", "0160", "0161", "0162"]
-    );
+    assert_eq!(test_stream_elements(&p), ["015b", "015c", "015d", "0160", "0161", "0162"]);
 }
