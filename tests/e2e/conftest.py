@@ -128,7 +128,8 @@ def weir_server(tmp_path_factory):
   env.setdefault('NO_COLOR', '1')  # plain text in the log file
   with open(log_path, 'wb') as log:
     proc = subprocess.Popen(
-        [str(WEIR_BIN), 'serve', '--job_port', str(port), '--bind', '127.0.0.1'],
+        [str(WEIR_BIN), 'serve', '--job_port', str(port), '--bind', '127.0.0.1',
+         '--python_for_docker_images', sys.executable],
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

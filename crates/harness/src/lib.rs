@@ -15,6 +15,7 @@ pub mod environment;
 pub mod error;
 pub mod metrics;
 pub mod registry;
+pub mod resolve;
 pub mod services;
 pub mod state_values;
 pub mod user_state;

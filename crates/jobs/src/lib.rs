@@ -30,6 +30,9 @@ pub struct ServerConfig {
     pub staging_root: std::path::PathBuf,
     /// Timely worker threads per job (default: cores).
     pub engine_workers: usize,
+    /// Interpreter replacing `apache/beam_python3.x_sdk` images when no Docker
+    /// daemon answers (`weir serve --python_for_docker_images`; None: $WEIR_PYTHON or python3).
+    pub python_for_docker_images: Option<String>,
 }
 
 /// Serves the Job API, artifact services and every Fn API service on

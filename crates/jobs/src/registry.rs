@@ -601,6 +601,7 @@ mod tests {
         JobRegistry::new(
             FnApi::new(url.clone()),
             ServerConfig {
+                python_for_docker_images: None,
                 staging_root: std::env::temp_dir()
                     .join(format!("weir-registry-test-{}-{name}", std::process::id())),
                 engine_workers: 1,

@@ -80,6 +80,41 @@ pub(crate) fn plan_status(e: &weir_plan::PlanError) -> tonic::Status {
     }
 }
 
+/// Replaces each ANYOF environment by the alternative Weir starts, and
+/// (without a Docker daemon) Beam's SDK images by native harnesses
+/// ([`weir_harness::resolve`]); returns the notes for the job's messages.
+fn resolve_environments(
+    pipeline: &mut beam::Pipeline,
+    python_for_docker_images: Option<String>,
+) -> Result<Vec<String>, tonic::Status> {
+    let Some(c) = pipeline.components.as_mut() else {
+        return Ok(vec![]);
+    };
+    let needs_docker = |e: &beam::Environment| {
+        e.urn == weir_proto::urns::env::DOCKER || e.urn == weir_proto::urns::env::ANYOF
+    };
+    if !c.environments.values().any(needs_docker) {
+        return Ok(vec![]);
+    }
+    let subs = weir_harness::resolve::Substitutes {
+        weir: std::env::current_exe().unwrap_or_else(|_| "weir".into()),
+        python: python_for_docker_images
+            .or_else(|| std::env::var("WEIR_PYTHON").ok())
+            .unwrap_or_else(|| "python3".into()),
+        docker: weir_harness::resolve::docker_available(),
+    };
+    let mut notes = Vec::new();
+    let mut ids: Vec<String> = c.environments.keys().cloned().collect();
+    ids.sort();
+    for id in ids {
+        let (env, n) = weir_harness::resolve::resolve(&id, &c.environments[&id], &subs)
+            .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+        c.environments.insert(id, env);
+        notes.extend(n);
+    }
+    Ok(notes)
+}
+
 impl JobService {
     fn job(&self, id: &str) -> Result<Arc<Job>, tonic::Status> {
         self.0
@@ -164,6 +199,14 @@ impl beam::job_service_server::JobService for JobService {
         let pipeline = req
             .pipeline
             .ok_or_else(|| tonic::Status::invalid_argument("PrepareJobRequest has no pipeline"))?;
+        let python = self.0.config.python_for_docker_images.clone();
+        // `docker info` and the interpreter's Beam version are subprocesses.
+        let (pipeline, env_notes) = tokio::task::spawn_blocking(move || {
+            let mut pipeline = pipeline;
+            resolve_environments(&mut pipeline, python).map(|notes| (pipeline, notes))
+        })
+        .await
+        .map_err(|e| tonic::Status::internal(e.to_string()))??;
         let options = req.pipeline_options.unwrap_or_default();
         let validated = crate::options::validate(&options)
             .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
@@ -204,7 +247,7 @@ impl beam::job_service_server::JobService for JobService {
             }
         }
         let job = self.0.create_job(id, name, pipeline, options, locations);
-        for note in &validated.notes {
+        for note in validated.notes.iter().chain(&env_notes) {
             job.message(MessageImportance::JobMessageBasic, note.clone());
         }
         tracing::info!(job = %job.id, name = %job.name, stages = plan.graph.stages.len(), "prepared");

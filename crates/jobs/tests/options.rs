@@ -995,6 +995,7 @@ fn service() -> (JobService, std::sync::Arc<JobRegistry>) {
     let registry = JobRegistry::new(
         weir_harness::FnApi::new(url.clone()),
         ServerConfig {
+            python_for_docker_images: None,
             staging_root: root,
             engine_workers: 1,
         },

@@ -3,7 +3,9 @@
 //! (the side input must be complete before the stage runs, and may itself be
 //! computed from this stage), or they are an SDF process step (so the runner
 //! can spread restrictions over workers), or are stateful (their input must be
-//! routed by key). Runner transforms are stages alone.
+//! routed by key), or require stable input (`beam:requirement:pardo:stable_input:v1`:
+//! their input is materialized by the runner, so a retried bundle reads
+//! exactly the elements of the failed attempt). Runner transforms are stages alone.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -130,10 +132,14 @@ pub(crate) fn fuse(c: &beam::Components, leaves: &[String]) -> Result<Vec<FusedS
         let env = t.environment_id.clone();
         // A stateful DoFn reads its input routed by key, so it starts a stage.
         let stateful = is_stateful(&id, t)?;
+        // @RequiresStableInput: the input comes from runner-held data.
+        let stable = urn_of(t) == weir_proto::urns::transform::PAR_DO
+            && pardo_payload(&id, t)?.requires_stable_input;
         let fuse_into = sdk_stage_of.get(input).copied().filter(|&s| {
             side.is_empty()
                 && !id.ends_with(PROCESS_SUFFIX)
                 && !stateful
+                && !stable
                 && matches!(&stages[s], FusedStage::Sdk { environment_id, .. } if *environment_id == env)
         });
         let stage = match fuse_into {
@@ -157,4 +163,74 @@ pub(crate) fn fuse(c: &beam::Components, leaves: &[String]) -> Result<Vec<FusedS
         }
     }
     Ok(stages)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+    use weir_proto::urns;
+
+    fn pardo(name: &str, input: &str, output: &str, stable: bool) -> beam::PTransform {
+        beam::PTransform {
+            unique_name: name.into(),
+            spec: Some(beam::FunctionSpec {
+                urn: urns::transform::PAR_DO.into(),
+                payload: beam::ParDoPayload {
+                    requires_stable_input: stable,
+                    ..Default::default()
+                }
+                .encode_to_vec(),
+            }),
+            inputs: [("in".to_string(), input.to_string())].into(),
+            outputs: [("out".to_string(), output.to_string())].into(),
+            environment_id: "py".into(),
+            ..Default::default()
+        }
+    }
+
+    /// Impulse -> A -> B -> C; `stable` says which of A, B, C require stable input.
+    fn stages(stable: [bool; 3]) -> Vec<Vec<String>> {
+        let mut c = beam::Components::default();
+        c.transforms.insert(
+            "imp".into(),
+            beam::PTransform {
+                unique_name: "Impulse".into(),
+                spec: Some(beam::FunctionSpec {
+                    urn: urns::transform::IMPULSE.into(),
+                    ..Default::default()
+                }),
+                outputs: [("out".to_string(), "p0".to_string())].into(),
+                ..Default::default()
+            },
+        );
+        for (i, name) in ["a", "b", "c"].iter().enumerate() {
+            c.transforms.insert(
+                name.to_string(),
+                pardo(name, &format!("p{i}"), &format!("p{}", i + 1), stable[i]),
+            );
+        }
+        let leaves: Vec<String> = ["imp", "a", "b", "c"].map(String::from).to_vec();
+        fuse(&c, &leaves)
+            .unwrap()
+            .into_iter()
+            .filter_map(|s| match s {
+                FusedStage::Sdk { transforms, .. } => Some(transforms),
+                FusedStage::Runner { .. } => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_stable_input_pardo_starts_a_stage_reading_runner_held_data() {
+        assert_eq!(stages([false; 3]), vec![vec!["a", "b", "c"]]);
+        assert_eq!(
+            stages([false, true, false]),
+            vec![vec!["a"], vec!["b", "c"]]
+        );
+        assert_eq!(
+            stages([false, true, true]),
+            vec![vec!["a"], vec!["b"], vec!["c"]]
+        );
+    }
 }

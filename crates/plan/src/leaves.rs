@@ -39,11 +39,34 @@ const SUPPORTED_REQUIREMENTS: &[&str] = &[
     urns::requirement::BUNDLE_FINALIZATION,
     urns::requirement::STATEFUL_PROCESSING,
     urns::requirement::ON_WINDOW_EXPIRATION,
+    // Honoured by a fusion break before each such ParDo (see fusion.rs).
+    urns::requirement::REQUIRES_STABLE_INPUT,
 ];
 
 /// Rejects a pipeline that declares a requirement Weir does not implement.
+///
+/// `beam:requirement:pardo:time_sorted_input:v1` is refused naming the
+/// first ParDo that asks for it (Weir does not sort inputs by timestamp).
 pub(crate) fn check_requirements(pipeline: &beam::Pipeline) -> Result<()> {
     for r in &pipeline.requirements {
+        if r == urns::requirement::REQUIRES_TIME_SORTED_INPUT {
+            let mut ids: Vec<_> = pipeline
+                .components
+                .iter()
+                .flat_map(|c| &c.transforms)
+                .filter(|(id, t)| {
+                    urn_of(t) == urns::transform::PAR_DO
+                        && pardo_payload(id, t).is_ok_and(|p| p.requires_time_sorted_input)
+                })
+                .map(|(id, t)| format!("{id} ({})", t.unique_name))
+                .collect();
+            ids.sort();
+            let transform = ids
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| "<pipeline>".into());
+            return Err(time_sorted_refusal(&transform));
+        }
         if !SUPPORTED_REQUIREMENTS.contains(&r.as_str()) {
             return Err(PlanError::Unsupported {
                 transform: "<pipeline>".into(),
@@ -53,6 +76,15 @@ pub(crate) fn check_requirements(pipeline: &beam::Pipeline) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The Prepare error (INVALID_ARGUMENT) for a ParDo with @RequiresTimeSortedInput.
+fn time_sorted_refusal(transform: &str) -> PlanError {
+    PlanError::Invalid(format!(
+        "transform {transform} requires {}: Weir does not sort a ParDo's input by timestamp; \
+         sort inside the DoFn (e.g. buffer in state and order by timestamp on a timer)",
+        urns::requirement::REQUIRES_TIME_SORTED_INPUT
+    ))
 }
 
 /// The URN of a transform ("" when it has no spec).
@@ -85,7 +117,7 @@ pub(crate) fn classify(id: &str, t: &beam::PTransform) -> Result<LeafKind> {
                 check_state_spec(name, spec).map_err(|feature| unsupported(&feature))?;
             }
             if payload.requires_time_sorted_input {
-                return Err(unsupported("@RequiresTimeSortedInput"));
+                return Err(time_sorted_refusal(&format!("{id} ({})", t.unique_name)));
             }
             for (name, side) in &payload.side_inputs {
                 let pattern = side
@@ -267,6 +299,47 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(classify("t1", &t).unwrap(), LeafKind::Sdk);
+    }
+
+    #[test]
+    fn stable_input_is_accepted_and_time_sorted_input_is_refused_naming_urn_and_transform() {
+        let sorted = beam::PTransform {
+            unique_name: "SortedDoFn".into(),
+            spec: Some(beam::FunctionSpec {
+                urn: urns::transform::PAR_DO.into(),
+                payload: beam::ParDoPayload {
+                    requires_time_sorted_input: true,
+                    ..Default::default()
+                }
+                .encode_to_vec(),
+            }),
+            ..Default::default()
+        };
+        let pipeline = |r: &str| beam::Pipeline {
+            requirements: vec![r.to_string()],
+            components: Some(beam::Components {
+                transforms: [("t7".to_string(), sorted.clone())].into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            urns::requirement::REQUIRES_STABLE_INPUT,
+            "beam:requirement:pardo:stable_input:v1"
+        );
+        assert!(check_requirements(&pipeline(urns::requirement::REQUIRES_STABLE_INPUT)).is_ok());
+        let expected =
+            "transform t7 (SortedDoFn) requires beam:requirement:pardo:time_sorted_input:v1";
+        for err in [
+            check_requirements(&pipeline(urns::requirement::REQUIRES_TIME_SORTED_INPUT))
+                .unwrap_err(),
+            classify("t7", &sorted).unwrap_err(),
+        ] {
+            match err {
+                PlanError::Invalid(m) => assert!(m.starts_with(expected), "{m}"),
+                other => panic!("expected Invalid, got {other:?}"),
+            }
+        }
     }
 
     #[test]

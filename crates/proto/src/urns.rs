@@ -106,15 +106,16 @@ pub mod env {
     pub const PROCESS: &str = "beam:env:process:v1";
     pub const EXTERNAL: &str = "beam:env:external:v1";
     pub const DEFAULT: &str = "beam:env:default:v1";
+    /// `AnyOfEnvironmentPayload`: the runner picks one of several environments.
+    pub const ANYOF: &str = "beam:env:anyof:v1";
 }
 
 /// Pipeline requirement URNs (`StandardRequirements`).
 pub mod requirement {
     pub const SPLITTABLE_DOFN: &str = "beam:requirement:pardo:splittable_dofn:v1";
     pub const STATEFUL_PROCESSING: &str = "beam:requirement:pardo:stateful:v1";
-    pub const REQUIRES_STABLE_INPUT: &str = "beam:requirement:pardo:requires_stable_input:v1";
-    pub const REQUIRES_TIME_SORTED_INPUT: &str =
-        "beam:requirement:pardo:requires_time_sorted_input:v1";
+    pub const REQUIRES_STABLE_INPUT: &str = "beam:requirement:pardo:stable_input:v1";
+    pub const REQUIRES_TIME_SORTED_INPUT: &str = "beam:requirement:pardo:time_sorted_input:v1";
     pub const BUNDLE_FINALIZATION: &str = "beam:requirement:pardo:finalization:v1";
     pub const ON_WINDOW_EXPIRATION: &str = "beam:requirement:pardo:on_window_expiration:v1";
 }

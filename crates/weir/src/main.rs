@@ -83,6 +83,11 @@ struct ServeArgs {
     /// Folder for staged artifacts (default: <tmp>/weir-staging).
     #[arg(long = "staging_dir", alias = "staging-dir")]
     staging_dir: Option<PathBuf>,
+    /// Python interpreter (with apache-beam) that runs `apache/beam_python3.x_sdk:V`
+    /// DOCKER environments when no Docker daemon answers (default: $WEIR_PYTHON or python3).
+    /// When its apache-beam version is not V, the job's messages warn naming both.
+    #[arg(long = "python_for_docker_images")]
+    python_for_docker_images: Option<String>,
     /// Accepted for compatibility with Beam's Prism launcher; use RUST_LOG.
     #[arg(long = "log_level", hide = true)]
     log_level: Option<String>,
@@ -198,6 +203,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 .map(|n| n.get())
                 .unwrap_or(1)
         }),
+        python_for_docker_images: args.python_for_docker_images,
     };
     tracing::info!("weir job service listening on {local}");
     eprintln!("weir: Beam Job API listening on {local}");

@@ -306,7 +306,7 @@ pub static CATALOG: &[OptionSpec] = &[
         "has no local meaning (no worker VMs); recorded"),
     spec!("sdk_container_image", py "sdk_container_image", java "sdkContainerImage", go "sdk_container_image", [], String, WorkerLevel, Sdk,
         "Container image of the SDK harness.",
-        "The SDK writes it into the pipeline's Docker environments, which Weir starts as written."),
+        "The SDK writes it into the pipeline's Docker environments: `docker run` where a Docker daemon answers; without one, Beam's SDK images are replaced by native `weir boot` harnesses and other images fail Prepare (README, Environments)."),
     spec!("worker_harness_container_image", py "worker_harness_container_image", java "workerHarnessContainerImage", go "worker_harness_container_image", [], String, WorkerLevel, Sdk,
         "Deprecated name of sdk_container_image.",
         "As sdk_container_image."),
