@@ -315,9 +315,14 @@ impl SdkHarnesses {
                 started.push((env_id.clone(), self.launch(&env_id).await?));
             }
         }
-        for (_, (w, exit)) in &started {
-            wait_connected(w, exit.clone()).await?;
-        }
+        // All at once, so one that exits fails the start without waiting
+        // for another that has not connected yet.
+        futures::future::try_join_all(
+            started
+                .iter()
+                .map(|(_, (w, exit))| wait_connected(w, exit.clone())),
+        )
+        .await?;
         for (env_id, (w, _)) in started {
             self.join(&env_id, w);
         }
