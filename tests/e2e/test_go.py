@@ -98,10 +98,9 @@ def test_go_loopback_sdk_logs_reach_the_logs_not_the_stream(weir_server, tmp_pat
   # ... but it was not on the message stream: the Go client logs every
   # message it receives through Beam's logger, which in LOOPBACK sends it
   # back to Weir as an SDK entry with the message's id, `(id=<job>-<n>)`.
-  # Weir's own messages come back so (the client got them; which ones
-  # depends on when the harness took over the client's logger) ...
-  assert re.search(r'\t\[%s-worker-\d+\] \(time=[^)]*\)\(id=%s-\d+\)' % (job, job), logs), \
-      logs[-3000:]
+  # Which of Weir's messages come back so depends on when the harness took
+  # over the client's logger (under load, none may), so the test does not
+  # require one; the checks below fail whenever a loop forms.
   # ... the SDK's INFO entry does not.
   echoed = [l for l in logs.splitlines() if '(id=%s-' % job in l and 'Writing to' in l]
   assert not echoed, echoed
