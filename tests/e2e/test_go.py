@@ -101,7 +101,7 @@ def test_go_loopback_sdk_logs_reach_the_logs_not_the_stream(weir_server, tmp_pat
   # Which of Weir's messages come back so depends on when the harness took
   # over the client's logger (under load, none may), so the test does not
   # require one; the checks below fail whenever a loop forms.
-  # ... the SDK's INFO entry does not.
+  # The SDK's INFO entry never comes back as an echo.
   echoed = [l for l in logs.splitlines() if '(id=%s-' % job in l and 'Writing to' in l]
   assert not echoed, echoed
   # No message echoes another: none names two message ids of the job.
