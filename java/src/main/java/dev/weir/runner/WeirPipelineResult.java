@@ -199,13 +199,7 @@ public final class WeirPipelineResult implements PipelineResult {
     }
     released = true;
     channel.shutdownNow();
-    for (AutoCloseable r : resources) {
-      try {
-        r.close();
-      } catch (Exception e) {
-        LOG.warn("closing {} failed", r, e);
-      }
-    }
+    WeirRunner.closeAll(resources);
   }
 
   @Override

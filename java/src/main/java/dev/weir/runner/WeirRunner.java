@@ -207,7 +207,8 @@ public class WeirRunner extends PipelineRunner<PipelineResult> {
     }
   }
 
-  private static void closeAll(List<AutoCloseable> resources) {
+  /** Closes each of {@code resources}, logging (not throwing) the failures. */
+  static void closeAll(List<AutoCloseable> resources) {
     for (AutoCloseable r : resources) {
       try {
         r.close();
