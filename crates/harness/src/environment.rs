@@ -862,7 +862,14 @@ async fn spawn_harness(
                 let p = beam::ProcessPayload::decode(env.payload.as_slice())
                     .map_err(|e| env_error(env_id, &env.urn, e.to_string()))?;
                 let mut words = p.command.split_whitespace().map(str::to_string);
-                let program = words.next().unwrap_or_default();
+                let mut program = words.next().unwrap_or_default();
+                // The harness runs in its own folder (below), so a relative
+                // command path is resolved against Weir's folder first.
+                if program.contains('/') && std::path::Path::new(&program).is_relative() {
+                    if let Ok(cwd) = std::env::current_dir() {
+                        program = cwd.join(&program).display().to_string();
+                    }
+                }
                 let mut args: Vec<String> = words.collect();
                 args.extend(flags);
                 let d = worker_dir(worker_id);
@@ -870,6 +877,9 @@ async fn spawn_harness(
                 // (Beam's Go and Java boot programs exit on an unknown flag);
                 // `weir boot` accepts it and Python's spelling.
                 args.push(format!("--semi_persist_dir={}", d.display()));
+                std::fs::create_dir_all(&d).map_err(|e| {
+                    env_error(env_id, &env.urn, format!("cannot create {}: {e}", d.display()))
+                })?;
                 dir = Some(d);
                 (program, args, p.env)
             } else {
@@ -884,7 +894,15 @@ async fn spawn_harness(
                 args.extend(flags);
                 ("docker".to_string(), args, HashMap::new())
             };
-            let mut child = tokio::process::Command::new(&program)
+            let mut command = tokio::process::Command::new(&program);
+            // Each SDK harness works in its own folder: boot programs write
+            // files into their working folder (Beam's Go boot writes
+            // `pipeline_options.json` there), and harnesses of concurrent
+            // jobs must not read each other's.
+            if let Some(d) = &dir {
+                command.current_dir(d);
+            }
+            let mut child = command
                 .args(&args)
                 .envs(envs)
                 .stdin(Stdio::null())
@@ -1023,6 +1041,51 @@ mod tests {
             other => panic!("wrong error: {other}"),
         }
         assert!(err.to_string().contains("exit status 3"), "{err}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Each PROCESS harness runs in its own folder (its semi-persistent
+    /// folder), so boot programs that write into their working folder
+    /// (Beam's Go boot) do not share files across harnesses and jobs.
+    #[tokio::test]
+    async fn process_harness_runs_in_its_own_folder() {
+        let dir = tempfile_dir("own-folder");
+        let script = dir.join("boot.sh");
+        std::fs::write(&script, "#!/bin/sh\npwd >&2\nexit 5\n").unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let fn_api = FnApi::new("localhost:1".into());
+        let envs = HashMap::from([(
+            "env".to_string(),
+            process_env(&script.display().to_string()),
+        )]);
+        let log: LogSink = Arc::new(|_, _| {});
+        let err = match start(
+            &fn_api,
+            "job-cwd",
+            &envs,
+            Scaling::Fixed(1),
+            None,
+            &beam::ProvisionInfo::default(),
+            log,
+        )
+        .await
+        {
+            Ok(_) => panic!("the script exits"),
+            Err(e) => e,
+        };
+        match err {
+            HarnessError::ExitedBeforeConnect { stderr, .. } => {
+                assert_eq!(
+                    stderr,
+                    vec![worker_dir("job-cwd-worker-1").display().to_string()]
+                );
+            }
+            other => panic!("wrong error: {other}"),
+        }
         let _ = std::fs::remove_dir_all(dir);
     }
 
