@@ -26,6 +26,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/.." && pwd)"
 WEIR="${WEIR_BIN:-$REPO/target/release/weir}"
+# WeirRunner builds the PROCESS boot command from it (WEIR_JAVA_ENV=PROCESS).
+export WEIR_BIN="$WEIR"
 LEDGER="$HERE/java_ledger.txt"
 PASSING="$HERE/java-last-run-passing.txt"
 FAILING="$HERE/java-last-run-failing.txt"
