@@ -983,17 +983,12 @@ mod tests {
         }
     }
 
-    /// A harness process that exits before dialing the control service fails
-    /// the start at once, with its exit status and its last output lines.
-    #[tokio::test]
-    async fn process_that_exits_before_connecting_fails_at_once() {
-        let dir = tempfile_dir("early-exit");
+    /// Starts job `job` with one PROCESS harness running the shell script
+    /// `body`, which must exit before connecting; returns the start's error.
+    async fn start_exiting_script(job: &str, body: &str) -> HarnessError {
+        let dir = tempfile_dir(job);
         let script = dir.join("boot.sh");
-        std::fs::write(
-            &script,
-            "#!/bin/sh\necho starting\necho \"unknown flag: $1\" >&2\nexit 3\n",
-        )
-        .unwrap();
+        std::fs::write(&script, format!("#!/bin/sh\n{body}")).unwrap();
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
@@ -1005,21 +1000,33 @@ mod tests {
             process_env(&script.display().to_string()),
         )]);
         let log: LogSink = Arc::new(|_, _| {});
-        let began = Instant::now();
-        let err = match start(
+        let started = start(
             &fn_api,
-            "job",
+            job,
             &envs,
             Scaling::Fixed(1),
             None,
             &beam::ProvisionInfo::default(),
             log,
         )
-        .await
-        {
+        .await;
+        let _ = std::fs::remove_dir_all(dir);
+        match started {
             Ok(_) => panic!("a harness that exits cannot start"),
             Err(e) => e,
-        };
+        }
+    }
+
+    /// A harness process that exits before dialing the control service fails
+    /// the start at once, with its exit status and its last output lines.
+    #[tokio::test]
+    async fn process_that_exits_before_connecting_fails_at_once() {
+        let began = Instant::now();
+        let err = start_exiting_script(
+            "job",
+            "echo starting\necho \"unknown flag: $1\" >&2\nexit 3\n",
+        )
+        .await;
         assert!(
             began.elapsed() < Duration::from_secs(10),
             "took {:?}",
@@ -1041,7 +1048,6 @@ mod tests {
             other => panic!("wrong error: {other}"),
         }
         assert!(err.to_string().contains("exit status 3"), "{err}");
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// Each PROCESS harness runs in its own folder (its semi-persistent
@@ -1049,35 +1055,7 @@ mod tests {
     /// (Beam's Go boot) do not share files across harnesses and jobs.
     #[tokio::test]
     async fn process_harness_runs_in_its_own_folder() {
-        let dir = tempfile_dir("own-folder");
-        let script = dir.join("boot.sh");
-        std::fs::write(&script, "#!/bin/sh\npwd >&2\nexit 5\n").unwrap();
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
-        let fn_api = FnApi::new("localhost:1".into());
-        let envs = HashMap::from([(
-            "env".to_string(),
-            process_env(&script.display().to_string()),
-        )]);
-        let log: LogSink = Arc::new(|_, _| {});
-        let err = match start(
-            &fn_api,
-            "job-cwd",
-            &envs,
-            Scaling::Fixed(1),
-            None,
-            &beam::ProvisionInfo::default(),
-            log,
-        )
-        .await
-        {
-            Ok(_) => panic!("the script exits"),
-            Err(e) => e,
-        };
-        match err {
+        match start_exiting_script("job-cwd", "pwd >&2\nexit 5\n").await {
             HarnessError::ExitedBeforeConnect { stderr, .. } => {
                 assert_eq!(
                     stderr,
@@ -1086,7 +1064,6 @@ mod tests {
             }
             other => panic!("wrong error: {other}"),
         }
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     fn tempfile_dir(name: &str) -> std::path::PathBuf {
