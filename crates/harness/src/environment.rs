@@ -181,6 +181,10 @@ pub const AUTOSCALE_IDLE: Duration = Duration::from_secs(5);
 /// How long a dead SDK process gets to report its exit status.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
+/// How long [`SdkHarnesses::stop`] waits for instructions already sent to
+/// be answered before it closes the workers' streams.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+
 /// How the job's SDK harness count is managed (Dataflow's
 /// `autoscaling_algorithm`, applied per environment).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -687,13 +691,33 @@ impl SdkHarnesses {
     }
 
     /// Stops every worker: StopWorker on pools, kill for processes. Workers
-    /// still starting are stopped as soon as they are up.
+    /// still starting are stopped as soon as they are up. Instructions
+    /// already sent (bundles of a failed job's other keys, say) get up to
+    /// [`STOP_GRACE`] to be answered first: an SDK harness tears down a
+    /// DoFn when its bundle ends or its control stream closes after it, and
+    /// a bundle cut off mid-way (Java waits for its data forever) would
+    /// never reach `@Teardown`.
     pub async fn stop(&self) {
+        {
+            let _pool = self.pool();
+            // Under the lock: a launch that sees `stopping` false has
+            // registered its handle before the drain below takes them.
+            self.stopping.store(true, Ordering::SeqCst);
+        }
+        self.changed.notify_waiters();
+        let deadline = Instant::now() + STOP_GRACE;
+        while Instant::now() < deadline
+            && self
+                .pool()
+                .workers
+                .values()
+                .flatten()
+                .any(|w| w.is_connected() && w.instructions_pending() > 0)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let (workers, handles) = {
             let mut pool = self.pool();
-            // Under the lock: a launch that sees `stopping` false has
-            // registered its handle before this takes them.
-            self.stopping.store(true, Ordering::SeqCst);
             let workers: Vec<Arc<Worker>> = pool.workers.drain().flat_map(|(_, ws)| ws).collect();
             let handles: Vec<(String, Handle)> = pool.handles.drain().collect();
             (workers, handles)
@@ -1015,6 +1039,104 @@ mod tests {
             Ok(_) => panic!("a harness that exits cannot start"),
             Err(e) => e,
         }
+    }
+
+    /// The SDK harnesses of job "job" with no environment and an empty pool.
+    fn harnesses_of(fn_api: &Arc<FnApi>) -> Arc<SdkHarnesses> {
+        Arc::new(SdkHarnesses {
+            fn_api: fn_api.clone(),
+            job_id: "job".into(),
+            environments: HashMap::new(),
+            provision: beam::ProvisionInfo::default(),
+            log: Arc::new(|_, _| {}),
+            bundles_per_worker: HashMap::new(),
+            pool: Mutex::default(),
+            changed: tokio::sync::Notify::new(),
+            stopping: AtomicBool::new(false),
+        })
+    }
+
+    /// A worker of job "job" whose control stream is open, and the SDK's
+    /// end of it.
+    fn connected_worker(
+        fn_api: &FnApi,
+        id: &str,
+    ) -> (
+        Arc<Worker>,
+        tokio::sync::mpsc::UnboundedReceiver<beam::InstructionRequest>,
+    ) {
+        let worker = fn_api.add_worker(
+            id.into(),
+            "job".into(),
+            beam::ProvisionInfo::default(),
+            Arc::new(|_, _| {}),
+        );
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        *worker.control_tx.lock().unwrap() = Some(tx);
+        let _ = worker.connected.send_replace(true);
+        (worker, rx)
+    }
+
+    /// `stop` lets an instruction already sent be answered before it closes
+    /// the worker's control stream (so the SDK harness tears its DoFns
+    /// down), and gives up after [`STOP_GRACE`] on one never answered.
+    #[tokio::test]
+    async fn stop_waits_for_sent_instructions_then_closes() {
+        let fn_api = FnApi::new("localhost:1".into());
+        let harnesses = harnesses_of(&fn_api);
+        let (worker, mut control_rx) = connected_worker(&fn_api, "job-worker-1");
+        harnesses
+            .pool()
+            .workers
+            .insert("env".into(), vec![worker.clone()]);
+        let answer = worker
+            .send(beam::InstructionRequest {
+                instruction_id: "bundle-1".into(),
+                request: None,
+            })
+            .unwrap();
+        // The SDK side: answers 300 ms later, while its stream is still open.
+        let sdk = {
+            let worker = worker.clone();
+            tokio::spawn(async move {
+                let req = control_rx.recv().await.expect("the bundle");
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let open = worker.is_connected();
+                let tx = worker.pending.lock().unwrap().remove(&req.instruction_id);
+                let _ = tx.expect("pending").send(beam::InstructionResponse {
+                    instruction_id: req.instruction_id,
+                    ..Default::default()
+                });
+                // The stream closes after the answer.
+                let closed = control_rx.recv().await.is_none();
+                (open, closed)
+            })
+        };
+        let began = Instant::now();
+        harnesses.stop().await;
+        let waited = began.elapsed();
+        assert!(
+            waited >= Duration::from_millis(300) && waited < STOP_GRACE,
+            "{waited:?}"
+        );
+        assert_eq!(answer.await.unwrap().error, "");
+        assert_eq!(sdk.await.unwrap(), (true, true));
+        assert!(!worker.is_connected());
+
+        // Never answered: stop gives up after STOP_GRACE and fails it.
+        let (other, _control_rx) = connected_worker(&fn_api, "job-worker-2");
+        let harnesses = harnesses_of(&fn_api);
+        harnesses.pool().workers.insert("env".into(), vec![other.clone()]);
+        let stuck = other
+            .send(beam::InstructionRequest {
+                instruction_id: "bundle-2".into(),
+                request: None,
+            })
+            .unwrap();
+        let began = Instant::now();
+        harnesses.stop().await;
+        assert!(began.elapsed() >= STOP_GRACE, "{:?}", began.elapsed());
+        assert!(stuck.await.unwrap().error.contains("disconnected"));
     }
 
     /// A harness process that exits before dialing the control service fails

@@ -98,6 +98,12 @@ impl Worker {
         *self.connected.borrow()
     }
 
+    /// Instructions (bundles, splits, progress requests…) sent to this
+    /// worker and not answered yet.
+    pub fn instructions_pending(&self) -> usize {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     /// Bundles currently sent to this worker and not yet answered.
     pub fn bundles_in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Relaxed)
