@@ -23,7 +23,7 @@ use timely::dataflow::operators::vec::{Broadcast, Map, Partition, ToStream};
 use timely::dataflow::operators::{Capability, Concatenate, Operator, Probe};
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 use weir_model::Timestamp;
-use weir_plan::{SdkStage, StageGraph, StageKind};
+use weir_graph::{SdkStage, StageGraph, StageKind};
 
 use crate::bundle::{BundleProcessor, BundleRequest, BundleResult};
 use crate::elements::{impulse_element, split_elements};
@@ -651,10 +651,10 @@ fn test_stream<'s>(
     probe: &ProbeHandle<Time>,
     index: usize,
     outputs: usize,
-    events: &[weir_plan::TestStreamEvent],
+    events: &[weir_graph::TestStreamEvent],
 ) -> StreamVec<'s, Time, (u32, Element)> {
     use timely::dataflow::operators::generic::operator::source;
-    use weir_plan::TestStreamEvent;
+    use weir_graph::TestStreamEvent;
     let events: VecDeque<TestStreamEvent> = if index == 0 {
         events.iter().cloned().collect()
     } else {
@@ -760,7 +760,7 @@ type WindowedElement = (Vec<weir_model::Window>, Element);
 
 /// A side input of an SDK stage: what to materialize, its WindowFn, and
 /// whether its trigger is not the default one.
-type SideSpec<'a> = (SideInputSpec<'a>, weir_plan::SideWindowFn, bool);
+type SideSpec<'a> = (SideInputSpec<'a>, weir_graph::SideWindowFn, bool);
 
 /// Per-operator state of an SDK stage.
 struct SdkState {
@@ -808,7 +808,7 @@ fn side_specs<'a>(sdk: &'a SdkStage, graph: &'a StageGraph) -> Vec<SideSpec<'a>>
             (
                 spec,
                 si.window_fn,
-                info.windowing.trigger != weir_plan::Trigger::Default,
+                info.windowing.trigger != weir_graph::Trigger::Default,
             )
         })
         .collect()
@@ -868,7 +868,7 @@ fn release_ready(st: &mut SdkState, sides: &[SideSpec<'_>], side_frontier: &[Tim
 /// lateness passed); elements left with no window are dropped. Elements
 /// that do not decode are kept (the SDK reports them).
 fn drop_expired(
-    info: &weir_plan::PCollectionInfo,
+    info: &weir_graph::PCollectionInfo,
     elements: Vec<Element>,
     watermark: Timestamp,
 ) -> Vec<Element> {
@@ -904,7 +904,7 @@ fn drop_expired(
 fn set_expiration_timers(
     timers: &mut TimerStore,
     family: usize,
-    info: &weir_plan::PCollectionInfo,
+    info: &weir_graph::PCollectionInfo,
     elements: &[Element],
 ) {
     for e in elements {
@@ -1072,7 +1072,7 @@ fn sdk_stage<'s>(
                         st.side_data[i as usize].push(e);
                         continue;
                     }
-                    if sides[i as usize].1 == weir_plan::SideWindowFn::Global && st.side_generation_used {
+                    if sides[i as usize].1 == weir_graph::SideWindowFn::Global && st.side_generation_used {
                         st.side_generation += 1;
                         st.side_generation_used = false;
                     }

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use weir_model::windowed_value::{encode_iterable, split_kv};
 use weir_model::{Coder, PaneInfo, Timestamp, Window, WindowedValue};
-use weir_plan::{OutputTime, WindowFn, Windowing};
+use weir_graph::{OutputTime, WindowFn, Windowing};
 
 use crate::merge_windows::Merges;
 

@@ -1,7 +1,7 @@
-//! Weir's engine: runs a [`weir_plan::StageGraph`] on Timely Dataflow.
+//! Weir's engine: runs a [`weir_graph::StageGraph`] on Timely Dataflow.
 //!
-//! Layer: engine. Depends on `weir-model`, `weir-plan` and `timely` (used only
-//! in [`dataflow`]); never on tonic, tokio or proto types. Entry point:
+//! Layer: engine. Depends on `weir-model`, `weir-graph` and `timely` (used only
+//! in [`dataflow`]); never on tonic, prost, tokio or proto types (`tests/layering.rs` checks the whole tree). Entry point:
 //! [`run_job`]. SDK stages are executed through the [`BundleProcessor`] trait,
 //! which the harness implements.
 //!

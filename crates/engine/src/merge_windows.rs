@@ -2,7 +2,7 @@
 //!
 //! The GroupByKey sends the windows of the keys that got new windows to its
 //! merge stage (`beam:transform:merge_windows:v1`, see
-//! `weir_plan::StageKind::GroupByKey::merge_windows`) as one bundle, and
+//! `weir_graph::StageKind::GroupByKey::merge_windows`) as one bundle, and
 //! applies the merges that come back before it fires any of those windows.
 //! Encodings (beam_runner_api.proto, `MERGE_WINDOWS`):
 //! - request element: `KV<nonce, iterable<window>>`, the nonce a

@@ -28,7 +28,7 @@ use std::collections::{HashMap, HashSet};
 
 use weir_model::windowed_value::{encode_iterable, split_kv};
 use weir_model::{Coder, PaneInfo, PaneTiming, Timestamp, Window, WindowedValue};
-use weir_plan::{Accumulation, OutputTime, WindowFn, Windowing};
+use weir_graph::{Accumulation, OutputTime, WindowFn, Windowing};
 
 use crate::merge_windows::Merges;
 use crate::triggers::{CompiledTrigger, TriggerContext, TriggerState};
@@ -394,7 +394,7 @@ fn merge_panes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_plan::Trigger;
+    use weir_graph::Trigger;
 
     fn coder() -> Coder {
         Coder::Kv(Box::new(Coder::StringUtf8), Box::new(Coder::VarInt))

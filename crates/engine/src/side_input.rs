@@ -39,7 +39,7 @@ use std::collections::HashMap;
 
 use weir_model::windowed_value::split_kv;
 use weir_model::{Coder, PaneTiming, Timestamp, Window, WindowedValue};
-use weir_plan::{Accumulation, SideInputKind, SideWindowFn, Trigger, Windowing};
+use weir_graph::{Accumulation, SideInputKind, SideWindowFn, Trigger, Windowing};
 
 /// How side data arriving later changes a window's contents.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

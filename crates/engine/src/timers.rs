@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use weir_model::varint::decode_varint;
 use weir_model::{Coder, PaneInfo, Timestamp, Window};
-use weir_plan::TimerFamily;
+use weir_graph::TimerFamily;
 
 /// Identity of a timer: (family index, key bytes, windows bytes, tag bytes).
 type TimerId = (usize, Vec<u8>, Vec<u8>, Vec<u8>);

@@ -14,7 +14,7 @@
 //! clock).
 
 use weir_model::Timestamp;
-use weir_plan::Trigger;
+use weir_graph::Trigger;
 
 /// What a trigger sees when it is evaluated.
 #[derive(Clone, Copy, Debug)]

@@ -11,7 +11,6 @@ mod combiner_lifting;
 mod descriptor;
 pub mod error;
 mod fusion;
-pub mod graph;
 mod leaves;
 mod merge_windows;
 mod sdf;
@@ -21,6 +20,8 @@ mod windowing;
 use std::collections::HashMap;
 
 pub use error::{PlanError, Result};
+/// The stage graph types (`weir-graph`), where the plan puts its result.
+pub use weir_graph as graph;
 pub use graph::*;
 use weir_proto::beam;
 

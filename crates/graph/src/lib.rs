@@ -1,4 +1,8 @@
 //! The stage graph: what the engine runs, in native types (no protos).
+//!
+//! Layer: between plan and engine. `weir-plan` builds a [`StageGraph`] from
+//! a pipeline proto; `weir-engine` runs it. Depends on `weir-model` only, so
+//! the engine's dependency tree holds no proto or gRPC crate.
 
 use weir_model::Coder;
 
