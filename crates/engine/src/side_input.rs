@@ -88,10 +88,24 @@ struct View {
 }
 
 /// Every side input of one stage, keyed by (transform id, side input id).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct SideInputs {
     views: HashMap<(String, String), View>,
+    /// Unique in the process per [`SideInputs::new`]; a clone keeps it.
+    lineage: u64,
+    /// Bumped by every [`SideInputs::insert`].
+    version: u64,
 }
+
+impl Default for SideInputs {
+    /// No side input, in a lineage of its own.
+    fn default() -> Self {
+        SideInputs::new(&[])
+    }
+}
+
+/// Source of [`SideInputs`] lineages.
+static LINEAGES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// What to materialize for one side input.
 pub struct SideInputSpec<'a> {
@@ -131,7 +145,19 @@ impl SideInputs {
                 )
             })
             .collect();
-        SideInputs { views }
+        SideInputs {
+            views,
+            lineage: LINEAGES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            version: 0,
+        }
+    }
+
+    /// Names these contents: two `SideInputs` with the same identity hold
+    /// the same data (an `Arc` snapshot never changes; the live copy gets a
+    /// new version with every insert). It is the SDK's side-input cache
+    /// token (`ProcessBundleRequest.cache_tokens`, beam_fn_api.proto).
+    pub fn identity(&self) -> (u64, u64) {
+        (self.lineage, self.version)
     }
 
     /// Adds one element (an encoded windowed value) of `spec`'s side input,
@@ -151,6 +177,7 @@ impl SideInputs {
     ) -> Result<(), String> {
         let (wv, _) = WindowedValue::decode(spec.value_coder, spec.window_coder, element)
             .map_err(|e| e.to_string())?;
+        self.version += 1;
         let kv = match spec.kind {
             SideInputKind::Iterable => None,
             SideInputKind::Multimap => {
@@ -398,6 +425,36 @@ mod tests {
             window_coder,
             refresh,
         }
+    }
+
+    /// Equal identities mean equal contents: a snapshot keeps its identity,
+    /// the live copy moves on with each insert, and two views built apart
+    /// (two timely workers) never share one, even with the same history.
+    #[test]
+    fn identity_changes_with_contents_and_differs_across_lineages() {
+        let spec = spec(Refresh::All, &Coder::GlobalWindow);
+        let mut live = std::sync::Arc::new(SideInputs::new(std::slice::from_ref(&spec)));
+        let empty = live.identity();
+        let snapshot = live.clone();
+        std::sync::Arc::make_mut(&mut live)
+            .insert(&spec, &element(1, Window::Global, PaneInfo::default()), 0)
+            .unwrap();
+        assert_eq!(snapshot.identity(), empty);
+        assert_eq!(live.identity().0, empty.0);
+        assert_ne!(live.identity(), empty);
+        assert_eq!(snapshot.iterable("t", "s", &[]), Some(vec![]));
+        assert_eq!(live.iterable("t", "s", &[]), Some(vec![1]));
+        // An element that does not decode changes nothing.
+        let before = live.identity();
+        assert!(std::sync::Arc::make_mut(&mut live).insert(&spec, &[], 0).is_err());
+        assert_eq!(live.identity(), before);
+
+        let mut other = SideInputs::new(std::slice::from_ref(&spec));
+        other
+            .insert(&spec, &element(1, Window::Global, PaneInfo::default()), 0)
+            .unwrap();
+        assert_ne!(other.identity(), live.identity());
+        assert_ne!(SideInputs::default().identity(), SideInputs::default().identity());
     }
 
     #[test]

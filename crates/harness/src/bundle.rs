@@ -38,6 +38,31 @@ struct Residuals {
     watermark: Option<weir_model::Timestamp>,
 }
 
+/// One cache token per side input of `stage`, naming the contents
+/// `request` reads (`SideInputs::identity`), so an SDK harness keeps what it
+/// fetched across bundles until the contents change
+/// (`ProcessBundleRequest.CacheToken`, beam_fn_api.proto). User state gets
+/// none: a bundle's writes reach the runner only when it succeeds.
+fn side_input_cache_tokens(
+    job_id: &str,
+    stage: &weir_plan::SdkStage,
+    request: &BundleRequest,
+) -> Vec<beam::process_bundle_request::CacheToken> {
+    use beam::process_bundle_request::cache_token;
+    let (lineage, version) = request.side_inputs.identity();
+    stage
+        .side_inputs
+        .iter()
+        .map(|s| beam::process_bundle_request::CacheToken {
+            token: format!("{job_id}/side/{lineage}/{version}").into_bytes(),
+            r#type: Some(cache_token::Type::SideInput(cache_token::SideInput {
+                transform_id: s.transform_id.clone(),
+                side_input_id: s.local_name.clone(),
+            })),
+        })
+        .collect()
+}
+
 fn residual_elements(
     roots: Vec<beam::DelayedBundleApplication>,
     stage: &weir_plan::SdkStage,
@@ -781,6 +806,7 @@ impl Inner {
             request: Some(beam::instruction_request::Request::ProcessBundle(
                 beam::ProcessBundleRequest {
                     process_bundle_descriptor_id: self.descriptor_for(request)?,
+                    cache_tokens: side_input_cache_tokens(&self.job_id, stage, request),
                     ..Default::default()
                 },
             )),
