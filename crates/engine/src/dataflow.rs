@@ -207,15 +207,21 @@ impl JobContext {
         )
     }
 
-    /// Whether some stage holds main-input elements back for their side
-    /// inputs while no stage has a bundle in flight or elements waiting for
-    /// one: the job can only move on with more input (a TestStream's next
-    /// event).
-    fn idle_but_held_back(&self) -> bool {
+    /// Whether the job is held without work to do: some stage holds
+    /// main-input elements back for their side inputs, or has pending timers
+    /// (whose holds, their output timestamps, hold the watermark), while no
+    /// stage has a bundle in flight, elements waiting for one or residuals
+    /// waiting out a delay. The job can then only move on with more input
+    /// (a TestStream's next event): e.g. Java's `Timer.withOutputTimestamp`
+    /// holds a stage's output watermark below the stream's current time
+    /// until the timer fires, which may take the stream's later events.
+    fn idle_but_held(&self) -> bool {
         let all = self.status.lock().unwrap_or_else(|p| p.into_inner());
         let stages = all.iter().flatten();
-        stages.clone().any(|s| s.held_back > 0)
-            && stages.clone().all(|s| s.in_flight == 0 && s.pending == 0)
+        stages.clone().any(|s| s.held_back > 0 || s.timers > 0)
+            && stages
+                .clone()
+                .all(|s| s.in_flight == 0 && s.pending == 0 && s.delayed == 0)
     }
 
     fn fail(&self, e: EngineError) {
@@ -680,12 +686,13 @@ fn test_stream<'s>(
             }
             // Wait until everything before the stream's current time is
             // done. Main-input elements held back for side data that later
-            // events bring do not count (Beam's TestStream waits for the
-            // pipeline to quiesce): when they are all that holds the probe
-            // and nothing else moved for a few checks, the stream goes on.
+            // events bring, and the holds of pending timers, do not count
+            // (Beam's TestStream waits for the pipeline to quiesce): when
+            // they are all that holds the probe and nothing else moved for a
+            // few checks, the stream goes on.
             if probe.less_than(c.time()) {
                 let activity = ctx.activity.load(Ordering::Relaxed);
-                if ctx.idle_but_held_back() && activity == quiet.0 {
+                if ctx.idle_but_held() && activity == quiet.0 {
                     quiet.1 += 1;
                 } else {
                     quiet = (activity, 0);
@@ -738,7 +745,8 @@ fn test_stream<'s>(
 }
 
 /// Consecutive checks (1 ms apart) a TestStream waits, while only elements
-/// held back for side inputs hold it, before it replays its next event.
+/// held back for side inputs or timer holds hold it, before it replays its
+/// next event.
 const QUIET_CHECKS: u32 = 3;
 
 /// Bundles a batch of pending restrictions is cut into (see the SDK stage operator).

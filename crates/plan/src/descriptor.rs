@@ -4,7 +4,10 @@
 //! Each SDK stage reads its main input through a `beam:runner:source:v1`
 //! transform and writes every PCollection consumed outside the stage through a
 //! `beam:runner:sink:v1` transform, both carrying a `RemoteGrpcPort` whose
-//! coder is the windowed wire coder of that PCollection.
+//! coder is the windowed wire coder of that PCollection. Inside the
+//! descriptor only the main input and the side inputs are declared in their
+//! wire coders; every other PCollection keeps the pipeline's own coder (as
+//! Beam's Prism runner does), which SDKs read, e.g. Java for a schema.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -245,6 +248,7 @@ pub(crate) fn build(
                 let mut referenced: BTreeSet<String> = BTreeSet::new();
                 let mut outputs: BTreeSet<String> = BTreeSet::new();
                 let mut side_inputs = Vec::new();
+                let mut side_pcollections: BTreeSet<String> = BTreeSet::new();
                 let mut residual_transform_ids = Vec::new();
                 let mut splittable = false;
                 let mut stateful = false;
@@ -283,6 +287,7 @@ pub(crate) fn build(
                             } else {
                                 SideInputKind::Iterable
                             };
+                            side_pcollections.insert(pc.clone());
                             side_inputs.push(SideInput {
                                 transform_id: tid.clone(),
                                 local_name: local,
@@ -388,9 +393,17 @@ pub(crate) fn build(
                     output_indices.push(b.index_of(pc)?);
                     output_transform_ids.push(sink_id);
                 }
+                // Only what crosses the data or state plane is in its wire
+                // coder: the main input (its keys are the state and timer
+                // keys) and the side inputs (served by the runner). Every
+                // other PCollection keeps the pipeline's coder, so an SDK
+                // still sees e.g. Java's SchemaCoder on a PCollection it
+                // reads rows from; the sinks' ports carry the wire coder.
                 for pc in &referenced {
                     let mut p = b.pc(pc)?.clone();
-                    p.coder_id = b.wire_of(pc)?;
+                    if pc == input || side_pcollections.contains(pc) {
+                        p.coder_id = b.wire_of(pc)?;
+                    }
                     if !d
                         .windowing_strategies
                         .contains_key(&p.windowing_strategy_id)

@@ -138,6 +138,27 @@ fn kv(k: Coder, v: Coder) -> Coder {
     Coder::Kv(Box::new(k), Box::new(v))
 }
 
+/// True for `Opaque pickled_python` (the pipeline's own coder, not prefixed).
+fn is_pickled(c: &Coder) -> bool {
+    matches!(c, Coder::Opaque { urn, .. } if urn == PICKLED)
+}
+
+/// The value coder of the sink port through which SDK stage `stage` writes
+/// PCollection `pc`.
+fn sink_value_coder(p: &Plan, stage: usize, pc: &str) -> Coder {
+    let d = descriptor(p, stage);
+    let StageKind::Sdk(s) = &p.graph.stages[stage].kind else {
+        panic!("stage {stage} is not an SDK stage")
+    };
+    let port = s
+        .outputs
+        .iter()
+        .position(|&i| p.graph.pcollections[i].id == pc)
+        .unwrap_or_else(|| panic!("stage {stage} does not write {pc}"));
+    let wv = port_coder(d, &s.output_transform_ids[port], SINK);
+    model(&d.coders, &d.coders[&wv].component_coder_ids[0])
+}
+
 /// True for `LengthPrefix(Opaque pickled_python)`.
 fn is_lp_pickled(c: &Coder) -> bool {
     matches!(c, Coder::LengthPrefix(inner) if matches!(inner.as_ref(), Coder::Opaque { urn, .. } if urn == PICKLED))
@@ -187,9 +208,48 @@ fn port_coder(d: &beam::ProcessBundleDescriptor, transform_id: &str, expected_ur
     port.coder_id
 }
 
-/// Checks that port coder `wv_id` is `windowed_value(<coder of pc>, <window coder of pc>)`
-/// in descriptor `d`, and that the engine's view of `pc_index` uses the same coders.
-fn check_port(p: &Plan, d: &beam::ProcessBundleDescriptor, wv_id: &str, pc_index: usize) {
+/// Coder `c` as the runner reads it on the data plane, built independently of
+/// the planner: structure kept, measurable leaves kept, anything else under
+/// a length prefix.
+fn wire_model(c: &Coder) -> Coder {
+    match c {
+        Coder::Bytes
+        | Coder::StringUtf8
+        | Coder::VarInt
+        | Coder::Bool
+        | Coder::Double
+        | Coder::GlobalWindow
+        | Coder::IntervalWindow
+        | Coder::LengthPrefix(_) => c.clone(),
+        Coder::Kv(k, v) => kv(wire_model(k), wire_model(v)),
+        Coder::Iterable(e) => Coder::Iterable(Box::new(wire_model(e))),
+        Coder::Nullable(e) => Coder::Nullable(Box::new(wire_model(e))),
+        other => Coder::LengthPrefix(Box::new(other.clone())),
+    }
+}
+
+/// Which side of a stage's data plane a port is on.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum PortSide {
+    /// The stage's `beam:runner:source:v1`: the descriptor declares its
+    /// PCollection in the port's (wire) coder, since the main input's keys
+    /// are the state and timer keys.
+    Source,
+    /// A `beam:runner:sink:v1`: its PCollection keeps the pipeline's coder
+    /// (an SDK may read it inside the stage), the port carries its wire form.
+    Sink,
+}
+
+/// Checks that port coder `wv_id` is `windowed_value(<wire coder of pc>, <window coder of pc>)`
+/// in descriptor `d` (for a source, exactly the PCollection's coder id in the
+/// descriptor), and that the engine's view of `pc_index` uses the same coders.
+fn check_port(
+    p: &Plan,
+    d: &beam::ProcessBundleDescriptor,
+    wv_id: &str,
+    pc_index: usize,
+    side: PortSide,
+) {
     let pc = &p.graph.pcollections[pc_index];
     assert_eq!(
         coder_urn(&d.coders, wv_id),
@@ -203,11 +263,20 @@ fn check_port(p: &Plan, d: &beam::ProcessBundleDescriptor, wv_id: &str, pc_index
         .pcollections
         .get(&pc.id)
         .unwrap_or_else(|| panic!("{} lacks PCollection {}", d.id, pc.id));
-    assert_eq!(
-        comps[0], in_descriptor.coder_id,
-        "port value coder vs PCollection {} coder in {}",
-        pc.id, d.id
-    );
+    match side {
+        PortSide::Source => assert_eq!(
+            comps[0], in_descriptor.coder_id,
+            "source port value coder vs PCollection {} coder in {}",
+            pc.id, d.id
+        ),
+        PortSide::Sink => assert_eq!(
+            model(&d.coders, &comps[0]),
+            wire_model(&model(&d.coders, &in_descriptor.coder_id)),
+            "sink port value coder vs the wire form of PCollection {} coder in {}",
+            pc.id,
+            d.id
+        ),
+    }
     let ws = d
         .windowing_strategies
         .get(&in_descriptor.windowing_strategy_id)
@@ -352,7 +421,7 @@ fn check_invariants(p: &Plan) {
             vec![pc_id(p, sdk.input)]
         );
         let wv = port_coder(d, &sdk.input_transform_id, SOURCE);
-        check_port(p, d, &wv, sdk.input);
+        check_port(p, d, &wv, sdk.input, PortSide::Source);
 
         // One sink per output, in order.
         let sinks = d.transforms.values().filter(|t| urn_of(t) == SINK).count();
@@ -366,7 +435,7 @@ fn check_invariants(p: &Plan) {
                 "sink {sink_id}"
             );
             let wv = port_coder(d, sink_id, SINK);
-            check_port(p, d, &wv, pc);
+            check_port(p, d, &wv, pc, PortSide::Sink);
         }
 
         // The residual transforms read the stage's input.
@@ -600,16 +669,20 @@ fn wordcount_stages() {
         urn_of(&d4.transforms[&format!("{combine}/weir:lifted-ExtractOutputs")]),
         "beam:transform:combine_per_key_extract_outputs:v1"
     );
-    // The grouping key is Python's deterministic key coder, length-prefixed.
-    let key_coder = |d: &beam::ProcessBundleDescriptor, pc: &str| {
-        let kv = &d.coders[&d.pcollections[pc].coder_id];
-        let lp = &d.coders[&kv.component_coder_ids[0]];
-        assert_eq!(lp.spec.as_ref().unwrap().urn, LENGTH_PREFIX);
-        let inner = &d.coders[&lp.component_coder_ids[0]];
-        String::from_utf8_lossy(&inner.spec.as_ref().unwrap().payload).into_owned()
-    };
-    assert!(key_coder(d2, &format!("{combine}/weir:lifted-precombined"))
+    // The grouping key is Python's deterministic key coder: bare in the
+    // descriptor's PCollection, length-prefixed on the sink's port.
+    let precombined = format!("{combine}/weir:lifted-precombined");
+    let kv = &d2.coders[&d2.pcollections[&precombined].coder_id];
+    let key = &d2.coders[&kv.component_coder_ids[0]];
+    assert!(String::from_utf8_lossy(&key.spec.as_ref().unwrap().payload)
         .contains("DeterministicFastPrimitivesCoder"));
+    match sink_value_coder(&p, 2, &precombined) {
+        Coder::Kv(k, _) => assert_eq!(
+            *k,
+            Coder::LengthPrefix(Box::new(model(&d2.coders, &kv.component_coder_ids[0])))
+        ),
+        other => panic!("precombined sink coder {other:?}"),
+    }
     let gbk_in = &p.graph.pcollections[input];
     assert!(
         matches!(&gbk_in.value_coder, Coder::Kv(k, v) if is_lp_pickled(k) && is_lp_pickled(v)),
@@ -741,6 +814,7 @@ fn wordcount_stages() {
 #[test]
 fn wordcount_ports_length_prefix_pickled_coders() {
     let p = plan_fixture("wordcount");
+    let original = load("wordcount").components.unwrap();
     // check_invariants already walked every port coder; here: the walk is not
     // vacuous, pickled coders do reach the data plane, always length-prefixed.
     let mut prefixed = 0;
@@ -758,9 +832,24 @@ fn wordcount_ports_length_prefix_pickled_coders() {
         for wv in ports {
             prefixed += check_measurable(&d.coders, &wv, &d.id);
         }
-        // Every PCollection inside a descriptor uses its wire coder too.
+        // Inside the descriptor only the main input and the side inputs are
+        // declared in their wire coders; every other PCollection keeps the
+        // pipeline's own coder (an SDK reads it, e.g. Java's SchemaCoder).
+        let wire: Vec<&str> = std::iter::once(sdk.input)
+            .chain(sdk.side_inputs.iter().map(|si| si.pcollection))
+            .map(|i| p.graph.pcollections[i].id.as_str())
+            .collect();
         for (id, pc) in &d.pcollections {
-            check_measurable(&d.coders, &pc.coder_id, id);
+            if wire.contains(&id.as_str()) {
+                check_measurable(&d.coders, &pc.coder_id, id);
+            } else if let Some(declared) = original.pcollections.get(id) {
+                // (PCollections Weir adds, e.g. a lifted combine's, are not in the pipeline.)
+                assert_eq!(
+                    pc.coder_id, declared.coder_id,
+                    "{}: PCollection {id} must keep the pipeline's coder",
+                    d.id
+                );
+            }
         }
     }
     assert!(
@@ -768,23 +857,21 @@ fn wordcount_ports_length_prefix_pickled_coders() {
         "only {prefixed} length prefixes on wordcount's ports"
     );
     // The pipeline's own coder for the PairWithOne output is KV<pickled, varint>
-    // with a bare pickled key; the wire coder wraps it.
+    // with a bare pickled key; inside stage 2 (PairWithOne -> the lifted
+    // Precombine) the descriptor keeps it as it is.
     let d = descriptor(&p, 2);
     let pc = &d.pcollections["ref_PCollection_PCollection_5"];
+    assert_eq!(
+        pc.coder_id, original.pcollections["ref_PCollection_PCollection_5"].coder_id,
+        "the descriptor keeps the pipeline's coder of a PCollection inside the stage"
+    );
     match model(&d.coders, &pc.coder_id) {
         Coder::Kv(k, v) => {
-            assert!(is_lp_pickled(&k), "key coder {k:?}");
+            assert!(is_pickled(&k), "key coder {k:?}");
             assert_eq!(*v, Coder::VarInt);
         }
         other => panic!("PairWithOne output coder {other:?}"),
     }
-    let original = &load("wordcount").components.unwrap().pcollections
-        ["ref_PCollection_PCollection_5"]
-        .coder_id;
-    assert_ne!(
-        &pc.coder_id, original,
-        "the descriptor must not keep the unprefixed coder"
-    );
 }
 
 #[test]
@@ -965,10 +1052,9 @@ fn flatten_mixed_coders_transcodes_both_inputs() {
             from,
             "transcoder {n} input coder"
         );
-        assert!(is_lp_pickled(&model(
-            &d.coders,
-            &d.pcollections[out].coder_id
-        )));
+        // The pipeline's (pickled) coder in the descriptor, prefixed on the port.
+        assert!(is_pickled(&model(&d.coders, &d.pcollections[out].coder_id)));
+        assert!(is_lp_pickled(&sink_value_coder(&p, stage, out)));
         assert_eq!(
             sdk(&p, stage).outputs,
             [inputs[n]],
@@ -1060,12 +1146,15 @@ fn flatten_then_gbk_transcodes_flatten_inputs() {
         );
         match from_is {
             "kv" => assert_eq!(from, kv(Coder::StringUtf8, Coder::VarInt)),
-            _ => assert!(is_lp_pickled(&from), "{from:?}"),
+            _ => assert!(is_pickled(&from), "{from:?}"),
         }
-        assert!(pickled_kv(&model(
-            &d.coders,
-            &d.pcollections[t.outputs.values().next().unwrap()].coder_id
-        )));
+        // KV<pickled, pickled>: bare in the descriptor, prefixed on the port.
+        let out = t.outputs.values().next().unwrap();
+        assert!(matches!(
+            model(&d.coders, &d.pcollections[out].coder_id),
+            Coder::Kv(k, v) if is_pickled(&k) && is_pickled(&v)
+        ));
+        assert!(pickled_kv(&sink_value_coder(&p, stage, out)));
     }
 }
 
