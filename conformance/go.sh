@@ -95,10 +95,25 @@ env_flags() {
 run_tests() {
   local env="$1" pkg="$2" re="$3" log="$4" budget="$5"
   shift 5
-  local flags
+  local flags rc=0 before
   mapfile -t flags < <(env_flags "$env" "$pkg")
+  before="$(go_boot_copies)"
   (cd "$WORK" && timeout -k 10 "$budget" "$GOBIN/$pkg.test" -test.run "$re" -test.v \
-    -test.timeout "${budget}s" "${flags[@]}" "$@") >"$log" 2>&1
+    -test.timeout "${budget}s" "${flags[@]}" "$@") >"$log" 2>&1 || rc=$?
+  # Beam's Go boot copies the worker binary to /tmp/bin*/worker for each
+  # SDK harness and never removes it (in a container /tmp goes with it):
+  # ~100 MB per PROCESS harness. Remove the copies of this run's binary.
+  comm -13 <(printf '%s\n' "$before") <(go_boot_copies) | while read -r d; do
+    if [ -n "$d" ] && [ "$(stat -c %s "$d/worker")" = "$(stat -c %s "$GOBIN/$pkg.test")" ]; then
+      rm -rf "$d"
+    fi
+  done || true
+  return "$rc"
+}
+
+# go_boot_copies: the /tmp/bin* folders holding a worker binary, sorted.
+go_boot_copies() {
+  find /tmp -maxdepth 2 -path '/tmp/bin*/worker' -type f 2>/dev/null | xargs -r -n1 dirname | sort
 }
 
 # passed LOG TEST: true when LOG reports TEST passed.
