@@ -181,7 +181,13 @@ impl PaneBuffer {
             }
             WindowFn::Global | WindowFn::NonMerging => {}
         }
-        Ok(self.evaluate_key(k, watermark, now))
+        // Processing-time triggers are not evaluated here but in the next
+        // `advance` (the operator calls it once its input batch is in), so
+        // elements that arrive together (one bundle's output, one TestStream
+        // event) make one pane, as on Prism: e.g. a
+        // `Repeatedly(AfterSynchronizedProcessingTime)` fires once per
+        // window there, not once per element.
+        Ok(self.evaluate_key(k, watermark, i64::MIN))
     }
 
     /// True when some key has windows a custom merging WindowFn has not
@@ -607,6 +613,27 @@ mod tests {
                 ("k".into(), vec![1, 2, 3, 7], PaneTiming::Late, 2, 2, false, true),
             ]
         );
+    }
+
+    /// Beam Go's TestTriggerAfterSynchronizedProcessingTime: elements that
+    /// arrive together make one pane per window, not one per element.
+    #[test]
+    fn synchronized_processing_time_fires_once_for_elements_arriving_together() {
+        let trigger = Trigger::Repeatedly(Box::new(Trigger::AfterSynchronizedProcessingTime));
+        let mut b = PaneBuffer::new(
+            coder(),
+            Coder::IntervalWindow,
+            windowing(trigger, Accumulation::Discarding, 0),
+        );
+        for v in 1..=3 {
+            assert!(b.insert(&element("k", v, v as i64), Timestamp(0), 1000).unwrap().is_empty());
+        }
+        let out = b.advance(Timestamp(0), 1000);
+        assert_eq!(
+            decode(out),
+            vec![("k".into(), vec![1, 2, 3], PaneTiming::Early, 0, -1, true, false)]
+        );
+        assert!(b.advance(Timestamp(0), 1001).is_empty());
     }
 
     #[test]
