@@ -12,9 +12,12 @@
 //!   ACCUMULATING mode all of them;
 //! - when the watermark passes the end of the window plus the allowed
 //!   lateness the window is garbage-collected, with a final pane if it holds
-//!   new elements. Weir never emits an *empty* final pane, whatever the
-//!   `ClosingBehavior`: Beam Python sends EMIT_ALWAYS by default, yet its
-//!   own runners emit no such pane, and Weir's output matches theirs;
+//!   new elements, or, under `ClosingBehavior` EMIT_ALWAYS, if it is
+//!   ACCUMULATING and holds any (the final pane repeats them, as Beam
+//!   Java's runners and Prism emit it). Weir never emits an *empty* final
+//!   pane, whatever the `ClosingBehavior`: Beam Python sends EMIT_ALWAYS by
+//!   default, yet its own runners emit no such pane, and Weir's output
+//!   matches theirs;
 //! - a trigger that finishes after the end of the window closes the window:
 //!   later data for it is dropped.
 //!
@@ -178,7 +181,13 @@ impl PaneBuffer {
             }
             WindowFn::Global | WindowFn::NonMerging => {}
         }
-        Ok(self.evaluate_key(k, watermark, now))
+        // Processing-time triggers are not evaluated here but in the next
+        // `advance` (the operator calls it once its input batch is in), so
+        // elements that arrive together (one bundle's output, one TestStream
+        // event) make one pane, as on Prism: e.g. a
+        // `Repeatedly(AfterSynchronizedProcessingTime)` fires once per
+        // window there, not once per element.
+        Ok(self.evaluate_key(k, watermark, i64::MIN))
     }
 
     /// True when some key has windows a custom merging WindowFn has not
@@ -275,7 +284,15 @@ impl PaneBuffer {
         let finished = self.trigger.is_finished(&p.trigger);
         let is_last = expired || (finished && past_end);
         let on_time = past_end && p.non_speculative_index == 0 && by_watermark;
+        // ClosingBehavior EMIT_ALWAYS: an accumulating window's final pane
+        // repeats what it holds even without new elements (Beam Java's
+        // `ClosingBehavior.FIRE_ALWAYS`, e.g. after a late pane).
+        let closing = expired
+            && self.windowing.closing_emit_always
+            && self.windowing.accumulation == Accumulation::Accumulating
+            && !p.values.is_empty();
         let emit = p.new_elements > 0
+            || closing
             || (fire && on_time && self.windowing.on_time_fire_always && p.pane_index > 0);
         if emit {
             let (timing, on_time_index) = if !past_end {
@@ -462,6 +479,7 @@ mod tests {
             accumulation,
             allowed_lateness_ms: lateness,
             on_time_fire_always: true,
+            closing_emit_always: false,
         }
     }
 
@@ -565,6 +583,57 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    /// Beam Java's TestStreamTest#testLateDataAccumulating: under
+    /// ClosingBehavior FIRE_ALWAYS (EMIT_ALWAYS) an accumulating window's
+    /// expiry emits a final pane repeating its elements, though none is new.
+    #[test]
+    fn closing_emit_always_repeats_an_accumulating_window_in_its_final_pane() {
+        let trigger = Trigger::AfterEndOfWindow {
+            early: None,
+            late: Some(Box::new(Trigger::ElementCount(1))),
+        };
+        let mut w = windowing(trigger, Accumulation::Accumulating, 100);
+        w.closing_emit_always = true;
+        let mut b = PaneBuffer::new(coder(), Coder::IntervalWindow, w);
+        let mut out = vec![];
+        for v in 1..=3 {
+            out.extend(b.insert(&element("k", v, v as i64), Timestamp(0), 0).unwrap());
+        }
+        out.extend(b.advance(Timestamp(10), 0)); // on time
+        out.extend(b.insert(&element("k", 7, 7), Timestamp(50), 0).unwrap()); // late
+        out.extend(b.advance(Timestamp(150), 0)); // expired: the final pane
+        assert!(b.is_empty());
+        assert_eq!(
+            decode(out),
+            vec![
+                ("k".into(), vec![1, 2, 3], PaneTiming::OnTime, 0, 0, true, false),
+                ("k".into(), vec![1, 2, 3, 7], PaneTiming::Late, 1, 1, false, false),
+                ("k".into(), vec![1, 2, 3, 7], PaneTiming::Late, 2, 2, false, true),
+            ]
+        );
+    }
+
+    /// Beam Go's TestTriggerAfterSynchronizedProcessingTime: elements that
+    /// arrive together make one pane per window, not one per element.
+    #[test]
+    fn synchronized_processing_time_fires_once_for_elements_arriving_together() {
+        let trigger = Trigger::Repeatedly(Box::new(Trigger::AfterSynchronizedProcessingTime));
+        let mut b = PaneBuffer::new(
+            coder(),
+            Coder::IntervalWindow,
+            windowing(trigger, Accumulation::Discarding, 0),
+        );
+        for v in 1..=3 {
+            assert!(b.insert(&element("k", v, v as i64), Timestamp(0), 1000).unwrap().is_empty());
+        }
+        let out = b.advance(Timestamp(0), 1000);
+        assert_eq!(
+            decode(out),
+            vec![("k".into(), vec![1, 2, 3], PaneTiming::Early, 0, -1, true, false)]
+        );
+        assert!(b.advance(Timestamp(0), 1001).is_empty());
     }
 
     #[test]

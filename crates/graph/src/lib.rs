@@ -79,6 +79,11 @@ pub struct Windowing {
     /// `OnTimeBehavior.FIRE_ALWAYS`: the on-time pane is emitted even when
     /// empty (otherwise only when it has new elements).
     pub on_time_fire_always: bool,
+    /// `ClosingBehavior.EMIT_ALWAYS`: a window emits a final pane when it
+    /// expires even without new elements (Weir does so only for an
+    /// ACCUMULATING window that holds elements: its final pane repeats
+    /// them, marked last, as Beam Java's and Prism's runners emit it).
+    pub closing_emit_always: bool,
 }
 
 impl Windowing {
@@ -92,6 +97,7 @@ impl Windowing {
             accumulation: Accumulation::Discarding,
             allowed_lateness_ms: 0,
             on_time_fire_always: true,
+            closing_emit_always: false,
         }
     }
 }

@@ -399,9 +399,23 @@ pub(crate) fn build(
                 // other PCollection keeps the pipeline's coder, so an SDK
                 // still sees e.g. Java's SchemaCoder on a PCollection it
                 // reads rows from; the sinks' ports carry the wire coder.
+                // Except an element coder that is itself a windowed value
+                // (Java's `Create.windowedValues` before it unwraps them):
+                // the Java harness takes such a PCollection coder for the
+                // coder of the whole windowed element, so it goes
+                // length-prefixed (opaque to the harness), as before.
                 for pc in &referenced {
                     let mut p = b.pc(pc)?.clone();
-                    if pc == input || side_pcollections.contains(pc) {
+                    let element_urn = b
+                        .coders
+                        .get(&p.coder_id)
+                        .and_then(|c| c.spec.as_ref())
+                        .map(|s| s.urn.as_str());
+                    let windowed_element = matches!(
+                        element_urn,
+                        Some(urns::coder::WINDOWED_VALUE | urns::coder::PARAM_WINDOWED_VALUE)
+                    );
+                    if pc == input || side_pcollections.contains(pc) || windowed_element {
                         p.coder_id = b.wire_of(pc)?;
                     }
                     if !d

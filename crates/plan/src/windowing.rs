@@ -76,6 +76,8 @@ pub(crate) fn parse(
         allowed_lateness_ms: ws.allowed_lateness.max(0),
         on_time_fire_always: ws.on_time_behavior
             != beam::on_time_behavior::Enum::FireIfNonempty as i32,
+        closing_emit_always: ws.closing_behavior
+            == beam::closing_behavior::Enum::EmitAlways as i32,
     })
 }
 
