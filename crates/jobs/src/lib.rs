@@ -8,6 +8,7 @@
 //! service on one gRPC port.
 
 pub mod artifacts;
+pub mod limits;
 pub mod locations;
 pub mod options;
 pub mod registry;
@@ -33,6 +34,11 @@ pub struct ServerConfig {
     /// Interpreter replacing `apache/beam_python3.x_sdk` images when no Docker
     /// daemon answers (`weir serve --python_for_docker_images`; None: $WEIR_PYTHON or python3).
     pub python_for_docker_images: Option<String>,
+    /// What one client may make the server hold ([`limits::Limits`]).
+    pub limits: limits::Limits,
+    /// Debugging: each PrepareJobRequest is written, serialized, into this
+    /// folder (`weir serve --capture_prepare_dir`).
+    pub capture_prepare_dir: Option<std::path::PathBuf>,
 }
 
 /// Serves the Job API, artifact services and every Fn API service on
@@ -52,11 +58,21 @@ pub async fn serve(
     };
     let url = format!("{host}:{}", addr.port());
     let fn_api = FnApi::new(url.clone());
+    // Prepare must be able to receive a pipeline at its limit (the limit
+    // itself is checked in Prepare, where the refusal can name its flag).
+    let job_api_max = MAX.max(config.limits.max_pipeline_bytes.saturating_add(64 << 20));
     let registry = JobRegistry::new(fn_api.clone(), config, url);
+    let expiring = registry.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+            expiring.expire_prepared();
+        }
+    });
     let router = tonic::transport::Server::builder()
         .add_service(
             beam::job_service_server::JobServiceServer::new(JobService(registry.clone()))
-                .max_decoding_message_size(MAX)
+                .max_decoding_message_size(job_api_max)
                 .max_encoding_message_size(MAX),
         )
         .add_service(

@@ -998,6 +998,8 @@ fn service() -> (JobService, std::sync::Arc<JobRegistry>) {
             python_for_docker_images: None,
             staging_root: root,
             engine_workers: 1,
+            limits: Default::default(),
+            capture_prepare_dir: None,
         },
         url,
     );
