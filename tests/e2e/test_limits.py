@@ -228,3 +228,36 @@ def test_artifacts_over_the_limit_stop_staging(small_server):
   assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.value.details()
   assert 'weir serve --max_artifact_bytes_per_job raises it' in e.value.details(), e.value.details()
   assert small_server.alive()
+
+
+def _field(number, payload):
+  """A length-delimited protobuf field."""
+  def varint(n):
+    out = b''
+    while True:
+      b, n = n & 0x7f, n >> 7
+      out += bytes([b | (0x80 if n else 0)])
+      if not n:
+        return out
+  return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def test_a_request_nested_past_the_decoders_limit_is_invalid_argument(weir_server):
+  # prost decodes at most 100 nested messages; deeper is the client's fault.
+  # Python's protobuf will not build it, so the bytes are written by hand:
+  # Struct{fields: {"k": Value{struct_value: Struct{...}}}} 120 deep.
+  struct = b''
+  for _ in range(120):
+    value = _field(5, struct)  # Value.struct_value
+    struct = _field(1, _field(1, b'k') + _field(2, value))  # Struct.fields entry
+  request = _field(2, struct)  # PrepareJobRequest.pipeline_options
+  with grpc.insecure_channel(weir_server.endpoint) as channel:
+    prepare_raw = channel.unary_unary(
+        '/org.apache.beam.model.job_management.v1.JobService/Prepare')
+    with pytest.raises(grpc.RpcError) as e:
+      prepare_raw(request, timeout=30)
+  code, details = e.value.code(), e.value.details()
+  assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, details)
+  assert details.startswith('failed to decode Protobuf message: '), details
+  assert details.endswith('recursion limit reached'), details
+  assert weir_server.alive()

@@ -41,6 +41,62 @@ pub struct ServerConfig {
     pub capture_prepare_dir: Option<std::path::PathBuf>,
 }
 
+/// A gRPC service whose undecodable requests are INVALID_ARGUMENT
+/// ([`decode_errors_are_invalid_argument`]).
+#[derive(Clone)]
+struct DecodeErrorsAreInvalid<S>(S);
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for DecodeErrorsAreInvalid<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, Req, B> tower::Service<Req> for DecodeErrorsAreInvalid<S>
+where
+    S: tower::Service<Req, Response = tonic::codegen::http::Response<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let f = self.0.call(req);
+        Box::pin(async move { f.await.map(decode_errors_are_invalid_argument) })
+    }
+}
+
+/// A request tonic cannot decode (malformed, or nested deeper than prost's
+/// recursion limit of 100) is answered INTERNAL "failed to decode Protobuf
+/// message: <field path>: <why>" by tonic; it is the client's fault, so
+/// Weir answers INVALID_ARGUMENT with the same message. (Only unary
+/// requests; their error comes as a trailers-only response.)
+fn decode_errors_are_invalid_argument<B>(
+    mut r: tonic::codegen::http::Response<B>,
+) -> tonic::codegen::http::Response<B> {
+    let h = r.headers();
+    let internal = h.get("grpc-status").is_some_and(|v| v == "13");
+    let decode = h
+        .get("grpc-message")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|m| m.starts_with("failed%20to%20decode") || m.starts_with("failed to decode"));
+    if internal && decode {
+        r.headers_mut().insert(
+            "grpc-status",
+            tonic::codegen::http::HeaderValue::from_static("3"),
+        );
+    }
+    r
+}
+
 /// Serves the Job API, artifact services and every Fn API service on
 /// `listener` until the process ends.
 ///
@@ -70,11 +126,11 @@ pub async fn serve(
         }
     });
     let router = tonic::transport::Server::builder()
-        .add_service(
+        .add_service(DecodeErrorsAreInvalid(
             beam::job_service_server::JobServiceServer::new(JobService(registry.clone()))
                 .max_decoding_message_size(job_api_max)
                 .max_encoding_message_size(MAX),
-        )
+        ))
         .add_service(
             beam::artifact_staging_service_server::ArtifactStagingServiceServer::new(
                 artifacts::StagingService(registry.clone()),
