@@ -14,7 +14,8 @@ use prost::Message;
 use weir_proto::beam;
 use weir_proto::prost_types::{value::Kind, ListValue, Struct, Value};
 
-/// A small deterministic PRNG (xorshift64*), so a run is reproducible from its seed.
+/// A small PRNG (xorshift64*): the same seed makes the same choices
+/// (byte-level mutations also depend on prost's hash-ordered map encoding).
 #[derive(Clone, Debug)]
 pub struct Rng(u64);
 
@@ -95,6 +96,8 @@ impl Mutator {
         }
         urns.sort();
         urns.dedup();
+        payloads.sort();
+        payloads.dedup();
         Mutator {
             seeds,
             urns,
@@ -181,7 +184,7 @@ impl Mutator {
             // References pointed elsewhere.
             0 => {
                 if let Some(t) = rng.pick(&transforms).and_then(|t| c.transforms.get_mut(t)) {
-                    if let Some(k) = t.inputs.keys().next().cloned() {
+                    if let Some(k) = t.inputs.keys().min().cloned() {
                         t.inputs.insert(k, id(rng, &pcs));
                     } else {
                         t.inputs.insert("fuzz".into(), id(rng, &pcs));
@@ -190,7 +193,7 @@ impl Mutator {
             }
             1 => {
                 if let Some(t) = rng.pick(&transforms).and_then(|t| c.transforms.get_mut(t)) {
-                    if let Some(k) = t.outputs.keys().next().cloned() {
+                    if let Some(k) = t.outputs.keys().min().cloned() {
                         t.outputs.insert(k, id(rng, &pcs));
                     }
                 }
@@ -393,7 +396,7 @@ impl Mutator {
             _ => {
                 // A transform's outputs fed back to its own input (a dataflow cycle).
                 if let Some(t) = rng.pick(&transforms).and_then(|x| c.transforms.get_mut(x)) {
-                    if let Some(o) = t.outputs.values().next().cloned() {
+                    if let Some(o) = t.outputs.keys().min().and_then(|k| t.outputs.get(k)).cloned() {
                         t.inputs.insert("fuzz-loop".into(), o);
                     }
                 }
@@ -429,7 +432,7 @@ fn rewire_payload(rng: &mut Rng, t: &mut beam::PTransform, coder: &str, pc: &str
                 0 => p.restriction_coder_id = coder.into(),
                 1 => {
                     let name = if rng.one_in(2) {
-                        t.inputs.keys().next().cloned().unwrap_or_default()
+                        t.inputs.keys().min().cloned().unwrap_or_default()
                     } else {
                         format!("side{}", rng.below(3))
                     };
@@ -594,7 +597,8 @@ pub fn mutate_options(rng: &mut Rng, o: &mut Struct) {
         "go_options",
     ];
     let key = if rng.one_in(3) {
-        let keys: Vec<String> = o.fields.keys().cloned().collect();
+        let mut keys: Vec<String> = o.fields.keys().cloned().collect();
+        keys.sort();
         rng.pick(&keys).cloned().unwrap_or_default()
     } else {
         format!("beam:option:{}:v1", NAMES[rng.below(NAMES.len())])

@@ -1074,6 +1074,16 @@ async fn prepare_records_options_and_reports_notes() {
             kind: Some(Kind::StringValue(temp.display().to_string())),
         },
     );
+    // A client's staging location must be under the server's staging root.
+    let staging = std::env::temp_dir()
+        .join(format!("weir-options-test-{}", std::process::id()))
+        .join("client-staging");
+    options.fields.insert(
+        "beam:option:staging_location:v1".into(),
+        Value {
+            kind: Some(Kind::StringValue(staging.display().to_string())),
+        },
+    );
     let req = beam::PrepareJobRequest {
         pipeline: Some(wordcount()),
         pipeline_options: Some(options.clone()),
