@@ -86,6 +86,11 @@ HOSTILE = {
     'coder_chain_10000': (
         pipeline_with(coders=chain(10000)),
         'nests more than 64 coders deep'),
+    'shared_coder_dag_60': (
+        pipeline_with(coders=dict(
+            [('d0', (BYTES, []))] +
+            [('d%d' % i, (KV, ['d%d' % (i - 1)] * 2)) for i in range(1, 60)])),
+        'coder "d13" expands to more than 10000 coders'),
     'self_listing_composite': (
         pipeline_with(transforms={'loop': ('Loop', ['loop'])}, roots=['loop']),
         'transform loop (Loop) is its own subtransform'),

@@ -21,6 +21,11 @@ pub const MAX_COMPOSITE_DEPTH: usize = 256;
 /// How deep coders may nest (`Coder.component_coder_ids` of components...).
 pub const MAX_CODER_DEPTH: usize = 64;
 
+/// How many coders one coder may expand to, counting a shared component
+/// once per use (the planner and the model walk coders as trees: 64 levels
+/// of `kv(c, c)` would otherwise be 2^64 nodes).
+pub const MAX_CODER_NODES: usize = 10_000;
+
 /// How deep triggers may nest (`Trigger` subtriggers, early and late firings).
 pub const MAX_TRIGGER_DEPTH: usize = 64;
 
@@ -32,7 +37,7 @@ pub const MAX_TRIGGER_DEPTH: usize = 64;
 /// listed twice (as a root or subtransform), an unknown subtransform id, a
 /// composite nested deeper than [`MAX_COMPOSITE_DEPTH`]; a coder that is
 /// (transitively) its own component, or nests deeper than
-/// [`MAX_CODER_DEPTH`]; a trigger deeper than [`MAX_TRIGGER_DEPTH`].
+/// [`MAX_CODER_DEPTH`] or expands to more than [`MAX_CODER_NODES`]; a trigger deeper than [`MAX_TRIGGER_DEPTH`].
 pub(crate) fn check(pipeline: &beam::Pipeline) -> Result<()> {
     let empty = beam::Components::default();
     let c = pipeline.components.as_ref().unwrap_or(&empty);
@@ -135,8 +140,9 @@ fn coders(coders: &HashMap<String, beam::Coder>) -> Result<()> {
     enum Mark {
         /// On the current path, with the length of the path so far.
         Open,
-        /// Done: the depth of the coder (1 for a coder without components).
-        Done(usize),
+        /// Done: the depth of the coder (1 for a coder without components)
+        /// and how many coders it expands to.
+        Done(usize, usize),
     }
     let mut marks: HashMap<&str, Mark> = HashMap::new();
     for (root, _) in sorted(coders) {
@@ -163,7 +169,7 @@ fn coders(coders: &HashMap<String, beam::Coder>) -> Result<()> {
                             cycle.join(" -> ")
                         )));
                     }
-                    Some(Mark::Done(d)) => {
+                    Some(Mark::Done(d, _)) => {
                         if path.len() + d > MAX_CODER_DEPTH {
                             return Err(coder_too_deep(path[0].0));
                         }
@@ -178,16 +184,21 @@ fn coders(coders: &HashMap<String, beam::Coder>) -> Result<()> {
                 }
                 continue;
             }
-            // All components done: this coder's depth is one more than theirs.
-            let depth = 1 + comps
-                .iter()
-                .filter_map(|c| match marks.get(c.as_str()) {
-                    Some(Mark::Done(d)) => Some(*d),
-                    _ => None,
-                })
-                .max()
-                .unwrap_or(0);
-            marks.insert(id, Mark::Done(depth));
+            // All components done: this coder's depth is one more than
+            // theirs, its size one more than their sum.
+            let (mut depth, mut size) = (1, 1usize);
+            for c in comps {
+                if let Some(Mark::Done(d, s)) = marks.get(c.as_str()) {
+                    depth = depth.max(1 + d);
+                    size = size.saturating_add(*s);
+                }
+            }
+            if size > MAX_CODER_NODES {
+                return Err(PlanError::Invalid(format!(
+                    "coder {id:?} expands to more than {MAX_CODER_NODES} coders (components used many times over, nested)"
+                )));
+            }
+            marks.insert(id, Mark::Done(depth, size));
             path.pop();
         }
     }
@@ -386,12 +397,21 @@ mod tests {
             m.starts_with("coder \"c") && m.ends_with("nests more than 64 coders deep"),
             "{m}"
         );
-        // A shared component is not a cycle: kv(x, x), kv(kv(x,x), kv(x,x)), ... 60 deep.
+        // A shared component is not a cycle: kv(x, x), kv(kv(x,x), kv(x,x)),
+        // ... but 60 levels of it would be 2^60 coders to walk as a tree.
         let mut cs = vec![("d0".to_string(), coder(&[]))];
         for i in 1..60 {
             let prev = format!("d{}", i - 1);
             cs.push((format!("d{i}"), coder(&[&prev, &prev])));
         }
+        let start = std::time::Instant::now();
+        assert_eq!(
+            invalid(coders(&coders_of(cs.clone()))),
+            "coder \"d13\" expands to more than 10000 coders (components used many times over, nested)"
+        );
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
+        // 12 levels (8191 coders) are fine.
+        cs.truncate(13);
         assert!(coders(&coders_of(cs)).is_ok());
     }
 
