@@ -32,6 +32,7 @@ step() {
 }
 
 step "cargo test" cargo test --release --workspace
+step "fuzz (short run)" bash scripts/fuzz.sh 100
 step "java unit tests" mvn -B -q -f java/pom.xml test
 step "e2e tests" .venv/bin/python -m pytest -p no:cacheprovider --timeout=900 -rfEs tests/e2e
 step "conformance ledger (Python)" bash conformance/run.sh ledger

@@ -122,6 +122,7 @@ def weir_server(tmp_path_factory):
   if not (WEIR_BIN.is_file() and os.access(WEIR_BIN, os.X_OK)):
     pytest.fail('%s is missing; run scripts/setup.sh first' % WEIR_BIN)
   log_path = tmp_path_factory.mktemp('weir') / 'weir.log'
+  staging_root = log_path.parent / 'staging'
   port = free_port()
   env = dict(os.environ)
   env.setdefault('RUST_LOG', 'info')
@@ -129,12 +130,13 @@ def weir_server(tmp_path_factory):
   with open(log_path, 'wb') as log:
     proc = subprocess.Popen(
         [str(WEIR_BIN), 'serve', '--job_port', str(port), '--bind', '127.0.0.1',
-         '--python_for_docker_images', sys.executable],
+         '--python_for_docker_images', sys.executable, '--staging_dir', str(staging_root)],
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         env=env)
   server = WeirServer(proc, port, log_path)
+  server.staging_root = staging_root
   try:
     _wait_for_job_api(server)
     yield server

@@ -45,7 +45,9 @@ def run_ops(beam, tmp_path, name, mode, *extra):
 
 @pytest.mark.parametrize('form,mode', [('file_url', 'PROCESS'), ('path', 'LOOPBACK')])
 def test_staging_location_holds_the_artifacts(beam, weir_server, tmp_path, form, mode):
-  where = tmp_path / 'x'
+  # A client's staging location must be under the server's staging root
+  # (test_limits.py: elsewhere is refused).
+  where = weir_server.staging_root / ('client-%s' % uuid.uuid4().hex[:8])
   location = 'file://%s' % where if form == 'file_url' else str(where)
   name = 'ops-staging-%s' % uuid.uuid4().hex[:8]
   run, result = run_ops(

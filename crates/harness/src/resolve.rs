@@ -131,6 +131,16 @@ pub fn resolve(
             let mut refused = Vec::new();
             for i in order {
                 let alt = &p.environments[i];
+                if alt.urn == urns::env::ANYOF {
+                    // One level of alternatives: a client's ANYOF nested in
+                    // ANYOF... would otherwise recurse as deep as it likes.
+                    refused.push(format!(
+                        "alternative {} ({}): an ANYOF inside an ANYOF (Weir takes one level of alternatives)",
+                        i + 1,
+                        alt.urn
+                    ));
+                    continue;
+                }
                 match resolve(env_id, alt, subs).and_then(|(e, notes)| {
                     crate::environment::validate(env_id, &e).map(|_| (e, notes))
                 }) {
@@ -338,5 +348,24 @@ mod tests {
         let err = resolve("e", &none, &subs(false)).unwrap_err().to_string();
         assert!(err.contains("no alternative Weir can start"), "{err}");
         assert!(err.contains("example.com/nope:1"), "{err}");
+    }
+    /// A chain of ANYOF environments, each the only alternative of the one
+    /// before (5,000 deep), is refused without recursing.
+    #[test]
+    fn nested_anyof_is_refused_at_the_first_level() {
+        let mut env = external("localhost:5");
+        for _ in 0..5_000 {
+            env = beam::Environment {
+                urn: urns::env::ANYOF.into(),
+                payload: beam::AnyOfEnvironmentPayload {
+                    environments: vec![env],
+                }
+                .encode_to_vec(),
+                ..Default::default()
+            };
+        }
+        let err = resolve("deep", &env, &subs(true)).unwrap_err().to_string();
+        assert!(err.contains("environment deep"), "{err}");
+        assert!(err.contains("an ANYOF inside an ANYOF"), "{err}");
     }
 }

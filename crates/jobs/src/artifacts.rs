@@ -138,6 +138,8 @@ async fn stage(
     let mut env_ids: Vec<String> = environments.keys().cloned().collect();
     env_ids.sort();
     let mut n = 0;
+    let max_bytes = registry.config.limits.max_artifact_bytes_per_job;
+    let mut total: u64 = 0;
     for env_id in env_ids {
         let deps = environments[&env_id].dependencies.clone();
         if deps.is_empty() {
@@ -175,6 +177,15 @@ async fn stage(
             loop {
                 let m = next(inbound).await?;
                 if let Some(Answer::GetArtifactResponse(r)) = m.response {
+                    total = total.saturating_add(r.data.len() as u64);
+                    if total > max_bytes {
+                        return Err(crate::limits::over(
+                            &format!("the artifacts staged by job {}", job.id),
+                            format!("over {max_bytes} bytes"),
+                            format!("{max_bytes} bytes"),
+                            crate::limits::flag::MAX_ARTIFACT_BYTES_PER_JOB,
+                        ));
+                    }
                     writer.write(&r.data).await?;
                 }
                 if m.is_last {
@@ -242,11 +253,13 @@ impl beam::artifact_staging_service_server::ArtifactStagingService for StagingSe
                     beam::job_message::MessageImportance::JobMessageError,
                     format!("artifact staging failed: {e}"),
                 );
-                let _ = tx
-                    .send(Err(tonic::Status::internal(format!(
-                        "artifact staging failed: {e}"
-                    ))))
-                    .await;
+                let message = format!("artifact staging failed: {e}");
+                let status = if e.contains(crate::limits::flag::MAX_ARTIFACT_BYTES_PER_JOB) {
+                    tonic::Status::resource_exhausted(message)
+                } else {
+                    tonic::Status::internal(message)
+                };
+                let _ = tx.send(Err(status)).await;
             }
         });
         Ok(tonic::Response::new(Box::pin(ReceiverStream::new(rx))))

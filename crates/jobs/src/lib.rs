@@ -8,6 +8,7 @@
 //! service on one gRPC port.
 
 pub mod artifacts;
+pub mod limits;
 pub mod locations;
 pub mod options;
 pub mod registry;
@@ -33,6 +34,67 @@ pub struct ServerConfig {
     /// Interpreter replacing `apache/beam_python3.x_sdk` images when no Docker
     /// daemon answers (`weir serve --python_for_docker_images`; None: $WEIR_PYTHON or python3).
     pub python_for_docker_images: Option<String>,
+    /// What one client may make the server hold ([`limits::Limits`]).
+    pub limits: limits::Limits,
+    /// Debugging: each PrepareJobRequest is written, serialized, into this
+    /// folder (`weir serve --capture_prepare_dir`).
+    pub capture_prepare_dir: Option<std::path::PathBuf>,
+}
+
+/// A gRPC service whose undecodable requests are INVALID_ARGUMENT
+/// ([`decode_errors_are_invalid_argument`]).
+#[derive(Clone)]
+struct DecodeErrorsAreInvalid<S>(S);
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for DecodeErrorsAreInvalid<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, Req, B> tower::Service<Req> for DecodeErrorsAreInvalid<S>
+where
+    S: tower::Service<Req, Response = tonic::codegen::http::Response<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let f = self.0.call(req);
+        Box::pin(async move { f.await.map(decode_errors_are_invalid_argument) })
+    }
+}
+
+/// A request tonic cannot decode (malformed, or nested deeper than prost's
+/// recursion limit of 100) is answered INTERNAL "failed to decode Protobuf
+/// message: <field path>: <why>" by tonic; it is the client's fault, so
+/// Weir answers INVALID_ARGUMENT with the same message. (Only unary
+/// requests; their error comes as a trailers-only response.)
+fn decode_errors_are_invalid_argument<B>(
+    mut r: tonic::codegen::http::Response<B>,
+) -> tonic::codegen::http::Response<B> {
+    let h = r.headers();
+    let internal = h.get("grpc-status").is_some_and(|v| v == "13");
+    let decode = h
+        .get("grpc-message")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|m| m.starts_with("failed%20to%20decode") || m.starts_with("failed to decode"));
+    if internal && decode {
+        r.headers_mut().insert(
+            "grpc-status",
+            tonic::codegen::http::HeaderValue::from_static("3"),
+        );
+    }
+    r
 }
 
 /// Serves the Job API, artifact services and every Fn API service on
@@ -52,13 +114,23 @@ pub async fn serve(
     };
     let url = format!("{host}:{}", addr.port());
     let fn_api = FnApi::new(url.clone());
+    // Prepare must be able to receive a pipeline at its limit (the limit
+    // itself is checked in Prepare, where the refusal can name its flag).
+    let job_api_max = MAX.max(config.limits.max_pipeline_bytes.saturating_add(64 << 20));
     let registry = JobRegistry::new(fn_api.clone(), config, url);
+    let expiring = registry.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+            expiring.expire_prepared();
+        }
+    });
     let router = tonic::transport::Server::builder()
-        .add_service(
+        .add_service(DecodeErrorsAreInvalid(
             beam::job_service_server::JobServiceServer::new(JobService(registry.clone()))
-                .max_decoding_message_size(MAX)
+                .max_decoding_message_size(job_api_max)
                 .max_encoding_message_size(MAX),
-        )
+        ))
         .add_service(
             beam::artifact_staging_service_server::ArtifactStagingServiceServer::new(
                 artifacts::StagingService(registry.clone()),

@@ -283,6 +283,17 @@ fn local(option: &str, location: &str, path: &FsPath) -> Result<Location, Option
     })
 }
 
+fn staging_refused(option: &str, location: &str, root: &FsPath) -> OptionError {
+    err(
+        option,
+        format!(
+            "{location}: outside this server's staging root {} (weir serve {} lets clients choose)",
+            root.display(),
+            crate::limits::flag::ALLOW_CLIENT_STAGING_LOCATIONS
+        ),
+    )
+}
+
 /// Weir's own folder `dir` as a location (no option).
 ///
 /// # Errors
@@ -372,8 +383,67 @@ impl Location {
 /// Weir's default folders when no option names one.
 #[derive(Clone, Debug)]
 pub struct Defaults {
+    /// The server's staging root (`weir serve --staging_dir`).
     pub staging: PathBuf,
     pub temp: PathBuf,
+    /// A client's `staging_location` may name any folder or bucket
+    /// (`weir serve --allow_client_staging_locations`); otherwise only a
+    /// folder under [`Defaults::staging`].
+    pub client_staging_anywhere: bool,
+}
+
+/// `path` made absolute (against the current folder) and free of `.` and
+/// `..`, following symbolic links of the part that exists.
+fn normalized(path: &FsPath) -> PathBuf {
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(path)
+    };
+    let mut out = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    // The longest existing ancestor, with its links resolved.
+    let mut rest = Vec::new();
+    let mut base = out.clone();
+    while !base.exists() {
+        match (base.file_name().map(|n| n.to_os_string()), base.parent()) {
+            (Some(n), Some(p)) => {
+                rest.push(n);
+                base = p.to_path_buf();
+            }
+            _ => break,
+        }
+    }
+    let mut real = base.canonicalize().unwrap_or(base);
+    for n in rest.into_iter().rev() {
+        real.push(n);
+    }
+    real
+}
+
+/// The local folder a location names, if it is a path or a `file://` URL.
+fn local_path(location: &str) -> Option<PathBuf> {
+    let lower = location.to_ascii_lowercase();
+    if lower.starts_with("file://") {
+        return url::Url::parse(location).ok()?.to_file_path().ok();
+    }
+    if location.contains("://") {
+        return None;
+    }
+    Some(PathBuf::from(location))
+}
+
+/// True when `location` is a folder under the staging root `root`.
+fn under_root(location: &str, root: &FsPath) -> bool {
+    local_path(location).is_some_and(|p| normalized(&p).starts_with(normalized(root)))
 }
 
 /// Resolves a job's staging and temp locations from its validated options
@@ -413,6 +483,24 @@ pub fn resolve(
             .staging_location
             .as_ref()
             .map(|s| (spelled("staging_location"), join(s, "tmp")))
+    };
+    // Only the operator decides where staging writes: a client's location
+    // outside the staging root is refused (an explicit staging_location) or
+    // ignored (one derived from a temp location), unless allowed.
+    let outside = |(_, location): &(String, String)| {
+        !defaults.client_staging_anywhere && !under_root(location, &defaults.staging)
+    };
+    let staging = match staging {
+        Some(s) if outside(&s) && options.staging_location.is_some() => {
+            if local_path(&s.1).is_some() {
+                return Err(staging_refused(&s.0, &s.1, &defaults.staging));
+            }
+            // A cloud location: its own errors (credentials) first.
+            open(&s.0, &s.1, env)?;
+            return Err(staging_refused(&s.0, &s.1, &defaults.staging));
+        }
+        Some(s) if outside(&s) => None,
+        s => s,
     };
     let open_or = |given: Option<(String, String)>, default: &FsPath, what: &str| match given {
         Some((option, location)) => open(&option, &location, env),
@@ -580,10 +668,58 @@ mod tests {
     }
 
     #[test]
+    fn client_staging_locations_stay_under_the_staging_root() {
+        let root = scratch("policy-root");
+        let defaults = Defaults {
+            staging: root.clone(),
+            temp: scratch("policy-temp"),
+            client_staging_anywhere: false,
+        };
+        let gcs = env(&[("GOOGLE_SKIP_SIGNATURE", "true")]);
+        let with = |f: &dyn Fn(&mut JobOptions), d: &Defaults| {
+            let mut o = JobOptions::default();
+            f(&mut o);
+            resolve(&o, d, &gcs)
+        };
+        // Under the root: taken, as a path or a file:// URL.
+        let inside = root.join("mine");
+        let l = with(&|o| o.staging_location = Some(inside.display().to_string()), &defaults).unwrap();
+        assert_eq!(l.staging.local.as_deref(), Some(inside.as_path()));
+        let url = format!("file://{}", inside.display());
+        assert!(with(&|o| o.staging_location = Some(url.clone()), &defaults).is_ok());
+        // Outside (also by `..`), or a bucket: refused, naming the option and the flag, no folder made.
+        let outside = scratch("policy-outside");
+        let escape = format!("{}/../policy-escape", root.display());
+        for location in [outside.display().to_string(), escape, "gs://b/s".to_string()] {
+            let e = with(&|o| o.staging_location = Some(location.clone()), &defaults).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "pipeline option --staging_location: {location}: outside this server's staging root {} (weir serve --allow_client_staging_locations lets clients choose)",
+                    root.display()
+                )
+            );
+        }
+        assert!(!outside.exists());
+        // Derived from temp_location (Python): staging stays in Weir's folder.
+        let l = with(&|o| o.temp_location = Some("gs://b/t".into()), &defaults).unwrap();
+        assert_eq!(l.staging.option, None);
+        assert_eq!(l.temp.url, "gs://b/t");
+        // Allowed by the operator: anywhere.
+        let open = Defaults {
+            client_staging_anywhere: true,
+            ..defaults.clone()
+        };
+        let l = with(&|o| o.staging_location = Some(outside.display().to_string()), &open).unwrap();
+        assert_eq!(l.staging.local.as_deref(), Some(outside.as_path()));
+    }
+
+    #[test]
     fn defaults_follow_each_sdk() {
         let defaults = Defaults {
             staging: scratch("d-staging"),
             temp: scratch("d-temp"),
+            client_staging_anywhere: true,
         };
         let gcs = env(&[("GOOGLE_SKIP_SIGNATURE", "true")]);
         let resolve_with = |f: &dyn Fn(&mut JobOptions)| {

@@ -456,6 +456,7 @@ impl JobRegistry {
         crate::locations::Defaults {
             staging: self.config.staging_root.clone(),
             temp: std::env::temp_dir().join("weir-temp"),
+            client_staging_anywhere: self.config.limits.allow_client_staging_locations,
         }
     }
 
@@ -569,6 +570,50 @@ impl JobRegistry {
         gone
     }
 
+    /// Forgets prepared jobs that were not run within the TTL
+    /// ([`crate::limits::Limits::prepared_job_ttl`]), with their staged
+    /// artifacts; returns the ids forgotten.
+    pub fn expire_prepared(&self) -> Vec<String> {
+        let ttl = self.config.limits.prepared_job_ttl;
+        let now = SystemTime::now();
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let gone: Vec<Arc<Job>> = jobs
+            .values()
+            .filter(|j| {
+                j.state() == JobState::Stopped
+                    && now.duration_since(j.created).unwrap_or_default() >= ttl
+            })
+            .cloned()
+            .collect();
+        for j in &gone {
+            jobs.remove(&j.id);
+        }
+        drop(jobs);
+        let ids: Vec<String> = gone.iter().map(|j| j.id.clone()).collect();
+        self.staged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|_, a| !ids.contains(&a.job_id));
+        for j in &gone {
+            // Only Weir's own folder of the job; a client's staging location keeps its files.
+            if j.locations.staging.option.is_none() {
+                let _ = std::fs::remove_dir_all(&j.staging_dir);
+            }
+            tracing::info!(job = %j.id, "prepared job forgotten: not run within {:?} ({})", ttl, crate::limits::flag::PREPARED_JOB_TTL_SECS);
+        }
+        ids
+    }
+
+    /// How many jobs are prepared and not run yet.
+    pub fn prepared_count(&self) -> usize {
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|j| j.state() == JobState::Stopped)
+            .count()
+    }
+
     /// The job with this id.
     pub fn get(&self, id: &str) -> Option<Arc<Job>> {
         self.jobs
@@ -605,6 +650,8 @@ mod tests {
                 staging_root: std::env::temp_dir()
                     .join(format!("weir-registry-test-{}-{name}", std::process::id())),
                 engine_workers: 1,
+            limits: Default::default(),
+            capture_prepare_dir: None,
             },
             url,
         )

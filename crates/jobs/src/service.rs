@@ -68,6 +68,9 @@ fn wants_logs<T>(request: &tonic::Request<T>) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case("all"))
 }
 
+/// PrepareJobRequests captured so far (`--capture_prepare_dir`).
+static CAPTURED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// The Job API service.
 pub struct JobService(pub Arc<JobRegistry>);
 
@@ -113,6 +116,39 @@ fn resolve_environments(
         notes.extend(n);
     }
     Ok(notes)
+}
+
+/// Refuses a job whose options ask for more SDK harnesses than
+/// [`crate::limits::Limits::max_sdk_harnesses_per_job`]: `num_workers` (or
+/// `max_num_workers` when autoscaling) × harnesses per worker × SDK
+/// environments.
+fn check_sdk_harnesses(
+    limits: &crate::limits::Limits,
+    validated: &crate::options::JobOptions,
+    options: &weir_proto::prost_types::Struct,
+    environments: usize,
+) -> Result<(), tonic::Status> {
+    use weir_harness::environment::Scaling;
+    let plan = crate::options::sdk_harness_plan(validated, options);
+    let (per_env, option) = match plan.scaling {
+        Scaling::Fixed(n) => (n, "num_workers"),
+        Scaling::ThroughputBased { max, .. } => (max, "max_num_workers"),
+    };
+    let total = per_env.saturating_mul(environments.max(1));
+    if total > limits.max_sdk_harnesses_per_job {
+        return Err(tonic::Status::invalid_argument(crate::limits::over(
+            &format!(
+                "the SDK harnesses this job asks for (pipeline option --{option}: {per_env} per environment = {} per worker x {} worker(s), x {} environment(s))",
+                plan.per_worker,
+                per_env / plan.per_worker.max(1),
+                environments.max(1)
+            ),
+            total,
+            limits.max_sdk_harnesses_per_job,
+            crate::limits::flag::MAX_SDK_HARNESSES_PER_JOB,
+        )));
+    }
+    Ok(())
 }
 
 impl JobService {
@@ -196,9 +232,34 @@ impl beam::job_service_server::JobService for JobService {
         request: tonic::Request<beam::PrepareJobRequest>,
     ) -> Result<tonic::Response<beam::PrepareJobResponse>, tonic::Status> {
         let req = request.into_inner();
+        if let Some(dir) = &self.0.config.capture_prepare_dir {
+            let n = CAPTURED.fetch_add(1, Ordering::SeqCst);
+            let path = dir.join(format!("prepare-{}-{n}.pb", std::process::id()));
+            let _ = std::fs::create_dir_all(dir);
+            if let Err(e) = std::fs::write(&path, prost::Message::encode_to_vec(&req)) {
+                tracing::warn!("cannot capture the PrepareJobRequest into {}: {e}", path.display());
+            }
+        }
         let pipeline = req
             .pipeline
             .ok_or_else(|| tonic::Status::invalid_argument("PrepareJobRequest has no pipeline"))?;
+        let limits = &self.0.config.limits;
+        let options = req.pipeline_options.unwrap_or_default();
+        crate::limits::check_request(limits, prost::Message::encoded_len(&pipeline), &options)
+            .map_err(tonic::Status::invalid_argument)?;
+        self.0.expire_prepared();
+        let prepared = self.0.prepared_count();
+        if prepared >= limits.max_prepared_jobs {
+            return Err(tonic::Status::resource_exhausted(crate::limits::over(
+                &format!(
+                    "the number of prepared jobs not yet run (each forgotten {} s after its Prepare)",
+                    limits.prepared_job_ttl.as_secs()
+                ),
+                prepared,
+                limits.max_prepared_jobs,
+                crate::limits::flag::MAX_PREPARED_JOBS,
+            )));
+        }
         let python = self.0.config.python_for_docker_images.clone();
         // `docker info` and the interpreter's Beam version are subprocesses.
         let (pipeline, env_notes) = tokio::task::spawn_blocking(move || {
@@ -207,21 +268,27 @@ impl beam::job_service_server::JobService for JobService {
         })
         .await
         .map_err(|e| tonic::Status::internal(e.to_string()))??;
-        let options = req.pipeline_options.unwrap_or_default();
         let validated = crate::options::validate(&options)
             .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
-        let plan = weir_plan::plan(
-            &pipeline,
-            &weir_plan::PlanOptions {
-                fn_api_url: self.0.url.clone(),
-                streaming: crate::options::flag(&options, "streaming"),
-                drain: crate::options::has_experiment(
-                    &options,
-                    crate::options::TEST_DRAIN_EXPERIMENT,
-                ),
-            },
-        )
-        .map_err(|e| plan_status(&e))?;
+        let plan_options = weir_plan::PlanOptions {
+            fn_api_url: self.0.url.clone(),
+            streaming: crate::options::flag(&options, "streaming"),
+            drain: crate::options::has_experiment(&options, crate::options::TEST_DRAIN_EXPERIMENT),
+        };
+        // Off the async workers: planning is CPU work proportional to the
+        // pipeline, and a planner bug (a panic) must fail this Prepare only.
+        let (pipeline, plan) = tokio::task::spawn_blocking(move || {
+            let plan = weir_plan::plan(&pipeline, &plan_options);
+            (pipeline, plan)
+        })
+        .await
+        .map_err(|e| {
+            tonic::Status::internal(format!(
+                "Weir's planner failed on this pipeline (this is a Weir bug): {e}"
+            ))
+        })?;
+        let plan = plan.map_err(|e| plan_status(&e))?;
+        check_sdk_harnesses(limits, &validated, &options, plan.environments.len())?;
         for (id, env) in &plan.environments {
             weir_harness::environment::validate(id, env)
                 .map_err(|e| tonic::Status::unimplemented(e.to_string()))?;

@@ -998,6 +998,8 @@ fn service() -> (JobService, std::sync::Arc<JobRegistry>) {
             python_for_docker_images: None,
             staging_root: root,
             engine_workers: 1,
+            limits: Default::default(),
+            capture_prepare_dir: None,
         },
         url,
     );
@@ -1070,6 +1072,16 @@ async fn prepare_records_options_and_reports_notes() {
         "beam:option:temp_location:v1".into(),
         Value {
             kind: Some(Kind::StringValue(temp.display().to_string())),
+        },
+    );
+    // A client's staging location must be under the server's staging root.
+    let staging = std::env::temp_dir()
+        .join(format!("weir-options-test-{}", std::process::id()))
+        .join("client-staging");
+    options.fields.insert(
+        "beam:option:staging_location:v1".into(),
+        Value {
+            kind: Some(Kind::StringValue(staging.display().to_string())),
         },
     );
     let req = beam::PrepareJobRequest {

@@ -33,8 +33,9 @@ const MEASURABLE_LEAVES: &[&str] = &[
 /// How deep coders may nest (components of components...). A client's
 /// coder graph may have a cycle (a coder among its own components), which
 /// the recursive walks below would otherwise follow until the stack
-/// overflows and the server aborts.
-const MAX_CODER_DEPTH: usize = 64;
+/// overflows and the server aborts: [`crate::validate`] refuses those
+/// first, and these walks stop at the same depth too.
+use crate::validate::MAX_CODER_DEPTH;
 
 fn too_deep(id: &str) -> PlanError {
     PlanError::Invalid(format!(

@@ -15,6 +15,7 @@ mod leaves;
 mod merge_windows;
 mod sdf;
 mod transcode;
+pub mod validate;
 mod windowing;
 
 use std::collections::HashMap;
@@ -57,8 +58,10 @@ pub struct Plan {
 /// [`PlanError::Unsupported`] for a transform, coder, windowing strategy or
 /// requirement Weir does not implement (the message names the transform and
 /// URN); [`PlanError::Invalid`] for a malformed pipeline (dangling ids, a
-/// transform without its spec).
+/// transform without its spec, a composite or coder cycle, nesting deeper
+/// than the limits of [`validate`]).
 pub fn plan(pipeline: &beam::Pipeline, options: &PlanOptions) -> Result<Plan> {
+    validate::check(pipeline)?;
     leaves::check_requirements(pipeline)?;
     let mut components = pipeline.components.clone().unwrap_or_default();
     let mut leaf_ids = leaves::collect(pipeline, &mut components)?;

@@ -88,6 +88,34 @@ struct ServeArgs {
     /// When its apache-beam version is not V, the job's messages warn naming both.
     #[arg(long = "python_for_docker_images")]
     python_for_docker_images: Option<String>,
+    /// Largest pipeline proto Prepare takes, in bytes.
+    #[arg(long = "max_pipeline_bytes", default_value_t = weir_jobs::limits::Limits::default().max_pipeline_bytes)]
+    max_pipeline_bytes: usize,
+    /// Largest value of one pipeline option, in bytes (SDK harnesses get
+    /// options on their command line, where Linux takes 128 KiB per argument).
+    #[arg(long = "max_option_bytes", default_value_t = weir_jobs::limits::Limits::default().max_option_bytes)]
+    max_option_bytes: usize,
+    /// Bytes of artifacts one job may stage.
+    #[arg(long = "max_artifact_bytes_per_job", default_value_t = weir_jobs::limits::Limits::default().max_artifact_bytes_per_job)]
+    max_artifact_bytes_per_job: u64,
+    /// Seconds a prepared job waits for Run before it is forgotten.
+    #[arg(long = "prepared_job_ttl_secs", default_value_t = weir_jobs::limits::Limits::default().prepared_job_ttl.as_secs())]
+    prepared_job_ttl_secs: u64,
+    /// Prepared, not yet run jobs the server keeps; Prepare beyond it is refused.
+    #[arg(long = "max_prepared_jobs", default_value_t = weir_jobs::limits::Limits::default().max_prepared_jobs)]
+    max_prepared_jobs: usize,
+    /// SDK harnesses one job may start (num_workers or max_num_workers x
+    /// harnesses per worker x environments; default: the larger of 256 and 4 x cores).
+    #[arg(long = "max_sdk_harnesses_per_job", default_value_t = weir_jobs::limits::Limits::default().max_sdk_harnesses_per_job)]
+    max_sdk_harnesses_per_job: usize,
+    /// Let a client's --staging_location name any folder or bucket (default:
+    /// only folders under --staging_dir).
+    #[arg(long = "allow_client_staging_locations")]
+    allow_client_staging_locations: bool,
+    /// Write each PrepareJobRequest this server receives, serialized, into
+    /// this folder (`prepare-<n>.pb`), e.g. to capture fuzzer seeds.
+    #[arg(long = "capture_prepare_dir", hide = true)]
+    capture_prepare_dir: Option<PathBuf>,
     /// Accepted for compatibility with Beam's Prism launcher; use RUST_LOG.
     #[arg(long = "log_level", hide = true)]
     log_level: Option<String>,
@@ -204,6 +232,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 .unwrap_or(1)
         }),
         python_for_docker_images: args.python_for_docker_images,
+        limits: weir_jobs::limits::Limits {
+            max_pipeline_bytes: args.max_pipeline_bytes,
+            max_option_bytes: args.max_option_bytes,
+            max_artifact_bytes_per_job: args.max_artifact_bytes_per_job,
+            prepared_job_ttl: std::time::Duration::from_secs(args.prepared_job_ttl_secs),
+            max_prepared_jobs: args.max_prepared_jobs,
+            max_sdk_harnesses_per_job: args.max_sdk_harnesses_per_job,
+            allow_client_staging_locations: args.allow_client_staging_locations,
+        },
+        capture_prepare_dir: args.capture_prepare_dir,
     };
     tracing::info!("weir job service listening on {local}");
     eprintln!("weir: Beam Job API listening on {local}");

@@ -1,0 +1,139 @@
+//! Resource limits of a Weir server: what one client may make it hold.
+//!
+//! Each limit has a `weir serve` flag (named in [`Limits`] and in every
+//! refusal, so the operator knows what to raise) and a default that no
+//! Beam SDK's ordinary jobs reach. Prepare refuses a job over a limit with
+//! INVALID_ARGUMENT (RESOURCE_EXHAUSTED for the cap on prepared jobs), and
+//! artifact staging stops a job that stages more than its allowance.
+
+use std::time::Duration;
+
+/// The limits (`weir serve` flags in brackets).
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Largest serialized `Pipeline` Prepare takes, in bytes
+    /// (`--max_pipeline_bytes`).
+    pub max_pipeline_bytes: usize,
+    /// Largest serialized value of one pipeline option, in bytes
+    /// (`--max_option_bytes`). An option travels to SDK harnesses on their
+    /// command line, where Linux takes at most 128 KiB per argument.
+    pub max_option_bytes: usize,
+    /// Bytes of artifacts one job may stage (`--max_artifact_bytes_per_job`).
+    pub max_artifact_bytes_per_job: u64,
+    /// How long a prepared job waits for Run before it is forgotten
+    /// (`--prepared_job_ttl_secs`).
+    pub prepared_job_ttl: Duration,
+    /// How many prepared, not yet run jobs the server keeps
+    /// (`--max_prepared_jobs`); Prepare beyond it is RESOURCE_EXHAUSTED.
+    pub max_prepared_jobs: usize,
+    /// SDK harnesses one job may start: `num_workers` (or
+    /// `max_num_workers` when autoscaling) times the harnesses per worker
+    /// (`--max_sdk_harnesses_per_job`).
+    pub max_sdk_harnesses_per_job: usize,
+    /// A client's `staging_location` may point outside the server's
+    /// staging root (`--allow_client_staging_locations`).
+    pub allow_client_staging_locations: bool,
+}
+
+/// Flag names, as `weir serve` spells them.
+pub mod flag {
+    pub const MAX_PIPELINE_BYTES: &str = "--max_pipeline_bytes";
+    pub const MAX_OPTION_BYTES: &str = "--max_option_bytes";
+    pub const MAX_ARTIFACT_BYTES_PER_JOB: &str = "--max_artifact_bytes_per_job";
+    pub const PREPARED_JOB_TTL_SECS: &str = "--prepared_job_ttl_secs";
+    pub const MAX_PREPARED_JOBS: &str = "--max_prepared_jobs";
+    pub const MAX_SDK_HARNESSES_PER_JOB: &str = "--max_sdk_harnesses_per_job";
+    pub const ALLOW_CLIENT_STAGING_LOCATIONS: &str = "--allow_client_staging_locations";
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_pipeline_bytes: 256 << 20,
+            max_option_bytes: 100 << 10,
+            max_artifact_bytes_per_job: 8 << 30,
+            prepared_job_ttl: Duration::from_secs(3600),
+            max_prepared_jobs: 100,
+            // A job with default options starts one harness per core per
+            // environment: the default leaves room for a few environments.
+            max_sdk_harnesses_per_job: std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .saturating_mul(4)
+                .max(256),
+            allow_client_staging_locations: false,
+        }
+    }
+}
+
+/// The refusal of something over a limit: `what` is N, over the limit of
+/// `limit` (`weir serve FLAG` raises it).
+pub fn over(what: &str, n: impl std::fmt::Display, limit: impl std::fmt::Display, flag: &str) -> String {
+    format!("{what} is {n}, over this server's limit of {limit} (weir serve {flag} raises it)")
+}
+
+/// Checks the pipeline's size and each option's against `limits`.
+///
+/// # Errors
+/// The message names the option (or the pipeline), its size, the limit and the flag.
+pub fn check_request(
+    limits: &Limits,
+    pipeline_bytes: usize,
+    options: &weir_proto::prost_types::Struct,
+) -> Result<(), String> {
+    use prost::Message;
+    if pipeline_bytes > limits.max_pipeline_bytes {
+        return Err(over(
+            "the pipeline proto",
+            format!("{pipeline_bytes} bytes"),
+            format!("{} bytes", limits.max_pipeline_bytes),
+            flag::MAX_PIPELINE_BYTES,
+        ));
+    }
+    let mut keys: Vec<&String> = options.fields.keys().collect();
+    keys.sort();
+    for key in keys {
+        let n = options.fields[key].encoded_len();
+        if n > limits.max_option_bytes {
+            return Err(over(
+                &format!("pipeline option {key}"),
+                format!("{n} bytes"),
+                format!("{} bytes", limits.max_option_bytes),
+                flag::MAX_OPTION_BYTES,
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_proto::prost_types::{value::Kind, Struct, Value};
+
+    #[test]
+    fn a_big_pipeline_or_option_is_refused_naming_it_and_the_flag() {
+        let limits = Limits {
+            max_pipeline_bytes: 1000,
+            max_option_bytes: 10,
+            ..Limits::default()
+        };
+        let opt = |s: &str| Struct {
+            fields: [(
+                "beam:option:big:v1".to_string(),
+                Value {
+                    kind: Some(Kind::StringValue(s.into())),
+                },
+            )]
+            .into(),
+        };
+        assert_eq!(check_request(&limits, 1000, &opt("short")), Ok(()));
+        assert_eq!(
+            check_request(&limits, 1001, &opt("")).unwrap_err(),
+            "the pipeline proto is 1001 bytes, over this server's limit of 1000 bytes (weir serve --max_pipeline_bytes raises it)"
+        );
+        assert_eq!(
+            check_request(&limits, 10, &opt("0123456789")).unwrap_err(),
+            "pipeline option beam:option:big:v1 is 12 bytes, over this server's limit of 10 bytes (weir serve --max_option_bytes raises it)"
+        );
+    }
+}

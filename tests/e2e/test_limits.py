@@ -1,0 +1,268 @@
+"""Hostile Prepare requests, sent raw over the Job API: cyclic and deep
+coders and composites are refused as INVALID_ARGUMENT naming the coder or
+transform, in bounded time; requests over a resource limit are refused
+naming the limit and the `weir serve` flag that raises it. After each, the
+same server runs a valid job to DONE."""
+
+import collections
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import grpc
+import pytest
+from apache_beam.portability.api import beam_job_api_pb2
+from apache_beam.portability.api import beam_job_api_pb2_grpc
+from apache_beam.portability.api import beam_runner_api_pb2
+from google.protobuf import struct_pb2
+
+from conftest import WEIR_BIN, WeirServer, _wait_for_job_api, free_port
+
+BYTES = 'beam:coder:bytes:v1'
+KV = 'beam:coder:kv:v1'
+IMPULSE = 'beam:transform:impulse:v1'
+
+
+def pipeline_with(coders=(), transforms=(), roots=()):
+  """A pipeline: one Impulse (root 'impulse') plus the given coders
+  ({id: (urn, [components])}) and transforms ({id: (name, [subtransforms])})."""
+  p = beam_runner_api_pb2.Pipeline()
+  c = p.components
+  c.coders['bytes'].spec.urn = BYTES
+  c.windowing_strategies['ws'].window_coder_id = 'gw'
+  c.coders['gw'].spec.urn = 'beam:coder:global_window:v1'
+  c.pcollections['out'].coder_id = 'bytes'
+  c.pcollections['out'].windowing_strategy_id = 'ws'
+  imp = c.transforms['impulse']
+  imp.unique_name = 'Impulse'
+  imp.spec.urn = IMPULSE
+  imp.outputs['out'] = 'out'
+  for cid, (urn, comps) in dict(coders).items():
+    c.coders[cid].spec.urn = urn
+    c.coders[cid].component_coder_ids.extend(comps)
+  for tid, (name, subs) in dict(transforms).items():
+    c.transforms[tid].unique_name = name
+    c.transforms[tid].subtransforms.extend(subs)
+  p.root_transform_ids.extend(['impulse'] + list(roots))
+  return p
+
+
+def prepare(server, pipeline, options=None, timeout=30):
+  with grpc.insecure_channel(
+      server.endpoint,
+      options=[('grpc.max_send_message_length', 1 << 30)]) as channel:
+    stub = beam_job_api_pb2_grpc.JobServiceStub(channel)
+    return stub.Prepare(
+        beam_job_api_pb2.PrepareJobRequest(
+            pipeline=pipeline, job_name='hostile',
+            pipeline_options=options or struct_pb2.Struct()),
+        timeout=timeout)
+
+
+def refused(server, pipeline, options=None):
+  """The (code, details) of a Prepare that must fail, and how long it took."""
+  start = time.time()
+  with pytest.raises(grpc.RpcError) as e:
+    prepare(server, pipeline, options)
+  return e.value.code(), e.value.details(), time.time() - start
+
+
+def chain(n):
+  coders = {'c0': (BYTES, [])}
+  for i in range(1, n):
+    coders['c%d' % i] = (KV, ['bytes', 'c%d' % (i - 1)])
+  return coders
+
+
+HOSTILE = {
+    'self_coder': (
+        pipeline_with(coders={'me': (KV, ['bytes', 'me'])}),
+        'coder "me" is its own component (coder cycle me -> me)'),
+    'mutual_coders': (
+        pipeline_with(coders={'a': (KV, ['bytes', 'b']), 'b': (KV, ['bytes', 'a'])}),
+        'coder "a" is its own component (coder cycle a -> b -> a)'),
+    'coder_chain_10000': (
+        pipeline_with(coders=chain(10000)),
+        'nests more than 64 coders deep'),
+    'shared_coder_dag_60': (
+        pipeline_with(coders=dict(
+            [('d0', (BYTES, []))] +
+            [('d%d' % i, (KV, ['d%d' % (i - 1)] * 2)) for i in range(1, 60)])),
+        'coder "d13" expands to more than 10000 coders'),
+    'self_listing_composite': (
+        pipeline_with(transforms={'loop': ('Loop', ['loop'])}, roots=['loop']),
+        'transform loop (Loop) is its own subtransform'),
+    'composite_cycle_of_three': (
+        pipeline_with(
+            transforms={'a': ('A', ['b']), 'b': ('B', ['c']), 'c': ('C', ['a'])},
+            roots=['a']),
+        'transform a (A) is its own subtransform (composite cycle a (A) -> b (B) -> c (C) -> a (A))'),
+    'composite_nesting_5000': (
+        pipeline_with(
+            transforms=dict(
+                [('t%d' % i, ('Nest%d' % i, ['t%d' % (i + 1)])) for i in range(5000)] +
+                [('t5000', ('Nest5000', []))]),
+            roots=['t0']),
+        'transform t256 (Nest256) nests more than 256 composites deep'),
+}
+
+
+@pytest.mark.parametrize('case', sorted(HOSTILE))
+def test_hostile_pipeline_is_refused_by_name_then_a_job_runs(beam, weir_server, case):
+  pipeline, expected = HOSTILE[case]
+  code, details, took = refused(weir_server, pipeline)
+  assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, details)
+  assert expected in details, details
+  assert took < 10, 'Prepare took %.1f s' % took
+  assert weir_server.alive(), weir_server.log_tail()
+  good = beam.run_named('good', 'LOOPBACK')
+  assert good.returncode == 0, good.describe(weir_server)
+  _, lines = good.output()
+  assert lines == collections.Counter({'x: 4': 1, 'y: 2': 1}), dict(lines)
+
+
+def test_option_over_the_limit_is_refused_naming_it_and_the_flag(weir_server):
+  options = struct_pb2.Struct()
+  options['beam:option:huge:v1'] = 'x' * 200_000
+  code, details, _ = refused(weir_server, pipeline_with(), options)
+  assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+  assert details == (
+      'pipeline option beam:option:huge:v1 is 200004 bytes, over this '
+      "server's limit of 102400 bytes (weir serve --max_option_bytes raises it)"), details
+
+
+def test_num_workers_over_the_harness_cap_is_refused(weir_server):
+  options = struct_pb2.Struct()
+  options['beam:option:num_workers:v1'] = 100000
+  code, details, _ = refused(weir_server, pipeline_with(), options)
+  assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+  assert 'pipeline option --num_workers' in details, details
+  assert 'weir serve --max_sdk_harnesses_per_job raises it' in details, details
+
+
+def test_staging_location_outside_the_root_is_refused(weir_server, tmp_path):
+  options = struct_pb2.Struct()
+  outside = tmp_path / 'elsewhere'
+  options['beam:option:staging_location:v1'] = str(outside)
+  code, details, _ = refused(weir_server, pipeline_with(), options)
+  assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+  assert details.startswith(
+      'pipeline option --staging_location: %s: outside this server\'s staging root ' % outside), details
+  assert 'weir serve --allow_client_staging_locations lets clients choose' in details, details
+  assert not outside.exists()
+
+
+@pytest.fixture
+def small_server(tmp_path):
+  """A server of its own with small limits: 2 prepared jobs living 3 s,
+  pipelines of at most 4 KiB."""
+  port = free_port()
+  log_path = tmp_path / 'weir-small.log'
+  with open(log_path, 'wb') as log:
+    proc = subprocess.Popen(
+        [str(WEIR_BIN), 'serve', '--job_port', str(port), '--staging_dir', str(tmp_path / 'staging'),
+         '--max_prepared_jobs', '2', '--prepared_job_ttl_secs', '3', '--max_pipeline_bytes', '4096',
+         '--max_artifact_bytes_per_job', '1000'],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+  server = WeirServer(proc, port, log_path)
+  try:
+    _wait_for_job_api(server)
+    yield server
+  finally:
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_pipeline_size_and_prepared_jobs_are_capped_and_expire(small_server):
+  code, details, _ = refused(small_server, pipeline_with(coders=chain(300)))
+  assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+  assert 'over this server\'s limit of 4096 bytes (weir serve --max_pipeline_bytes raises it)' in details, details
+  prepare(small_server, pipeline_with())
+  prepare(small_server, pipeline_with())
+  code, details, _ = refused(small_server, pipeline_with())
+  assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
+  assert details.startswith('the number of prepared jobs not yet run'), details
+  assert 'is 2, over this server\'s limit of 2 (weir serve --max_prepared_jobs raises it)' in details, details
+  time.sleep(3.5)
+  # Expired: room again, and the old jobs are gone.
+  prepare(small_server, pipeline_with())
+  with grpc.insecure_channel(small_server.endpoint) as channel:
+    jobs = beam_job_api_pb2_grpc.JobServiceStub(channel).GetJobs(
+        beam_job_api_pb2.GetJobsRequest(), timeout=10)
+  assert len(jobs.job_info) == 1, jobs
+
+
+def test_artifacts_over_the_limit_stop_staging(small_server):
+  from apache_beam.portability import common_urns
+  from apache_beam.portability.api import beam_artifact_api_pb2
+  from apache_beam.portability.api import beam_artifact_api_pb2_grpc
+  p = pipeline_with()
+  env = p.components.environments['env']
+  env.urn = common_urns.environments.EXTERNAL.urn
+  dep = env.dependencies.add()
+  dep.type_urn = common_urns.artifact_types.FILE.urn
+  dep.type_payload = beam_runner_api_pb2.ArtifactFilePayload(path='/big').SerializeToString()
+  dep.role_urn = common_urns.artifact_roles.STAGING_TO.urn
+  token = prepare(small_server, p).staging_session_token
+
+  def answers(requests):
+    yield beam_artifact_api_pb2.ArtifactResponseWrapper(staging_token=token)
+    for r in requests:
+      if r.HasField('resolve_artifact'):
+        yield beam_artifact_api_pb2.ArtifactResponseWrapper(
+            resolve_artifact_response=beam_artifact_api_pb2.ResolveArtifactsResponse(
+                replacements=list(r.resolve_artifact.artifacts)))
+      else:
+        for _ in range(3):
+          yield beam_artifact_api_pb2.ArtifactResponseWrapper(
+              get_artifact_response=beam_artifact_api_pb2.GetArtifactResponse(data=b'x' * 600))
+        yield beam_artifact_api_pb2.ArtifactResponseWrapper(is_last=True)
+
+  import queue
+
+  with grpc.insecure_channel(small_server.endpoint) as channel:
+    stub = beam_artifact_api_pb2_grpc.ArtifactStagingServiceStub(channel)
+    out = queue.Queue()
+    feed = answers(iter(out.get, None))
+    responses = stub.ReverseArtifactRetrievalService(feed, timeout=20)
+    with pytest.raises(grpc.RpcError) as e:
+      for r in responses:
+        out.put(r)
+  assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.value.details()
+  assert 'weir serve --max_artifact_bytes_per_job raises it' in e.value.details(), e.value.details()
+  assert small_server.alive()
+
+
+def _field(number, payload):
+  """A length-delimited protobuf field."""
+  def varint(n):
+    out = b''
+    while True:
+      b, n = n & 0x7f, n >> 7
+      out += bytes([b | (0x80 if n else 0)])
+      if not n:
+        return out
+  return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def test_a_request_nested_past_the_decoders_limit_is_invalid_argument(weir_server):
+  # prost decodes at most 100 nested messages; deeper is the client's fault.
+  # Python's protobuf will not build it, so the bytes are written by hand:
+  # Struct{fields: {"k": Value{struct_value: Struct{...}}}} 120 deep.
+  struct = b''
+  for _ in range(120):
+    value = _field(5, struct)  # Value.struct_value
+    struct = _field(1, _field(1, b'k') + _field(2, value))  # Struct.fields entry
+  request = _field(2, struct)  # PrepareJobRequest.pipeline_options
+  with grpc.insecure_channel(weir_server.endpoint) as channel:
+    prepare_raw = channel.unary_unary(
+        '/org.apache.beam.model.job_management.v1.JobService/Prepare')
+    with pytest.raises(grpc.RpcError) as e:
+      prepare_raw(request, timeout=30)
+  code, details = e.value.code(), e.value.details()
+  assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, details)
+  assert details.startswith('failed to decode Protobuf message: '), details
+  assert details.endswith('recursion limit reached'), details
+  assert weir_server.alive()
