@@ -189,7 +189,6 @@ struct Inner {
     graph: Arc<StageGraph>,
     harnesses: Arc<SdkHarnesses>,
     runtime: tokio::runtime::Handle,
-    instruction_seq: Mutex<u64>,
     metrics: Arc<JobMetrics>,
     user_state: Arc<UserState>,
     /// Serializes reports of the live user-state cell count, so the last
@@ -218,7 +217,6 @@ impl JobWorkers {
                 graph,
                 harnesses,
                 runtime,
-                instruction_seq: Mutex::new(0),
                 metrics,
                 user_state: Arc::default(),
                 state_report: Mutex::new(0),
@@ -475,17 +473,13 @@ impl Inner {
             .pick(&stage.environment_id)
             .await
             .map_err(|e| (e, false))?;
-        let instruction_id = {
-            let mut seq = self
-                .instruction_seq
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            *seq += 1;
-            format!("{}-bundle-{}", self.job_id, *seq)
-        };
+        // Unguessable: state requests, data and results are accepted only
+        // for instructions issued to the worker that sends them.
+        let instruction_id = self.fn_api.fresh_id(&format!("{}-bundle-", self.job_id));
         let sinks = stage.output_transform_ids.len();
         let streams = sinks + stage.timer_families.len();
         let bundle = Arc::new(BundleState {
+            worker_id: worker.id.clone(),
             descriptor_id: JobWorkers::descriptor_id(&self.job_id, &request.stage_id),
             side_inputs: request.side_inputs.clone(),
             user_state: BundleUserState::new(self.user_state.clone()),

@@ -1159,13 +1159,12 @@ mod tests {
                 assert_eq!(status, "3");
                 let mut got = stderr.clone();
                 got.sort();
-                assert_eq!(
-                    got,
-                    vec![
-                        "starting".to_string(),
-                        "unknown flag: --id=job-worker-1".to_string()
-                    ]
-                );
+                assert_eq!(got.len(), 2, "{got:?}");
+                assert_eq!(got[0], "starting");
+                // The worker id: readable prefix, counter, 128 random bits.
+                let id = got[1].strip_prefix("unknown flag: --id=job-worker-1-").unwrap();
+                assert_eq!(id.len(), 32, "{id}");
+                assert!(id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
             }
             other => panic!("wrong error: {other}"),
         }
@@ -1178,11 +1177,11 @@ mod tests {
     #[tokio::test]
     async fn process_harness_runs_in_its_own_folder() {
         match start_exiting_script("job-cwd", "pwd >&2\nexit 5\n").await {
-            HarnessError::ExitedBeforeConnect { stderr, .. } => {
-                assert_eq!(
-                    stderr,
-                    vec![worker_dir("job-cwd-worker-1").display().to_string()]
-                );
+            HarnessError::ExitedBeforeConnect {
+                stderr, worker_id, ..
+            } => {
+                assert!(worker_id.starts_with("job-cwd-worker-1-"), "{worker_id}");
+                assert_eq!(stderr, vec![worker_dir(&worker_id).display().to_string()]);
             }
             other => panic!("wrong error: {other}"),
         }
