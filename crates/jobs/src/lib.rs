@@ -13,6 +13,7 @@ pub mod options;
 pub mod registry;
 pub mod resources;
 mod run;
+pub mod security;
 pub mod service;
 
 use std::net::SocketAddr;
@@ -33,6 +34,9 @@ pub struct ServerConfig {
     /// Interpreter replacing `apache/beam_python3.x_sdk` images when no Docker
     /// daemon answers (`weir serve --python_for_docker_images`; None: $WEIR_PYTHON or python3).
     pub python_for_docker_images: Option<String>,
+    /// The Job API token and the allowlist of PROCESS commands and DOCKER
+    /// images ([`security::Security`]).
+    pub security: Arc<security::Security>,
 }
 
 /// Serves the Job API, artifact services and every Fn API service on
@@ -52,20 +56,27 @@ pub async fn serve(
     };
     let url = format!("{host}:{}", addr.port());
     let fn_api = FnApi::new(url.clone());
-    let registry = JobRegistry::new(fn_api.clone(), config, url);
+    let registry = JobRegistry::new(fn_api.clone(), config.clone(), url);
+    // The Job API and staging (what clients call) need the token when one
+    // is set; the Fn API and retrieval (what SDK harnesses call) are tied
+    // to worker ids instead.
+    let token = security::RequireToken(config.security.clone());
+    use tonic::service::interceptor::InterceptedService;
     let router = tonic::transport::Server::builder()
-        .add_service(
+        .add_service(InterceptedService::new(
             beam::job_service_server::JobServiceServer::new(JobService(registry.clone()))
                 .max_decoding_message_size(MAX)
                 .max_encoding_message_size(MAX),
-        )
-        .add_service(
+            token.clone(),
+        ))
+        .add_service(InterceptedService::new(
             beam::artifact_staging_service_server::ArtifactStagingServiceServer::new(
                 artifacts::StagingService(registry.clone()),
             )
             .max_decoding_message_size(MAX)
             .max_encoding_message_size(MAX),
-        )
+            token,
+        ))
         .add_service(
             beam::artifact_retrieval_service_server::ArtifactRetrievalServiceServer::new(
                 artifacts::RetrievalService(registry.clone()),

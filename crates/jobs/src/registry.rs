@@ -605,6 +605,7 @@ mod tests {
                 staging_root: std::env::temp_dir()
                     .join(format!("weir-registry-test-{}-{name}", std::process::id())),
                 engine_workers: 1,
+                security: Default::default(),
             },
             url,
         )

@@ -998,6 +998,7 @@ fn service() -> (JobService, std::sync::Arc<JobRegistry>) {
             python_for_docker_images: None,
             staging_root: root,
             engine_workers: 1,
+            security: Default::default(),
         },
         url,
     );
