@@ -28,7 +28,20 @@ def isolated(p):
           | 'Use' >> beam.Map(use, s=beam.pvalue.AsList(side)))
 
 
-PIPELINES = {f.__name__: f for f in (isolated,)}
+def setup_boom(p):
+  """A DoFn whose setup raises, so every bundle of its stage fails before
+  the SDK reads any of the bundle's data."""
+  class Boom(beam.DoFn):
+    def setup(self):
+      raise ValueError('weir-setup-boom')
+
+    def process(self, x):
+      yield str(x)
+
+  return p | beam.Create([1, 2, 3]) | 'Boom' >> beam.ParDo(Boom())
+
+
+PIPELINES = {f.__name__: f for f in (isolated, setup_boom)}
 
 
 if __name__ == '__main__':

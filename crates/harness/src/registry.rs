@@ -304,7 +304,11 @@ impl FnApi {
 
     /// The bundle in flight under `instruction_id`, when it was issued to
     /// worker `worker_id` (another worker's bundles are not its to touch).
-    pub(crate) fn bundle_of(&self, worker_id: &str, instruction_id: &str) -> Option<Arc<BundleState>> {
+    pub(crate) fn bundle_of(
+        &self,
+        worker_id: &str,
+        instruction_id: &str,
+    ) -> Option<Arc<BundleState>> {
         self.bundles
             .lock()
             .unwrap_or_else(|p| p.into_inner())

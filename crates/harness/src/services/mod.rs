@@ -102,9 +102,9 @@ mod tests {
             tonic::transport::Server::builder().add_routes(Default::default()),
             &fn_api,
         );
-        tokio::spawn(router.serve_with_incoming(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
-        ));
+        tokio::spawn(
+            router.serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
         fn_api
     }
 
@@ -177,8 +177,16 @@ mod tests {
         let fn_api = FnApi::new("x:1".into());
         let a = fn_api.fresh_id("job-worker-");
         let b = fn_api.fresh_id("job-worker-");
-        let (a_n, a_rand) = a.strip_prefix("job-worker-").unwrap().split_once('-').unwrap();
-        let (b_n, b_rand) = b.strip_prefix("job-worker-").unwrap().split_once('-').unwrap();
+        let (a_n, a_rand) = a
+            .strip_prefix("job-worker-")
+            .unwrap()
+            .split_once('-')
+            .unwrap();
+        let (b_n, b_rand) = b
+            .strip_prefix("job-worker-")
+            .unwrap()
+            .split_once('-')
+            .unwrap();
         assert_eq!((a_n, b_n), ("1", "2"));
         assert_eq!((a_rand.len(), b_rand.len()), (32, 32));
         assert_ne!(a_rand, b_rand);
@@ -254,14 +262,19 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
         let mut answers = state
-            .state(as_worker(futures::stream::iter([read.clone()]), Some(&b.id)))
+            .state(as_worker(
+                futures::stream::iter([read.clone()]),
+                Some(&b.id),
+            ))
             .await
             .unwrap()
             .into_inner();
         let answer = answers.next().await.unwrap().unwrap();
         assert!(answer.response.is_none(), "{answer:?}");
         assert!(
-            answer.error.contains("not a bundle in flight on SDK worker job-b-worker-"),
+            answer
+                .error
+                .contains("not a bundle in flight on SDK worker job-b-worker-"),
             "{}",
             answer.error
         );
@@ -316,10 +329,16 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::AlreadyExists, "{e}");
         a_tx.send(done(b"real")).unwrap();
-        tokio::time::timeout(std::time::Duration::from_secs(5), in_flight.all_last.notified())
-            .await
-            .unwrap();
-        assert_eq!(*in_flight.outputs.lock().unwrap(), (vec![b"real".to_vec()], 0));
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            in_flight.all_last.notified(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            *in_flight.outputs.lock().unwrap(),
+            (vec![b"real".to_vec()], 0)
+        );
 
         // Control: the first connection for a worker id takes it, a second is refused.
         let _first = control
