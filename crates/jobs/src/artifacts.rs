@@ -260,7 +260,10 @@ impl beam::artifact_staging_service_server::ArtifactStagingService for StagingSe
 ///
 /// # Errors
 /// INVALID_ARGUMENT without the header, NOT_FOUND for an unknown worker id.
-fn caller_job<T>(registry: &JobRegistry, request: &tonic::Request<T>) -> Result<String, tonic::Status> {
+fn caller_job<T>(
+    registry: &JobRegistry,
+    request: &tonic::Request<T>,
+) -> Result<String, tonic::Status> {
     let id = request
         .metadata()
         .get("worker_id")

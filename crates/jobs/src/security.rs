@@ -193,7 +193,11 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 ///
 /// # Errors
 /// The reason, naming the address and the flags that choose a policy.
-pub fn check_bind(ip: IpAddr, security: &Security, insecure_allow_remote: bool) -> Result<(), String> {
+pub fn check_bind(
+    ip: IpAddr,
+    security: &Security,
+    insecure_allow_remote: bool,
+) -> Result<(), String> {
     if ip.is_loopback() || security.token.is_some() || insecure_allow_remote {
         return Ok(());
     }
@@ -297,9 +301,16 @@ mod tests {
         ] {
             assert_eq!(security.check_environment("e", &docker(ok)), Ok(()), "{ok}");
         }
-        for bad in ["alpine", "apache/beam_python3.11_sdk/../evil", "evil/apache/beam_x_sdk"] {
+        for bad in [
+            "alpine",
+            "apache/beam_python3.11_sdk/../evil",
+            "evil/apache/beam_x_sdk",
+        ] {
             let e = security.check_environment("e", &docker(bad)).unwrap_err();
-            assert!(e.contains(&format!("DOCKER image {bad:?} is not allowed")), "{e}");
+            assert!(
+                e.contains(&format!("DOCKER image {bad:?} is not allowed")),
+                "{e}"
+            );
         }
     }
 
