@@ -72,7 +72,9 @@ mkdir -p "$OUT"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/weir-go-conformance.XXXXXX")"
 PORT="$(free_port)"
 WEIR_LOG="$OUT/weir.log"
+# PROCESS runs Beam's Go boot program: allowed beyond Weir's own `weir boot`.
 NO_COLOR=1 RUST_LOG="${RUST_LOG:-info}" "$WEIR" serve --job_port "$PORT" --bind 127.0.0.1 \
+  --allow_process_command "$GOBIN/beam-go-boot" \
   >"$WEIR_LOG" 2>&1 </dev/null &
 WEIR_PID=$!
 cleanup() { stop_pid "$WEIR_PID"; rm -rf "$WORK"; }

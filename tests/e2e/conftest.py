@@ -130,7 +130,11 @@ def weir_server(tmp_path_factory):
   with open(log_path, 'wb') as log:
     proc = subprocess.Popen(
         [str(WEIR_BIN), 'serve', '--job_port', str(port), '--bind', '127.0.0.1',
-         '--python_for_docker_images', sys.executable, '--staging_dir', str(staging_root)],
+         '--python_for_docker_images', sys.executable, '--staging_dir', str(staging_root),
+         # Beyond Weir's own `weir boot`: Beam's Go boot program (test_go.py)
+         # and the tests' own scripts under pytest's temporary folder.
+         '--allow_process_command', str(REPO / 'go' / 'bin' / 'beam-go-boot'),
+         '--allow_process_command', str(tmp_path_factory.getbasetemp()) + '/*'],
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

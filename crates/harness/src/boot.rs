@@ -148,7 +148,12 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
         .unwrap_or_else(|| std::env::temp_dir().join(format!("weir-{}", cfg.worker_id)));
     let staged = stage_artifacts(&cfg, &info, &semi.join("staged")).await?;
     let cmd = match &cfg.sdk {
-        Sdk::Python { python } => python_command(python, &cfg, &info, &semi),
+        Sdk::Python { python } => {
+            // In a file, not the PIPELINE_OPTIONS variable: one environment
+            // string over 128 KiB (a large option) fails exec with E2BIG.
+            let options_file = write_options(&info, &semi)?;
+            python_command(python, &cfg, &info, &semi, &options_file)
+        }
         Sdk::Java {
             java,
             harness_classpath,
@@ -169,14 +174,7 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
                      staged beam-sdks-java-harness jar"
                 ));
             }
-            let options_file = semi.join("pipeline_options.json");
-            let options = info
-                .pipeline_options
-                .as_ref()
-                .map(struct_to_json)
-                .unwrap_or(serde_json::json!({}));
-            std::fs::write(&options_file, options.to_string())
-                .map_err(|e| format!("cannot write {}: {e}", options_file.display()))?;
+            let options_file = write_options(&info, &semi)?;
             let spec = JavaSpec {
                 harness_jars: order_harness_jars(harness),
                 staged_jars: staged,
@@ -286,21 +284,32 @@ fn descriptor(d: &Option<beam::ApiServiceDescriptor>, default: &str) -> String {
     )
 }
 
-fn python_command(
-    python: &str,
-    cfg: &BootConfig,
-    info: &beam::ProvisionInfo,
-    semi: &Path,
-) -> std::process::Command {
+/// Writes the provision info's pipeline options as JSON to
+/// `<semi>/pipeline_options.json` (what `PIPELINE_OPTIONS_FILE` names).
+fn write_options(info: &beam::ProvisionInfo, semi: &Path) -> Result<PathBuf, String> {
+    let options_file = semi.join("pipeline_options.json");
     let options = info
         .pipeline_options
         .as_ref()
         .map(struct_to_json)
         .unwrap_or(serde_json::json!({}));
+    std::fs::create_dir_all(semi).map_err(|e| format!("cannot create {}: {e}", semi.display()))?;
+    std::fs::write(&options_file, options.to_string())
+        .map_err(|e| format!("cannot write {}: {e}", options_file.display()))?;
+    Ok(options_file)
+}
+
+fn python_command(
+    python: &str,
+    cfg: &BootConfig,
+    info: &beam::ProvisionInfo,
+    semi: &Path,
+    options_file: &Path,
+) -> std::process::Command {
     let mut cmd = std::process::Command::new(python);
     cmd.args(["-m", "apache_beam.runners.worker.sdk_worker_main"])
         .env("WORKER_ID", &cfg.worker_id)
-        .env("PIPELINE_OPTIONS", options.to_string())
+        .env("PIPELINE_OPTIONS_FILE", options_file)
         .env("SEMI_PERSISTENT_DIRECTORY", semi);
     set_fn_api_env(&mut cmd, cfg, info);
     cmd
@@ -430,12 +439,29 @@ fn total_memory_mb() -> Option<u64> {
 }
 
 /// Replaces this process with `cmd` (on Unix); returns only on failure.
+/// (longest, total) bytes of a command's arguments and explicitly set variables.
+fn exec_sizes(cmd: &std::process::Command) -> (usize, usize) {
+    let mut sizes: Vec<usize> = cmd.get_args().map(|a| a.len() + 1).collect();
+    sizes.extend(
+        cmd.get_envs()
+            .filter_map(|(k, v)| v.map(|v| k.len() + v.len() + 2)),
+    );
+    (sizes.iter().copied().max().unwrap_or(0), sizes.iter().sum())
+}
+
 fn exec(mut cmd: std::process::Command) -> Result<std::convert::Infallible, String> {
     let program = cmd.get_program().to_string_lossy().into_owned();
     #[cfg(unix)]
     {
         use std::os::unix::process::CommandExt;
         let err = cmd.exec();
+        // E2BIG: Linux allows 128 KiB per argument or variable, ~2 MiB in all.
+        if err.raw_os_error() == Some(7) {
+            let (longest, total) = exec_sizes(&cmd);
+            return Err(format!(
+                "cannot exec {program}: its command line and environment are too large for the operating system ({total} bytes in all, the longest argument or variable {longest} bytes; Linux allows 128 KiB each): a pipeline option or environment variable is too big ({err})"
+            ));
+        }
         Err(format!("cannot exec {program}: {err}"))
     }
     #[cfg(not(unix))]

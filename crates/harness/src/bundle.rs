@@ -22,7 +22,9 @@ const SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(500);
 /// Attempts of one bundle before its stage fails a batch job (Dataflow's rule).
 pub const MAX_ATTEMPTS: usize = 4;
 /// Longest pause between two attempts of a bundle in a streaming job.
-const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(30);
+const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(60);
+/// First pause between attempts of a streaming bundle that keeps failing.
+const FIRST_RETRY_BACKOFF: Duration = Duration::from_millis(500);
 /// Most dynamic splits requested of one bundle.
 const MAX_SPLITS_PER_BUNDLE: u32 = 16;
 /// How long to wait for outputs' `is_last` after a successful bundle response.
@@ -124,7 +126,9 @@ pub struct BundlePolicy {
 
 impl BundlePolicy {
     fn draining(&self) -> bool {
-        self.drain.as_ref().is_some_and(|d| d.load(Ordering::SeqCst))
+        self.drain
+            .as_ref()
+            .is_some_and(|d| d.load(Ordering::SeqCst))
     }
 
     /// Whether a bundle that failed `attempts` times is tried again.
@@ -133,13 +137,26 @@ impl BundlePolicy {
     }
 
     /// Pause before attempt `attempts + 1`: none in batch (the retry goes
-    /// to another or a fresh SDK harness), growing to [`MAX_RETRY_BACKOFF`]
-    /// in streaming, where retries do not end.
+    /// to another or a fresh SDK harness); in streaming, where retries do
+    /// not end, none for the first [`MAX_ATTEMPTS`] - 1 retries, then
+    /// doubling from [`FIRST_RETRY_BACKOFF`] up to [`MAX_RETRY_BACKOFF`].
     pub fn backoff(&self, attempts: usize) -> Duration {
         if !self.streaming || attempts < MAX_ATTEMPTS {
             return Duration::ZERO;
         }
-        Duration::from_secs(attempts as u64).min(MAX_RETRY_BACKOFF)
+        let doublings = (attempts - MAX_ATTEMPTS).min(16) as u32;
+        FIRST_RETRY_BACKOFF
+            .saturating_mul(1 << doublings)
+            .min(MAX_RETRY_BACKOFF)
+    }
+
+    /// Whether the job's messages hear of failed attempt `attempts` of a
+    /// streaming bundle: the [`MAX_ATTEMPTS`]th, then every doubling.
+    pub fn reports_failure(&self, attempts: usize) -> bool {
+        self.streaming
+            && attempts >= MAX_ATTEMPTS
+            && (attempts / MAX_ATTEMPTS).is_power_of_two()
+            && attempts % MAX_ATTEMPTS == 0
     }
 
     /// How often a running bundle's progress is asked for: a quarter of the
@@ -162,6 +179,16 @@ impl From<String> for Failure {
     fn from(e: String) -> Self {
         Failure::Error(e)
     }
+}
+
+/// The first `n` lines of `text` (an SDK error with a long traceback).
+fn first_lines(text: &str, n: usize) -> String {
+    let mut lines = text.lines();
+    let mut out: Vec<&str> = lines.by_ref().take(n).collect();
+    if lines.next().is_some() {
+        out.push("[...]");
+    }
+    out.join("\n")
 }
 
 /// A duration the way a user writes it: `45s`, `2m`, `3m30s`, `250ms`.
@@ -189,7 +216,6 @@ struct Inner {
     graph: Arc<StageGraph>,
     harnesses: Arc<SdkHarnesses>,
     runtime: tokio::runtime::Handle,
-    instruction_seq: Mutex<u64>,
     metrics: Arc<JobMetrics>,
     user_state: Arc<UserState>,
     /// Serializes reports of the live user-state cell count, so the last
@@ -218,7 +244,6 @@ impl JobWorkers {
                 graph,
                 harnesses,
                 runtime,
-                instruction_seq: Mutex::new(0),
                 metrics,
                 user_state: Arc::default(),
                 state_report: Mutex::new(0),
@@ -444,6 +469,18 @@ impl Inner {
                     if self.policy.streaming && attempts >= MAX_ATTEMPTS {
                         tracing::warn!(job = %self.job_id, stage = %request.stage_name, "streaming: retrying a bundle that failed {attempts} times in {}", human_duration(pause));
                     }
+                    if self.policy.reports_failure(attempts) {
+                        self.harnesses.note(
+                            crate::WorkerLog::Warning,
+                            format!(
+                                "streaming: a bundle of stage {} keeps failing ({attempts} attempts so far; retrying in {}, backing off up to {}); last error: {}",
+                                request.stage_name,
+                                human_duration(pause),
+                                human_duration(MAX_RETRY_BACKOFF),
+                                first_lines(&e, 20)
+                            ),
+                        );
+                    }
                     tokio::time::sleep(pause).await;
                 }
             }
@@ -475,17 +512,13 @@ impl Inner {
             .pick(&stage.environment_id)
             .await
             .map_err(|e| (e, false))?;
-        let instruction_id = {
-            let mut seq = self
-                .instruction_seq
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            *seq += 1;
-            format!("{}-bundle-{}", self.job_id, *seq)
-        };
+        // Unguessable: state requests, data and results are accepted only
+        // for instructions issued to the worker that sends them.
+        let instruction_id = self.fn_api.fresh_id(&format!("{}-bundle-", self.job_id));
         let sinks = stage.output_transform_ids.len();
         let streams = sinks + stage.timer_families.len();
         let bundle = Arc::new(BundleState {
+            worker_id: worker.id.clone(),
             descriptor_id: JobWorkers::descriptor_id(&self.job_id, &request.stage_id),
             side_inputs: request.side_inputs.clone(),
             user_state: BundleUserState::new(self.user_state.clone()),
@@ -801,7 +834,7 @@ impl Inner {
         bundle: &BundleState,
         sinks: usize,
     ) -> Result<BundleResult, Failure> {
-        let response = worker.send(beam::InstructionRequest {
+        let mut response = worker.send(beam::InstructionRequest {
             instruction_id: instruction_id.to_string(),
             request: Some(beam::instruction_request::Request::ProcessBundle(
                 beam::ProcessBundleRequest {
@@ -821,12 +854,33 @@ impl Inner {
             timers: vec![],
         };
         // SDK harnesses open their data stream when their first bundle needs it.
+        // A bundle the SDK fails before it opens the stream (a DoFn whose
+        // setup raises, a descriptor it cannot build), or a harness that
+        // dies meanwhile, answers on the control stream: that answer ends
+        // the attempt at once, with the SDK's own error text.
         let mut data_ready = worker.data_connected.subscribe();
-        if tokio::time::timeout(OUTPUT_DRAIN_TIMEOUT, data_ready.wait_for(|c| *c))
-            .await
-            .is_err()
-        {
-            return Err(format!("SDK harness {} never opened its data stream", worker.id).into());
+        tokio::select! {
+            opened = tokio::time::timeout(OUTPUT_DRAIN_TIMEOUT, data_ready.wait_for(|c| *c)) => {
+                if opened.is_err() {
+                    return Err(format!(
+                        "SDK harness {} never opened its data stream (waited {})",
+                        worker.id,
+                        human_duration(OUTPUT_DRAIN_TIMEOUT)
+                    )
+                    .into());
+                }
+            }
+            early = &mut response => {
+                return Err(match early {
+                    Ok(r) if !r.error.is_empty() => r.error.into(),
+                    Ok(_) => format!(
+                        "SDK harness {} answered bundle {instruction_id} before opening its data stream",
+                        worker.id
+                    )
+                    .into(),
+                    Err(_) => format!("SDK harness {} went away", worker.id).into(),
+                });
+            }
         }
         // Whole elements only in each Data message, about DATA_CHUNK_BYTES each.
         let mut chunk = Vec::new();
@@ -903,15 +957,26 @@ impl Inner {
             if bundle.outputs.lock().unwrap_or_else(|p| p.into_inner()).1 == 0 {
                 break;
             }
-            if tokio::time::timeout(OUTPUT_DRAIN_TIMEOUT, notified)
-                .await
-                .is_err()
-            {
-                return Err(format!(
-                    "SDK harness {} never finished sending outputs of bundle {instruction_id}",
-                    worker.id
-                )
-                .into());
+            let mut connected = worker.connected.subscribe();
+            tokio::select! {
+                waited = tokio::time::timeout(OUTPUT_DRAIN_TIMEOUT, notified) => {
+                    if waited.is_err() {
+                        return Err(format!(
+                            "SDK harness {} never finished sending outputs of bundle {instruction_id}",
+                            worker.id
+                        )
+                        .into());
+                    }
+                }
+                _ = connected.wait_for(|c| !*c) => {
+                    if bundle.outputs.lock().unwrap_or_else(|p| p.into_inner()).1 != 0 {
+                        return Err(format!(
+                            "SDK harness {} went away before it finished sending outputs of bundle {instruction_id}",
+                            worker.id
+                        )
+                        .into());
+                    }
+                }
             }
         }
         let residuals = residual_elements(pb.residual_roots, stage)?;
@@ -1061,8 +1126,18 @@ mod tests {
         };
         assert!(streaming.retries_after(MAX_ATTEMPTS) && streaming.retries_after(1000));
         assert_eq!(streaming.backoff(2), Duration::ZERO);
-        assert_eq!(streaming.backoff(5), Duration::from_secs(5));
+        // Exponential from the 4th failure, capped.
+        let pauses: Vec<u128> = (4..=13).map(|n| streaming.backoff(n).as_millis()).collect();
+        assert_eq!(
+            pauses,
+            [500, 1000, 2000, 4000, 8000, 16000, 32000, 60000, 60000, 60000]
+        );
         assert_eq!(streaming.backoff(1000), MAX_RETRY_BACKOFF);
+        assert_eq!(streaming.backoff(usize::MAX), MAX_RETRY_BACKOFF);
+        // The job hears of the 4th, 8th, 16th, 32nd... failure.
+        let reported: Vec<usize> = (1..=70).filter(|&n| streaming.reports_failure(n)).collect();
+        assert_eq!(reported, [4, 8, 16, 32, 64]);
+        assert!(!batch.reports_failure(4));
     }
 
     #[test]

@@ -253,6 +253,11 @@ pub struct SdkHarnesses {
     pool: Mutex<Pool>,
     changed: tokio::sync::Notify,
     stopping: AtomicBool,
+    /// The job's cancel flag: set (with `failure`) when the job cannot go
+    /// on, so its run stops and fails it with `failure`.
+    cancel: Arc<AtomicBool>,
+    /// Why the job cannot go on (e.g. its LOOPBACK/EXTERNAL worker pool is gone).
+    failure: Mutex<Option<String>>,
 }
 
 /// Starts `scaling.initial()` SDK harnesses for each environment, waits until
@@ -263,8 +268,10 @@ pub struct SdkHarnesses {
 ///
 /// # Errors
 /// [`HarnessError::Environment`] when one cannot be started,
-/// [`HarnessError::ConnectTimeout`] when one does not connect in time; the
-/// ones already started are stopped.
+/// [`HarnessError::ConnectTimeout`] when one does not connect in time,
+/// [`HarnessError::Cancelled`] as soon as (within 100 ms) `cancel` is set;
+/// the ones already started are stopped.
+#[allow(clippy::too_many_arguments)]
 pub async fn start(
     fn_api: &Arc<FnApi>,
     job_id: &str,
@@ -273,6 +280,7 @@ pub async fn start(
     harness_threads: Option<usize>,
     provision: &beam::ProvisionInfo,
     log: LogSink,
+    cancel: Arc<AtomicBool>,
 ) -> Result<Arc<SdkHarnesses>> {
     for (env_id, env) in environments {
         validate(env_id, env)?;
@@ -290,8 +298,19 @@ pub async fn start(
         pool: Mutex::default(),
         changed: tokio::sync::Notify::new(),
         stopping: AtomicBool::new(false),
+        cancel: cancel.clone(),
+        failure: Mutex::new(None),
     });
-    match harnesses.start_initial(scaling.initial()).await {
+    let cancelled = async {
+        while !cancel.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let started = tokio::select! {
+        r = harnesses.start_initial(scaling.initial()) => r,
+        () = cancelled => Err(HarnessError::Cancelled),
+    };
+    match started {
         Ok(()) => {
             if let Scaling::ThroughputBased { min, max } = scaling {
                 harnesses.autoscale(min.max(1), max.max(min).max(1));
@@ -463,13 +482,21 @@ impl SdkHarnesses {
                     WorkerLog::Warning,
                     format!("SDK harness {} {what}; restarted as {}", worker.id, new.id),
                 ),
-                Err(e) => (this.log)(
-                    WorkerLog::Error,
-                    format!(
+                Err(e) => {
+                    let text = format!(
                         "SDK harness {} {what}; restarting it failed: {e}",
                         worker.id
-                    ),
-                ),
+                    );
+                    (this.log)(WorkerLog::Error, text.clone());
+                    // A LOOPBACK/EXTERNAL worker pool that no longer answers
+                    // (its client went away) cannot give the job a harness
+                    // again: fail the job rather than wait forever.
+                    if this.environments[&env_id].urn == urns::env::EXTERNAL {
+                        this.fail(format!(
+                            "the worker pool of environment {env_id} is gone: {text}"
+                        ));
+                    }
+                }
             }
         });
     }
@@ -558,6 +585,30 @@ impl SdkHarnesses {
             // Also wake up now and then, in case a worker died without finishing a bundle.
             let _ = tokio::time::timeout(Duration::from_millis(200), changed).await;
         }
+    }
+
+    /// Stops the job with `why` as its failure ([`SdkHarnesses::failure`]).
+    pub fn fail(&self, why: String) {
+        tracing::warn!(job = %self.job_id, "{why}");
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(why);
+        self.cancel.store(true, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    /// Why the job cannot go on, when [`SdkHarnesses::fail`] said so.
+    pub fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Adds a note to the job's messages (through its [`LogSink`]).
+    pub fn note(&self, level: WorkerLog, text: String) {
+        (self.log)(level, text);
     }
 
     /// True once [`SdkHarnesses::stop`] was called (the job ended).
@@ -902,7 +953,11 @@ async fn spawn_harness(
                 // `weir boot` accepts it and Python's spelling.
                 args.push(format!("--semi_persist_dir={}", d.display()));
                 std::fs::create_dir_all(&d).map_err(|e| {
-                    env_error(env_id, &env.urn, format!("cannot create {}: {e}", d.display()))
+                    env_error(
+                        env_id,
+                        &env.urn,
+                        format!("cannot create {}: {e}", d.display()),
+                    )
                 })?;
                 dir = Some(d);
                 (program, args, p.env)
@@ -1032,6 +1087,7 @@ mod tests {
             None,
             &beam::ProvisionInfo::default(),
             log,
+            Arc::new(AtomicBool::new(false)),
         )
         .await;
         let _ = std::fs::remove_dir_all(dir);
@@ -1053,6 +1109,8 @@ mod tests {
             pool: Mutex::default(),
             changed: tokio::sync::Notify::new(),
             stopping: AtomicBool::new(false),
+            cancel: Arc::new(AtomicBool::new(false)),
+            failure: Mutex::new(None),
         })
     }
 
@@ -1159,13 +1217,14 @@ mod tests {
                 assert_eq!(status, "3");
                 let mut got = stderr.clone();
                 got.sort();
-                assert_eq!(
-                    got,
-                    vec![
-                        "starting".to_string(),
-                        "unknown flag: --id=job-worker-1".to_string()
-                    ]
-                );
+                assert_eq!(got.len(), 2, "{got:?}");
+                assert_eq!(got[0], "starting");
+                // The worker id: readable prefix, counter, 128 random bits.
+                let id = got[1]
+                    .strip_prefix("unknown flag: --id=job-worker-1-")
+                    .unwrap();
+                assert_eq!(id.len(), 32, "{id}");
+                assert!(id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
             }
             other => panic!("wrong error: {other}"),
         }
@@ -1178,11 +1237,11 @@ mod tests {
     #[tokio::test]
     async fn process_harness_runs_in_its_own_folder() {
         match start_exiting_script("job-cwd", "pwd >&2\nexit 5\n").await {
-            HarnessError::ExitedBeforeConnect { stderr, .. } => {
-                assert_eq!(
-                    stderr,
-                    vec![worker_dir("job-cwd-worker-1").display().to_string()]
-                );
+            HarnessError::ExitedBeforeConnect {
+                stderr, worker_id, ..
+            } => {
+                assert!(worker_id.starts_with("job-cwd-worker-1-"), "{worker_id}");
+                assert_eq!(stderr, vec![worker_dir(&worker_id).display().to_string()]);
             }
             other => panic!("wrong error: {other}"),
         }
@@ -1192,7 +1251,6 @@ mod tests {
         let d = std::env::temp_dir().join(format!("weir-test-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         d
-
     }
 
     // The non-coder capabilities each SDK declares (Beam Java 2.73.0's

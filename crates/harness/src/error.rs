@@ -22,6 +22,9 @@ pub enum HarnessError {
         /// The last lines the process wrote (stdout and stderr), oldest first.
         stderr: Vec<String>,
     },
+    /// The job was cancelled while its SDK harnesses started.
+    #[error("the job was cancelled while its SDK harnesses started")]
+    Cancelled,
     /// A Weir bug.
     #[error("internal error in Weir's harness (this is a Weir bug): {0}")]
     Internal(String),

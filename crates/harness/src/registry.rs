@@ -41,6 +41,9 @@ pub struct Worker {
     pub(crate) in_flight: AtomicUsize,
     /// Why the control stream last closed (set by [`Worker::disconnected`]).
     pub(crate) disconnect_reason: Mutex<Option<String>>,
+    /// Set by the first control connection claiming this worker id; any
+    /// later one is refused (a worker id is used by one SDK harness, once).
+    pub(crate) claimed: std::sync::atomic::AtomicBool,
 }
 
 impl Worker {
@@ -112,6 +115,9 @@ impl Worker {
 
 /// Output collection of one bundle in flight.
 pub(crate) struct BundleState {
+    /// The worker the bundle's instruction was issued to: only its streams
+    /// may send the bundle's data and timers or make its state requests.
+    pub worker_id: String,
     /// The id of the stage's `ProcessBundleDescriptor` (its state specs
     /// and coders), whatever side-input generation the bundle runs under.
     pub descriptor_id: String,
@@ -153,9 +159,17 @@ impl FnApi {
         })
     }
 
-    /// A fresh id, unique in this process, with the given prefix.
+    /// A fresh id that cannot be guessed: the prefix, a counter unique in
+    /// this process (for reading logs), `-` and 128 random bits in hex
+    /// (a v4 UUID's 122 random bits and its version bits), e.g.
+    /// `job-…-worker-3-9f0c…`. Worker and instruction ids are the Fn API's
+    /// only credentials (see [`crate::services`]).
     pub fn fresh_id(&self, prefix: &str) -> String {
-        format!("{prefix}{}", self.next_id.fetch_add(1, Ordering::Relaxed))
+        format!(
+            "{prefix}{}-{}",
+            self.next_id.fetch_add(1, Ordering::Relaxed),
+            uuid::Uuid::new_v4().simple()
+        )
     }
 
     /// Registers a worker the runner is about to start.
@@ -178,6 +192,7 @@ impl FnApi {
             data_connected: watch::channel(false).0,
             in_flight: AtomicUsize::new(0),
             disconnect_reason: Mutex::new(None),
+            claimed: std::sync::atomic::AtomicBool::new(false),
         });
         self.workers
             .lock()
@@ -253,6 +268,19 @@ impl FnApi {
             .retain(|k, _| !k.starts_with(prefix));
     }
 
+    /// Descriptor `id` for worker `worker`: only the descriptors of the
+    /// worker's own job (ids `<job id>/...`, see
+    /// [`crate::JobWorkers::descriptor_id`]).
+    pub(crate) fn descriptor_of_job(
+        &self,
+        job_id: &str,
+        id: &str,
+    ) -> Option<beam::ProcessBundleDescriptor> {
+        id.strip_prefix(job_id)
+            .filter(|rest| rest.starts_with('/'))
+            .and_then(|_| self.descriptor(id))
+    }
+
     pub(crate) fn descriptor(&self, id: &str) -> Option<beam::ProcessBundleDescriptor> {
         self.descriptors
             .lock()
@@ -274,11 +302,18 @@ impl FnApi {
             .get(id))
     }
 
-    pub(crate) fn bundle(&self, instruction_id: &str) -> Option<Arc<BundleState>> {
+    /// The bundle in flight under `instruction_id`, when it was issued to
+    /// worker `worker_id` (another worker's bundles are not its to touch).
+    pub(crate) fn bundle_of(
+        &self,
+        worker_id: &str,
+        instruction_id: &str,
+    ) -> Option<Arc<BundleState>> {
         self.bundles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(instruction_id)
+            .filter(|b| b.worker_id == worker_id)
             .cloned()
     }
 }

@@ -4,7 +4,8 @@
 //! (`<staging_location>/<job id>/`, see [`crate::locations`]: a local
 //! folder, `gs://` or `s3://`, written through `object_store`); retrieval
 //! serves them to SDK harnesses with `ResolveArtifacts` / `GetArtifact`,
-//! reading them back through the same store.
+//! reading them back through the same store, to the job's own SDK workers
+//! only (the `worker_id` header names a registered worker of that job).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -266,6 +267,28 @@ impl beam::artifact_staging_service_server::ArtifactStagingService for StagingSe
     }
 }
 
+/// The job of the SDK worker named by a retrieval call's `worker_id` header
+/// (the header every SDK channel carries): artifacts are served only to a
+/// registered worker, and only its own job's.
+///
+/// # Errors
+/// INVALID_ARGUMENT without the header, NOT_FOUND for an unknown worker id.
+fn caller_job<T>(
+    registry: &JobRegistry,
+    request: &tonic::Request<T>,
+) -> Result<String, tonic::Status> {
+    let id = request
+        .metadata()
+        .get("worker_id")
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| tonic::Status::invalid_argument("missing worker_id header"))?;
+    registry
+        .fn_api
+        .worker(id)
+        .map(|w| w.job_id.clone())
+        .ok_or_else(|| tonic::Status::not_found(format!("unknown SDK worker id {id:?}")))
+}
+
 #[tonic::async_trait]
 impl beam::artifact_retrieval_service_server::ArtifactRetrievalService for RetrievalService {
     type GetArtifactStream =
@@ -275,6 +298,7 @@ impl beam::artifact_retrieval_service_server::ArtifactRetrievalService for Retri
         &self,
         request: tonic::Request<beam::ResolveArtifactsRequest>,
     ) -> Result<tonic::Response<beam::ResolveArtifactsResponse>, tonic::Status> {
+        caller_job(&self.0, &request)?;
         Ok(tonic::Response::new(beam::ResolveArtifactsResponse {
             replacements: request.into_inner().artifacts,
         }))
@@ -284,6 +308,7 @@ impl beam::artifact_retrieval_service_server::ArtifactRetrievalService for Retri
         &self,
         request: tonic::Request<beam::GetArtifactRequest>,
     ) -> Result<tonic::Response<Self::GetArtifactStream>, tonic::Status> {
+        let job_id = caller_job(&self.0, &request)?;
         let a = request.into_inner().artifact.unwrap_or_default();
         let data = match a.type_urn.as_str() {
             urns::artifact::TYPE_FILE => {
@@ -298,9 +323,9 @@ impl beam::artifact_retrieval_service_server::ArtifactRetrievalService for Retri
                     .unwrap_or_else(|p| p.into_inner())
                     .get(&p.path)
                     .cloned();
-                let Some(staged) = staged else {
+                let Some(staged) = staged.filter(|s| s.job_id == job_id) else {
                     return Err(tonic::Status::permission_denied(format!(
-                        "{} was not staged with this server",
+                        "{} was not staged with this server for job {job_id}",
                         p.path
                     )));
                 };

@@ -14,6 +14,7 @@ pub mod options;
 pub mod registry;
 pub mod resources;
 mod run;
+pub mod security;
 pub mod service;
 
 use std::net::SocketAddr;
@@ -39,6 +40,9 @@ pub struct ServerConfig {
     /// Debugging: each PrepareJobRequest is written, serialized, into this
     /// folder (`weir serve --capture_prepare_dir`).
     pub capture_prepare_dir: Option<std::path::PathBuf>,
+    /// The Job API token and the allowlist of PROCESS commands and DOCKER
+    /// images ([`security::Security`]).
+    pub security: Arc<security::Security>,
 }
 
 /// A gRPC service whose undecodable requests are INVALID_ARGUMENT
@@ -117,7 +121,7 @@ pub async fn serve(
     // Prepare must be able to receive a pipeline at its limit (the limit
     // itself is checked in Prepare, where the refusal can name its flag).
     let job_api_max = MAX.max(config.limits.max_pipeline_bytes.saturating_add(64 << 20));
-    let registry = JobRegistry::new(fn_api.clone(), config, url);
+    let registry = JobRegistry::new(fn_api.clone(), config.clone(), url);
     let expiring = registry.clone();
     tokio::spawn(async move {
         loop {
@@ -125,19 +129,26 @@ pub async fn serve(
             expiring.expire_prepared();
         }
     });
+    // The Job API and staging (what clients call) need the token when one
+    // is set; the Fn API and retrieval (what SDK harnesses call) are tied
+    // to worker ids instead.
+    let token = security::RequireToken(config.security.clone());
+    use tonic::service::interceptor::InterceptedService;
     let router = tonic::transport::Server::builder()
-        .add_service(DecodeErrorsAreInvalid(
+        .add_service(DecodeErrorsAreInvalid(InterceptedService::new(
             beam::job_service_server::JobServiceServer::new(JobService(registry.clone()))
                 .max_decoding_message_size(job_api_max)
                 .max_encoding_message_size(MAX),
-        ))
-        .add_service(
+            token.clone(),
+        )))
+        .add_service(InterceptedService::new(
             beam::artifact_staging_service_server::ArtifactStagingServiceServer::new(
                 artifacts::StagingService(registry.clone()),
             )
             .max_decoding_message_size(MAX)
             .max_encoding_message_size(MAX),
-        )
+            token,
+        ))
         .add_service(
             beam::artifact_retrieval_service_server::ArtifactRetrievalServiceServer::new(
                 artifacts::RetrievalService(registry.clone()),

@@ -650,8 +650,9 @@ mod tests {
                 staging_root: std::env::temp_dir()
                     .join(format!("weir-registry-test-{}-{name}", std::process::id())),
                 engine_workers: 1,
-            limits: Default::default(),
-            capture_prepare_dir: None,
+                limits: Default::default(),
+                capture_prepare_dir: None,
+                security: Default::default(),
             },
             url,
         )

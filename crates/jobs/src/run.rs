@@ -123,9 +123,16 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         sizing.harness_threads,
         &provision,
         log,
+        job.cancel.clone(),
     )
     .await
-    .map_err(|e| fail(e.to_string()));
+    .map_err(|e| match e {
+        weir_harness::HarnessError::Cancelled => (
+            JobState::Cancelled,
+            "job cancelled while its SDK harnesses started".to_string(),
+        ),
+        e => fail(e.to_string()),
+    });
     let started = match started {
         Ok(s) => s,
         Err(e) => {
@@ -191,6 +198,10 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
     registry.fn_api.remove_sdk_log(&job.id);
     match result? {
         Ok(()) => Ok(()),
+        // The harnesses stopped the job (e.g. its worker pool is gone).
+        Err(weir_engine::EngineError::Cancelled) if started.failure().is_some() => Err(fail(
+            format!("job {} failed: {}", job.name, started.failure().unwrap_or_default()),
+        )),
         Err(weir_engine::EngineError::Cancelled) => {
             Err((JobState::Cancelled, "job cancelled".into()))
         }

@@ -260,6 +260,22 @@ impl beam::job_service_server::JobService for JobService {
                 crate::limits::flag::MAX_PREPARED_JOBS,
             )));
         }
+        // DOCKER images against the operator's allowlist before any
+        // substitution (PROCESS commands are checked once resolved, below).
+        if let Some(c) = &pipeline.components {
+            let mut ids: Vec<&String> = c.environments.keys().collect();
+            ids.sort();
+            for id in ids {
+                let env = &c.environments[id];
+                if env.urn == weir_proto::urns::env::DOCKER {
+                    self.0
+                        .config
+                        .security
+                        .check_environment(id, env)
+                        .map_err(tonic::Status::permission_denied)?;
+                }
+            }
+        }
         let python = self.0.config.python_for_docker_images.clone();
         // `docker info` and the interpreter's Beam version are subprocesses.
         let (pipeline, env_notes) = tokio::task::spawn_blocking(move || {
@@ -292,6 +308,13 @@ impl beam::job_service_server::JobService for JobService {
         for (id, env) in &plan.environments {
             weir_harness::environment::validate(id, env)
                 .map_err(|e| tonic::Status::unimplemented(e.to_string()))?;
+            // The operator's allowlist (weir serve --allow_process_command,
+            // --allow_docker_image): a job runs no other command.
+            self.0
+                .config
+                .security
+                .check_environment(id, env)
+                .map_err(tonic::Status::permission_denied)?;
         }
         // Python always sends the placeholder name "job"; --job_name says more.
         let name = match validated.job_name.clone() {

@@ -1000,6 +1000,7 @@ fn service() -> (JobService, std::sync::Arc<JobRegistry>) {
             engine_workers: 1,
             limits: Default::default(),
             capture_prepare_dir: None,
+            security: Default::default(),
         },
         url,
     );

@@ -23,6 +23,44 @@ use weir_proto::prost_types::{value::Kind, Struct, Timestamp, Value};
 
 use crate::{JobsAction, JobsArgs};
 
+/// Adds the Job API token (`--auth_token`, `--auth_token_file` or
+/// `$WEIR_AUTH_TOKEN`) to every call, as `authorization: Bearer TOKEN`.
+#[derive(Clone)]
+struct AddToken(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for AddToken {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            request
+                .metadata_mut()
+                .insert(weir_jobs::security::TOKEN_HEADER, v.clone());
+        }
+        Ok(request)
+    }
+}
+
+type Client = JobServiceClient<tonic::service::interceptor::InterceptedService<Channel, AddToken>>;
+
+/// The token `weir jobs` sends, if any.
+fn token(args: &JobsArgs) -> anyhow::Result<Option<String>> {
+    let token = match (&args.auth_token, &args.auth_token_file) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(f)) => Some(
+            std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read --auth_token_file {}", f.display()))?
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string(),
+        ),
+        (None, None) => std::env::var("WEIR_AUTH_TOKEN").ok(),
+    };
+    Ok(token.map(|t| t.trim().to_string()).filter(|t| !t.is_empty()))
+}
+
 fn state_name(state: i32) -> &'static str {
     beam::job_state::Enum::try_from(state)
         .map(|s| s.as_str_name())
@@ -87,7 +125,7 @@ fn when_text(t: &str) -> String {
 
 /// The job's state changes so far: (time, state).
 async fn states(
-    client: &mut JobServiceClient<Channel>,
+    client: &mut Client,
     job_id: &str,
 ) -> anyhow::Result<Vec<(Option<Timestamp>, i32)>> {
     let mut stream = client
@@ -179,9 +217,20 @@ fn importance_name(i: i32) -> &'static str {
 /// Runs a `weir jobs` action against `args.endpoint`.
 pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
     let url = weir_proto::grpc_uri(&args.endpoint);
-    let mut client = JobServiceClient::connect(url.clone())
+    let header = match token(&args)? {
+        Some(t) => Some(
+            format!("Bearer {t}")
+                .parse()
+                .context("the Job API token must be printable ASCII")?,
+        ),
+        None => None,
+    };
+    let channel = tonic::transport::Endpoint::from_shared(url.clone())
+        .with_context(|| format!("bad endpoint {}", args.endpoint))?
+        .connect()
         .await
-        .with_context(|| format!("cannot reach the Job API at {}", args.endpoint))?
+        .with_context(|| format!("cannot reach the Job API at {}", args.endpoint))?;
+    let mut client = JobServiceClient::with_interceptor(channel, AddToken(header))
         .max_decoding_message_size(weir_proto::MAX_GRPC_MESSAGE_BYTES);
     match args.action {
         JobsAction::List => {

@@ -43,6 +43,12 @@ struct JobsArgs {
     /// Job API endpoint of the server.
     #[arg(long, default_value = "localhost:8099", global = true)]
     endpoint: String,
+    /// Job API token of a server started with --auth_token (default: $WEIR_AUTH_TOKEN).
+    #[arg(long = "auth_token", global = true)]
+    auth_token: Option<String>,
+    /// File holding the Job API token (first line).
+    #[arg(long = "auth_token_file", global = true)]
+    auth_token_file: Option<PathBuf>,
     #[command(subcommand)]
     action: JobsAction,
 }
@@ -116,6 +122,29 @@ struct ServeArgs {
     /// this folder (`prepare-<n>.pb`), e.g. to capture fuzzer seeds.
     #[arg(long = "capture_prepare_dir", hide = true)]
     capture_prepare_dir: Option<PathBuf>,
+    /// Job API token: every Job API and artifact staging call must carry
+    /// `authorization: Bearer TOKEN` metadata (`weir jobs --auth_token`,
+    /// WeirRunner's --weirAuthToken, `python -m weir_auth`). Visible in `ps`:
+    /// prefer --auth_token_file.
+    #[arg(long = "auth_token")]
+    auth_token: Option<String>,
+    /// File holding the Job API token (first line; surrounding whitespace ignored).
+    #[arg(long = "auth_token_file", conflicts_with = "auth_token")]
+    auth_token_file: Option<PathBuf>,
+    /// Serve on a non-loopback --bind without a token: anyone who reaches
+    /// the port can submit jobs, which run commands as this user.
+    #[arg(long = "insecure_allow_remote")]
+    insecure_allow_remote: bool,
+    /// Also allow PROCESS environments whose command (its program, or the
+    /// whole command) matches PATTERN (`*` matches anything; repeatable).
+    /// Always allowed: this binary's own `weir boot ...` commands.
+    #[arg(long = "allow_process_command", value_name = "PATTERN")]
+    allow_process_command: Vec<String>,
+    /// Also allow DOCKER environments whose image matches PATTERN (`*`
+    /// matches anything; repeatable). Always allowed: Beam's SDK images
+    /// `apache/beam_*_sdk[:tag]`.
+    #[arg(long = "allow_docker_image", value_name = "PATTERN")]
+    allow_docker_image: Vec<String>,
     /// Accepted for compatibility with Beam's Prism launcher; use RUST_LOG.
     #[arg(long = "log_level", hide = true)]
     log_level: Option<String>,
@@ -216,8 +245,48 @@ fn default_java() -> String {
         .unwrap_or_else(|| "java".into())
 }
 
+/// The token of `--auth_token` or `--auth_token_file` (an empty one is an error).
+fn auth_token(args: &ServeArgs) -> anyhow::Result<Option<String>> {
+    let token = match (&args.auth_token, &args.auth_token_file) {
+        (Some(t), _) => Some(t.trim().to_string()),
+        (None, Some(f)) => Some(
+            std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read --auth_token_file {}", f.display()))?
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string(),
+        ),
+        (None, None) => None,
+    };
+    if token.as_deref() == Some("") {
+        anyhow::bail!("the Job API token (--auth_token / --auth_token_file) is empty");
+    }
+    Ok(token)
+}
+
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let security = weir_jobs::security::Security {
+        token: auth_token(&args)?.map(Into::into),
+        process_commands: args.allow_process_command.clone(),
+        docker_images: args.allow_docker_image.clone(),
+        weir_binary: std::env::current_exe().ok(),
+    };
     let addr = format!("{}:{}", args.bind, args.job_port);
+    // Before binding: a non-loopback address needs an access policy.
+    let ips: Vec<std::net::IpAddr> = tokio::net::lookup_host(&addr)
+        .await
+        .with_context(|| format!("cannot resolve --bind {}", args.bind))?
+        .map(|a| a.ip())
+        .collect();
+    for ip in &ips {
+        weir_jobs::security::check_bind(*ip, &security, args.insecure_allow_remote)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    if security.token.is_none() && ips.iter().any(|ip| !ip.is_loopback()) {
+        tracing::warn!("serving on {} without a Job API token (--insecure_allow_remote): anyone who reaches it can run commands as this user", args.bind);
+    }
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| format!("cannot bind {addr}"))?;
@@ -242,6 +311,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             allow_client_staging_locations: args.allow_client_staging_locations,
         },
         capture_prepare_dir: args.capture_prepare_dir,
+        security: std::sync::Arc::new(security),
     };
     tracing::info!("weir job service listening on {local}");
     eprintln!("weir: Beam Job API listening on {local}");

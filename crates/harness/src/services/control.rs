@@ -1,4 +1,7 @@
 //! `BeamFnControl` (beam_fn_api.proto): instructions to SDK harnesses and their responses.
+//! One control connection per worker id, ever (a second is refused); a
+//! response completes only an instruction sent to that worker; a worker
+//! gets only its own job's `ProcessBundleDescriptor`s.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -24,6 +27,16 @@ impl beam::beam_fn_control_server::BeamFnControl for ControlService {
         request: tonic::Request<tonic::Streaming<beam::InstructionResponse>>,
     ) -> Result<tonic::Response<Self::ControlStream>, tonic::Status> {
         let worker = known_worker(&self.0, &request)?;
+        if worker
+            .claimed
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            tracing::warn!(worker = %worker.id, job = %worker.job_id, "refused a second control connection for a worker id");
+            return Err(tonic::Status::already_exists(format!(
+                "SDK worker id {} was already used by a control connection",
+                worker.id
+            )));
+        }
         let mut responses = request.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
         *worker.control_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
@@ -70,12 +83,16 @@ impl beam::beam_fn_control_server::BeamFnControl for ControlService {
         &self,
         request: tonic::Request<beam::GetProcessBundleDescriptorRequest>,
     ) -> Result<tonic::Response<beam::ProcessBundleDescriptor>, tonic::Status> {
+        let worker = known_worker(&self.0, &request)?;
         let id = &request.get_ref().process_bundle_descriptor_id;
         self.0
-            .descriptor(id)
+            .descriptor_of_job(&worker.job_id, id)
             .map(tonic::Response::new)
             .ok_or_else(|| {
-                tonic::Status::not_found(format!("unknown ProcessBundleDescriptor {id:?}"))
+                tonic::Status::not_found(format!(
+                    "no ProcessBundleDescriptor {id:?} for the job of SDK worker {}",
+                    worker.id
+                ))
             })
     }
 }

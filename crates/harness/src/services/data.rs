@@ -1,5 +1,8 @@
 //! `BeamFnData` (beam_fn_api.proto): element bytes to and from SDK harnesses,
 //! routed to bundles by instruction id and to outputs by sink transform id.
+//! A stream speaks for the worker of its `worker_id` header only: data and
+//! timers for an instruction not issued to that worker are dropped, and a
+//! second stream for a worker whose stream is open is refused.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -26,13 +29,25 @@ impl beam::beam_fn_data_server::BeamFnData for DataService {
         let worker = known_worker(&self.0, &request)?;
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
-        *worker.data_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        {
+            // One data stream per worker: a second one claiming the worker
+            // id while the first is open would receive its input elements.
+            let mut data_tx = worker.data_tx.lock().unwrap_or_else(|p| p.into_inner());
+            if data_tx.is_some() {
+                return Err(tonic::Status::already_exists(format!(
+                    "SDK worker {} already has an open data stream",
+                    worker.id
+                )));
+            }
+            *data_tx = Some(tx);
+        }
         let _ = worker.data_connected.send_replace(true);
         let fn_api = self.0.clone();
         tokio::spawn(async move {
             while let Some(Ok(elements)) = inbound.next().await {
                 for t in elements.timers {
-                    let Some(bundle) = fn_api.bundle(&t.instruction_id) else {
+                    let Some(bundle) = fn_api.bundle_of(&worker.id, &t.instruction_id) else {
+                        tracing::debug!(worker = %worker.id, instruction = %t.instruction_id, "timers for a bundle not in flight on this worker");
                         continue;
                     };
                     let Some(&port) = bundle
@@ -52,8 +67,8 @@ impl beam::beam_fn_data_server::BeamFnData for DataService {
                     }
                 }
                 for d in elements.data {
-                    let Some(bundle) = fn_api.bundle(&d.instruction_id) else {
-                        tracing::debug!(instruction = %d.instruction_id, "data for an unknown bundle");
+                    let Some(bundle) = fn_api.bundle_of(&worker.id, &d.instruction_id) else {
+                        tracing::debug!(worker = %worker.id, instruction = %d.instruction_id, "data for a bundle not in flight on this worker");
                         continue;
                     };
                     let Some(&port) = bundle.sink_index.get(&d.transform_id) else {

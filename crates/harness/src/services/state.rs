@@ -4,6 +4,8 @@
 //! (`BagUserState`, `MultimapUserState`, `MultimapKeysUserState`,
 //! `MultimapEntriesUserState`, `OrderedListUserState`; see
 //! [`crate::user_state`]).
+//! A state stream needs the `worker_id` header of a registered worker, and
+//! answers only for bundles issued to that worker.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -116,11 +118,17 @@ fn user_state(
     })
 }
 
-/// The response to one state request, or the error to send back.
-fn answer(fn_api: &FnApi, req: &beam::StateRequest) -> Result<Response, String> {
+/// The response to one state request of worker `worker_id`, or the error to
+/// send back.
+fn answer(fn_api: &FnApi, worker_id: &str, req: &beam::StateRequest) -> Result<Response, String> {
     let bundle = fn_api
-        .bundle(&req.instruction_id)
-        .ok_or_else(|| format!("state request for unknown bundle {:?}", req.instruction_id))?;
+        .bundle_of(worker_id, &req.instruction_id)
+        .ok_or_else(|| {
+            format!(
+                "state request for instruction {:?}, which is not a bundle in flight on SDK worker {worker_id}",
+                req.instruction_id
+            )
+        })?;
     let key = req
         .state_key
         .as_ref()
@@ -171,12 +179,13 @@ impl beam::beam_fn_state_server::BeamFnState for StateService {
         &self,
         request: tonic::Request<tonic::Streaming<beam::StateRequest>>,
     ) -> Result<tonic::Response<Self::StateStream>, tonic::Status> {
+        let worker = super::known_worker(&self.0, &request)?;
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
         let fn_api = self.0.clone();
         tokio::spawn(async move {
             while let Some(Ok(req)) = inbound.next().await {
-                let resp = match answer(&fn_api, &req) {
+                let resp = match answer(&fn_api, &worker.id, &req) {
                     Ok(response) => beam::StateResponse {
                         id: req.id,
                         error: String::new(),

@@ -1,6 +1,8 @@
 package dev.weir.runner;
 
 import org.apache.beam.sdk.options.Default;
+import org.apache.beam.sdk.options.DefaultValueFactory;
+import org.apache.beam.sdk.options.PipelineOptions;
 import org.apache.beam.sdk.options.Description;
 import org.apache.beam.sdk.options.PortablePipelineOptions;
 import org.checkerframework.checker.nullness.qual.Nullable;
@@ -46,4 +48,22 @@ public interface WeirPipelineOptions extends PortablePipelineOptions {
   int getWeirStartupTimeoutSeconds();
 
   void setWeirStartupTimeoutSeconds(int seconds);
+
+  @Description(
+      "Job API token of a `weir serve --auth_token` server, sent as `authorization: Bearer TOKEN`"
+          + " metadata on every Job API and artifact staging call. Default: $WEIR_AUTH_TOKEN.")
+  @Default.InstanceFactory(TokenFromEnvironment.class)
+  @Nullable
+  String getWeirAuthToken();
+
+  void setWeirAuthToken(@Nullable String token);
+
+  /** {@code $WEIR_AUTH_TOKEN}, or null. */
+  class TokenFromEnvironment implements DefaultValueFactory<@Nullable String> {
+    @Override
+    public @Nullable String create(PipelineOptions options) {
+      String token = System.getenv("WEIR_AUTH_TOKEN");
+      return token == null || token.trim().isEmpty() ? null : token.trim();
+    }
+  }
 }

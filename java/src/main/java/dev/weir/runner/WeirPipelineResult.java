@@ -12,6 +12,7 @@ import org.apache.beam.model.jobmanagement.v1.JobApi.JobMessage;
 import org.apache.beam.model.jobmanagement.v1.JobServiceGrpc;
 import org.apache.beam.sdk.PipelineResult;
 import org.apache.beam.sdk.metrics.MetricResults;
+import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.Channel;
 import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.ManagedChannel;
 import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.StatusRuntimeException;
 import org.checkerframework.checker.nullness.qual.Nullable;
@@ -44,10 +45,10 @@ public final class WeirPipelineResult implements PipelineResult {
   private boolean released;
 
   WeirPipelineResult(
-      String jobId, ManagedChannel channel, List<AutoCloseable> resources) {
+      String jobId, ManagedChannel channel, Channel calls, List<AutoCloseable> resources) {
     this.jobId = jobId;
     this.channel = channel;
-    this.jobService = JobServiceGrpc.newBlockingStub(channel);
+    this.jobService = JobServiceGrpc.newBlockingStub(calls);
     this.resources = resources;
     Thread watcher = new Thread(this::watch, "weir-job-" + jobId);
     watcher.setDaemon(true);

@@ -24,7 +24,11 @@ import org.apache.beam.sdk.util.construction.PipelineOptionsTranslation;
 import org.apache.beam.sdk.util.construction.PipelineTranslation;
 import org.apache.beam.sdk.util.construction.SdkComponents;
 import org.apache.beam.sdk.util.construction.resources.PipelineResources;
+import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.Channel;
+import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.ClientInterceptors;
 import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.ManagedChannel;
+import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.Metadata;
+import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.stub.MetadataUtils;
 import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.StatusRuntimeException;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -107,7 +111,8 @@ public class WeirRunner extends PipelineRunner<PipelineResult> {
     ManagedChannelFactory channels = ManagedChannelFactory.createDefault();
     ManagedChannel channel =
         channels.forDescriptor(ApiServiceDescriptor.newBuilder().setUrl(endpoint).build());
-    JobServiceGrpc.JobServiceBlockingStub jobService = JobServiceGrpc.newBlockingStub(channel);
+    Channel calls = withToken(channel, options.getWeirAuthToken());
+    JobServiceGrpc.JobServiceBlockingStub jobService = JobServiceGrpc.newBlockingStub(calls);
     try {
       int timeout = options.getJobServerTimeout();
       JobApi.PrepareJobResponse prepared;
@@ -121,7 +126,7 @@ public class WeirRunner extends PipelineRunner<PipelineResult> {
         throw new RuntimeException(
             "Weir at " + endpoint + " refused the pipeline (Prepare): " + e.getStatus(), e);
       }
-      stageArtifacts(channels, prepared);
+      stageArtifacts(channels, prepared, options.getWeirAuthToken());
       JobApi.RunJobResponse run;
       try {
         run =
@@ -133,7 +138,7 @@ public class WeirRunner extends PipelineRunner<PipelineResult> {
         throw new RuntimeException("Weir at " + endpoint + " did not run the job: " + e.getStatus(), e);
       }
       LOG.info("Submitted job {} to Weir at {}", run.getJobId(), endpoint);
-      return new WeirPipelineResult(run.getJobId(), channel, resources);
+      return new WeirPipelineResult(run.getJobId(), channel, calls, resources);
     } catch (RuntimeException e) {
       channel.shutdownNow();
       throw e;
@@ -189,13 +194,29 @@ public class WeirRunner extends PipelineRunner<PipelineResult> {
         + "\"}";
   }
 
+  /**
+   * {@code channel} sending {@code authorization: Bearer TOKEN} metadata on every call (what
+   * {@code weir serve --auth_token} checks), or {@code channel} itself without a token.
+   */
+  static Channel withToken(Channel channel, String token) {
+    if (token == null || token.trim().isEmpty()) {
+      return channel;
+    }
+    Metadata headers = new Metadata();
+    headers.put(
+        Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER),
+        "Bearer " + token.trim());
+    return ClientInterceptors.intercept(
+        channel, MetadataUtils.newAttachHeadersInterceptor(headers));
+  }
+
   private static void stageArtifacts(
-      ManagedChannelFactory channels, JobApi.PrepareJobResponse prepared) {
+      ManagedChannelFactory channels, JobApi.PrepareJobResponse prepared, String token) {
     ManagedChannel staging = channels.forDescriptor(prepared.getArtifactStagingEndpoint());
     try {
       ArtifactStagingService.offer(
           new ArtifactRetrievalService(),
-          ArtifactStagingServiceGrpc.newStub(staging),
+          ArtifactStagingServiceGrpc.newStub(withToken(staging, token)),
           prepared.getStagingSessionToken());
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
