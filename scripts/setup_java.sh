@@ -7,6 +7,7 @@
 #   java/expansion/ the classpath of Beam's Java expansion service that
 #                  `weir expansion-service` starts (java/expansion/target/jars:
 #                  Beam Java 2.71.0 with KafkaIO and Beam SQL, see its pom.xml)
+#   java/multilang/ a Java pipeline with a Python step (tests/e2e/test_multilang.py)
 # Beam Java 2.73.0 (the expansion service 2.71.0), Java 17; dependencies are cached in ~/.m2. Idempotent: skips
 # Maven while the poms and java/src are unchanged and the outputs exist.
 #
@@ -37,10 +38,11 @@ fi
 
 STAMP="target/.weir-build.sha256"
 RUNNER_JAR="target/weir-runner-java-0.1.0-SNAPSHOT.jar"
-want="$( (sha256sum pom.xml harness/pom.xml expansion/pom.xml; find src expansion/src -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -d' ' -f1)"
+want="$( (sha256sum pom.xml harness/pom.xml expansion/pom.xml multilang/pom.xml; find src expansion/src multilang/src -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -d' ' -f1)"
 have="$(cat "$STAMP" 2>/dev/null || true)"
 if [ "$want" = "$have" ] && [ -f "$RUNNER_JAR" ] && [ -f target/classpath.txt ] \
-    && [ -d harness/target/jars ] && [ -d expansion/target/jars ]; then
+    && [ -d harness/target/jars ] && [ -d expansion/target/jars ] \
+    && [ -f multilang/target/classpath.txt ]; then
   say "Java runner up to date ($STAMP)"
   exit 0
 fi
@@ -54,6 +56,8 @@ rm -rf harness/target/jars
 say "mvn package in java/expansion (Java expansion service jars for weir expansion-service)"
 rm -rf expansion/target/jars
 (cd expansion && mvn_ package)
+say "mvn package in java/multilang (multi-language example pipelines)"
+(cd multilang && mvn_ package)
 say "mvn package in java/ (WeirRunner)"
 mvn_ package -DskipTests
 mkdir -p target
