@@ -189,7 +189,7 @@ pub fn plan(cfg: &ExpansionConfig) -> Result<Vec<Launch>, String> {
                         "apache_beam.runners.worker.worker_pool_main".into(),
                         format!("--service_port={pool}"),
                     ],
-                    env: Vec::new(),
+                    env: python_first_on_path(python),
                 });
             }
             let mut args = vec![
@@ -222,6 +222,25 @@ pub fn plan(cfg: &ExpansionConfig) -> Result<Vec<Launch>, String> {
         }
     }
     Ok(launches)
+}
+
+/// `PATH` with the folder of `python` first: Beam's Python worker pool starts
+/// each SDK harness as a literal `python -c ...`, which must be the
+/// interpreter that has apache-beam (e.g. a venv's). Empty for a bare name.
+fn python_first_on_path(python: &str) -> Vec<(String, String)> {
+    let dir = match Path::new(python).parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.display().to_string(),
+        _ => return Vec::new(),
+    };
+    let path = std::env::var("PATH").unwrap_or_default();
+    vec![(
+        "PATH".into(),
+        if path.is_empty() {
+            dir
+        } else {
+            format!("{dir}:{path}")
+        },
+    )]
 }
 
 fn file_name(p: &Path) -> &str {
@@ -374,8 +393,26 @@ mod tests {
             environment: ExpansionEnvironment::External,
             ..cfg
         };
-        let err = plan(&external).unwrap_err();
+        let err = plan(&external.clone()).unwrap_err();
         assert!(err.contains("worker pool port"), "{err}");
+        let with_pool = ExpansionConfig {
+            worker_pool_port: Some(5556),
+            ..external
+        };
+        let launches = plan(&with_pool).unwrap();
+        assert_eq!(launches[0].role, "worker pool");
+        assert_eq!(launches[0].args[2], "--service_port=5556");
+        // The pool runs a literal `python`: the venv's comes first on PATH.
+        assert_eq!(launches[0].env[0].0, "PATH");
+        assert!(
+            launches[0].env[0].1.starts_with("/v/bin:"),
+            "{:?}",
+            launches[0].env
+        );
+        assert_eq!(
+            launches[1].args.last().unwrap(),
+            "--environment_config=localhost:5556"
+        );
     }
 
     #[test]

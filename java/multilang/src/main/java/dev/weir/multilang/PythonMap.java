@@ -98,6 +98,9 @@ public class PythonMap {
                     URN, payload(options.getPythonFn()), options.getExpansionService())
                 .withOutputCoder(StringUtf8Coder.of()));
     mapped.apply(TextIO.write().to(options.getOutput()).withoutSharding());
-    p.run().waitUntilFinish();
+    org.apache.beam.sdk.PipelineResult.State state = p.run().waitUntilFinish();
+    if (state != org.apache.beam.sdk.PipelineResult.State.DONE) {
+      throw new IllegalStateException("the job ended " + state);
+    }
   }
 }
