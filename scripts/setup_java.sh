@@ -4,7 +4,11 @@
 #                  java/target/classpath.txt: its runtime classpath)
 #   java/harness/  the Java SDK harness jars that `weir boot --java` puts on a
 #                  PROCESS worker's classpath (java/harness/target/jars)
-# Beam Java 2.73.0, Java 17; dependencies are cached in ~/.m2. Idempotent: skips
+#   java/expansion/ the classpath of Beam's Java expansion service that
+#                  `weir expansion-service` starts (java/expansion/target/jars:
+#                  Beam Java 2.71.0 with KafkaIO and Beam SQL, see its pom.xml)
+#   java/multilang/ a Java pipeline with a Python step (tests/e2e/test_multilang.py)
+# Beam Java 2.73.0 (the expansion service 2.71.0), Java 17; dependencies are cached in ~/.m2. Idempotent: skips
 # Maven while the poms and java/src are unchanged and the outputs exist.
 #
 # Environment:
@@ -34,10 +38,11 @@ fi
 
 STAMP="target/.weir-build.sha256"
 RUNNER_JAR="target/weir-runner-java-0.1.0-SNAPSHOT.jar"
-want="$( (sha256sum pom.xml harness/pom.xml; find src -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -d' ' -f1)"
+want="$( (sha256sum pom.xml harness/pom.xml expansion/pom.xml multilang/pom.xml; find src expansion/src multilang/src -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -d' ' -f1)"
 have="$(cat "$STAMP" 2>/dev/null || true)"
 if [ "$want" = "$have" ] && [ -f "$RUNNER_JAR" ] && [ -f target/classpath.txt ] \
-    && [ -d harness/target/jars ]; then
+    && [ -d harness/target/jars ] && [ -d expansion/target/jars ] \
+    && [ -f multilang/target/classpath.txt ]; then
   say "Java runner up to date ($STAMP)"
   exit 0
 fi
@@ -48,8 +53,13 @@ start=$SECONDS
 say "mvn package in java/harness (Java SDK harness jars for weir boot --java)"
 rm -rf harness/target/jars
 (cd harness && mvn_ package)
+say "mvn package in java/expansion (Java expansion service jars for weir expansion-service)"
+rm -rf expansion/target/jars
+(cd expansion && mvn_ package)
+say "mvn package in java/multilang (multi-language example pipelines)"
+(cd multilang && mvn_ package)
 say "mvn package in java/ (WeirRunner)"
 mvn_ package -DskipTests
 mkdir -p target
 printf '%s\n' "$want" > "$STAMP"
-say "ready in $((SECONDS - start)) s: java/$RUNNER_JAR, java/harness/target/jars ($(ls harness/target/jars | wc -l) jars)"
+say "ready in $((SECONDS - start)) s: java/$RUNNER_JAR, java/harness/target/jars ($(ls harness/target/jars | wc -l) jars), java/expansion/target/jars ($(ls expansion/target/jars | wc -l) jars)"

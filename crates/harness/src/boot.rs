@@ -20,7 +20,10 @@
 //!   lists them, jamm as `-javaagent`, and the container's JVM flags. The
 //!   harness jars are a folder ([`find_java_harness_classpath`]) that
 //!   `scripts/setup_java.sh` fills from `java/harness/pom.xml`
-//!   (`beam-sdks-java-harness` 2.73.0 and its runtime dependencies).
+//!   (`beam-sdks-java-harness` 2.73.0 and its runtime dependencies); when the
+//!   staged jars hold a `beam-sdks-java-harness` of their own (an expansion
+//!   service's environment), that one runs and the folder adds only logging
+//!   jars and jamm.
 
 use std::path::{Path, PathBuf};
 
@@ -162,6 +165,7 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
                 Some(dir) => list_jars(dir)?,
                 None => Vec::new(),
             };
+            let harness = harness_jars_beside(harness, &staged);
             let has_harness = harness
                 .iter()
                 .chain(&staged)
@@ -360,6 +364,35 @@ fn list_jars(dir: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(jars)
 }
 
+/// The jars of the harness folder that go on the classpath beside `staged`.
+///
+/// When the environment stages its own `beam-sdks-java-harness` jar (an
+/// expansion service's environment lists its whole classpath, harness
+/// included), that harness and its Beam version run: of the folder only the
+/// logging jars and jamm (which the harness declares `provided`) stay, so
+/// Beam jars of another version can't shadow the staged ones. Otherwise the
+/// whole folder goes first.
+fn harness_jars_beside(harness: Vec<PathBuf>, staged: &[PathBuf]) -> Vec<PathBuf> {
+    const KEEP: [&str; 6] = [
+        "slf4j-api-",
+        "slf4j-jdk14-",
+        "jcl-over-slf4j-",
+        "log4j-over-slf4j-",
+        "log4j-to-slf4j-",
+        "jamm-",
+    ];
+    let stages_harness = staged
+        .iter()
+        .any(|p| file_name(p).starts_with("beam-sdks-java-harness"));
+    if !stages_harness {
+        return harness;
+    }
+    harness
+        .into_iter()
+        .filter(|p| KEEP.iter().any(|k| file_name(p).starts_with(k)))
+        .collect()
+}
+
 /// Orders the harness jars as Beam's Java container does: slf4j-api, the JDK
 /// binding, the commons-logging and log4j bridges, the harness, then the rest
 /// by name. jamm stays on the classpath too (it is also the `-javaagent`).
@@ -522,6 +555,30 @@ mod tests {
                 "zstd-1.jar",
             ]
         );
+    }
+
+    #[test]
+    fn a_staged_harness_replaces_the_folders_beam_jars() {
+        let folder: Vec<PathBuf> = [
+            "slf4j-api-2.0.16.jar",
+            "beam-sdks-java-harness-2.73.0.jar",
+            "beam-sdks-java-core-2.73.0.jar",
+            "jamm-0.4.0.jar",
+            "avro-1.11.4.jar",
+        ]
+        .map(|n| PathBuf::from("/h").join(n))
+        .to_vec();
+        let app = vec![PathBuf::from("/s/app.jar")];
+        assert_eq!(harness_jars_beside(folder.clone(), &app), folder);
+        let own = vec![
+            PathBuf::from("/s/beam-sdks-java-harness-2.71.0-abc.jar"),
+            PathBuf::from("/s/beam-sdks-java-core-2.71.0-def.jar"),
+        ];
+        let kept: Vec<String> = harness_jars_beside(folder, &own)
+            .iter()
+            .map(|p| file_name(p).to_string())
+            .collect();
+        assert_eq!(kept, ["slf4j-api-2.0.16.jar", "jamm-0.4.0.jar"]);
     }
 
     #[test]

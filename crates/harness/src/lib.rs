@@ -13,6 +13,7 @@ pub mod boot;
 pub mod bundle;
 pub mod environment;
 pub mod error;
+pub mod expansion;
 pub mod metrics;
 pub mod registry;
 pub mod resolve;

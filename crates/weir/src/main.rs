@@ -7,6 +7,9 @@
 //!   command of a `beam:env:process:v1` Python (or, with `--java`, Java) SDK
 //!   harness.
 //! - `weir jobs list|describe|cancel|logs`: a Job API client for a running server.
+//! - `weir expansion-service --port N [--sdk java|python] [--environment E]`:
+//!   Beam's Java or Python expansion service (and, for EXTERNAL, a worker
+//!   pool), emitting environments Weir starts locally.
 
 use std::path::PathBuf;
 
@@ -36,6 +39,40 @@ enum Command {
     Boot(BootArgs),
     /// List, describe, cancel the jobs of a running Weir server, or show their logs.
     Jobs(JobsArgs),
+    /// Serve Beam's Java (default) or Python expansion service for cross-language
+    /// transforms, with environments Weir can start here.
+    ExpansionService(ExpansionArgs),
+}
+
+#[derive(Args)]
+struct ExpansionArgs {
+    /// Port of the expansion service (what Python's `expansion_service=` or
+    /// `--beam_services` names as localhost:PORT). 0 picks a free one.
+    #[arg(long, default_value_t = 8097)]
+    port: u16,
+    /// Which SDK's expansion service: java (GenerateSequence, KafkaIO, Beam SQL, ...)
+    /// or python (any Python callable, for Java's PythonExternalTransform).
+    #[arg(long, default_value = "java", value_parser = ["java", "python"])]
+    sdk: String,
+    /// Environment of the expanded transforms: DOCKER (the SDK's own image, run by Weir
+    /// as a native harness without a Docker daemon), PROCESS (`weir boot`) or EXTERNAL
+    /// (a worker pool started beside the service).
+    #[arg(long, default_value = "DOCKER")]
+    environment: weir_harness::expansion::ExpansionEnvironment,
+    /// Port of the EXTERNAL worker pool (default: a free one).
+    #[arg(long = "worker_pool_port")]
+    worker_pool_port: Option<u16>,
+    /// Folder of the Java expansion service's jars (default:
+    /// $WEIR_JAVA_EXPANSION_CLASSPATH, java-expansion/ next to this binary, or
+    /// java/expansion/target/jars of the checkout it was built in).
+    #[arg(long = "java_classpath")]
+    java_classpath: Option<PathBuf>,
+    /// The java launcher (default: $JAVA_HOME/bin/java, else java on the PATH).
+    #[arg(long = "java_bin")]
+    java_bin: Option<String>,
+    /// Python interpreter with apache-beam for --sdk python (default: $WEIR_PYTHON or python3).
+    #[arg(long)]
+    python: Option<String>,
 }
 
 #[derive(Args)]
@@ -232,6 +269,7 @@ fn main() -> anyhow::Result<()> {
         }
         Some(Command::Serve(s)) => runtime.block_on(serve(s)),
         Some(Command::Jobs(j)) => runtime.block_on(jobs::run(j)),
+        Some(Command::ExpansionService(e)) => runtime.block_on(expansion_service(e)),
         None => runtime.block_on(serve(cli.serve)),
     }
 }
@@ -264,6 +302,118 @@ fn auth_token(args: &ServeArgs) -> anyhow::Result<Option<String>> {
         anyhow::bail!("the Job API token (--auth_token / --auth_token_file) is empty");
     }
     Ok(token)
+}
+
+/// A free localhost port (bound and released).
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Starts the expansion service (and worker pool), says where it listens once
+/// it accepts connections, and stops them all when one exits or on
+/// SIGINT/SIGTERM.
+async fn expansion_service(args: ExpansionArgs) -> anyhow::Result<()> {
+    use weir_harness::expansion::{self as ex, ExpansionEnvironment, ExpansionSdk};
+    let sdk = match args.sdk.as_str() {
+        "python" => ExpansionSdk::Python {
+            python: args
+                .python
+                .or_else(|| std::env::var("WEIR_PYTHON").ok())
+                .unwrap_or_else(|| "python3".into()),
+        },
+        _ => ExpansionSdk::Java {
+            java: args.java_bin.unwrap_or_else(default_java),
+            jars: ex::find_java_expansion_classpath(args.java_classpath)
+                .map_err(|e| anyhow::anyhow!("weir expansion-service: {e}"))?,
+        },
+    };
+    let port = if args.port == 0 {
+        free_port()?
+    } else {
+        args.port
+    };
+    let worker_pool_port = match (args.environment, args.worker_pool_port) {
+        (ExpansionEnvironment::External, None) => Some(free_port()?),
+        (_, p) => p,
+    };
+    let cfg = ex::ExpansionConfig {
+        sdk,
+        environment: args.environment,
+        port,
+        worker_pool_port,
+        weir_bin: std::env::current_exe().context("cannot find the weir binary")?,
+    };
+    let launches = ex::plan(&cfg).map_err(|e| anyhow::anyhow!("weir expansion-service: {e}"))?;
+    let mut children = Vec::new();
+    for l in &launches {
+        let mut cmd = tokio::process::Command::new(&l.program);
+        cmd.args(&l.args)
+            .envs(l.env.iter().cloned())
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start the {} ({})", l.role, l.program))?;
+        tracing::info!(
+            role = l.role,
+            pid = child.id(),
+            "started {} {:?}",
+            l.program,
+            l.args
+        );
+        children.push((l.role, child));
+    }
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let ready = async {
+        loop {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    };
+    let outcome = {
+        let exited = async {
+            let waits = children
+                .iter_mut()
+                .map(|(role, c)| Box::pin(async move { (*role, c.wait().await) }));
+            futures::future::select_all(waits).await.0
+        };
+        tokio::pin!(ready, exited);
+        let mut announced = false;
+        loop {
+            tokio::select! {
+                _ = &mut ready, if !announced => {
+                    announced = true;
+                    let env = format!("{:?}", args.environment).to_uppercase();
+                    eprintln!(
+                        "weir: {} expansion service listening on localhost:{port} (environment {env}{})",
+                        args.sdk,
+                        worker_pool_port
+                            .filter(|_| args.environment == ExpansionEnvironment::External)
+                            .map(|p| format!(", worker pool localhost:{p}"))
+                            .unwrap_or_default()
+                    );
+                }
+                (role, status) = &mut exited => break Err(anyhow::anyhow!(
+                    "weir expansion-service: the {role} exited ({})",
+                    status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string())
+                )),
+                _ = tokio::signal::ctrl_c() => break Ok(()),
+                _ = sigterm.recv() => break Ok(()),
+            }
+        }
+    };
+    // Stop the JVMs / Pythons (kill_on_drop covers an early return).
+    for (_, c) in &mut children {
+        let _ = c.kill().await;
+    }
+    outcome
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
