@@ -33,6 +33,12 @@ pub struct ServerConfig {
     /// Interpreter replacing `apache/beam_python3.x_sdk` images when no Docker
     /// daemon answers (`weir serve --python_for_docker_images`; None: $WEIR_PYTHON or python3).
     pub python_for_docker_images: Option<String>,
+    /// Most bytes one batch GroupByKey of a job keeps in memory before it
+    /// spills sorted runs under `spill_root` (`weir serve
+    /// --gbk_memory_budget_mb`); None: no bound.
+    pub gbk_memory_budget: Option<usize>,
+    /// Where GroupByKeys spill (one folder per job, removed when it ends).
+    pub spill_root: std::path::PathBuf,
 }
 
 /// Serves the Job API, artifact services and every Fn API service on

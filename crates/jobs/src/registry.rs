@@ -605,6 +605,8 @@ mod tests {
                 staging_root: std::env::temp_dir()
                     .join(format!("weir-registry-test-{}-{name}", std::process::id())),
                 engine_workers: 1,
+                gbk_memory_budget: None,
+                spill_root: std::env::temp_dir().join("weir-spill"),
             },
             url,
         )

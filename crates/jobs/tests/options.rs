@@ -998,6 +998,8 @@ fn service() -> (JobService, std::sync::Arc<JobRegistry>) {
             python_for_docker_images: None,
             staging_root: root,
             engine_workers: 1,
+            gbk_memory_budget: None,
+            spill_root: std::env::temp_dir().join("weir-spill"),
         },
         url,
     );

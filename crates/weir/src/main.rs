@@ -88,6 +88,15 @@ struct ServeArgs {
     /// When its apache-beam version is not V, the job's messages warn naming both.
     #[arg(long = "python_for_docker_images")]
     python_for_docker_images: Option<String>,
+    /// Most MiB one batch GroupByKey keeps in memory; beyond it the groups are
+    /// written as sorted runs to --spill_dir and merged back as windows fire
+    /// (default: a quarter of the machine's RAM; 0: no bound).
+    #[arg(long = "gbk_memory_budget_mb", alias = "gbk-memory-budget-mb")]
+    gbk_memory_budget_mb: Option<usize>,
+    /// Folder for GroupByKey spill files, one subfolder per job, removed when
+    /// the job ends (default: <tmp>/weir-spill).
+    #[arg(long = "spill_dir", alias = "spill-dir")]
+    spill_dir: Option<PathBuf>,
     /// Accepted for compatibility with Beam's Prism launcher; use RUST_LOG.
     #[arg(long = "log_level", hide = true)]
     log_level: Option<String>,
@@ -188,6 +197,21 @@ fn default_java() -> String {
         .unwrap_or_else(|| "java".into())
 }
 
+/// A quarter of the machine's RAM (Linux /proc/meminfo's MemTotal), the
+/// default GroupByKey memory budget; None when it cannot be read.
+fn default_gbk_memory_budget() -> Option<usize> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: usize = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024 / 4)
+}
+
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let addr = format!("{}:{}", args.bind, args.job_port);
     let listener = tokio::net::TcpListener::bind(&addr)
@@ -204,6 +228,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 .unwrap_or(1)
         }),
         python_for_docker_images: args.python_for_docker_images,
+        gbk_memory_budget: match args.gbk_memory_budget_mb {
+            Some(0) => None,
+            Some(mb) => Some(mb.saturating_mul(1 << 20)),
+            None => default_gbk_memory_budget(),
+        },
+        spill_root: args
+            .spill_dir
+            .unwrap_or_else(|| std::env::temp_dir().join("weir-spill")),
     };
     tracing::info!("weir job service listening on {local}");
     eprintln!("weir: Beam Job API listening on {local}");
