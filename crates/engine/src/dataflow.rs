@@ -205,6 +205,12 @@ impl JobContext {
         )
     }
 
+    /// Elements waiting for a bundle in all SDK stages, as last reported.
+    fn pending_elements(&self) -> usize {
+        let all = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        all.iter().flatten().map(|s| s.pending).sum()
+    }
+
     /// Whether the job is held without work to do: some stage holds
     /// main-input elements back for their side inputs, or has pending timers
     /// (whose holds, their output timestamps, hold the watermark), while no
@@ -568,10 +574,18 @@ fn group_by_key<'s>(
             match &mut groups {
                 _ if merging.is_some() => {}
                 Groups::Batch(b) => {
-                    ready.extend(b.take_complete(|t: Timestamp| watermark > t));
-                    // Spilled groups come back a chunk per activation.
-                    if b.has_more_complete() {
-                        activator.activate();
+                    // Spilled groups come back a chunk per activation, and
+                    // only while the SDK stages keep up: what they have not
+                    // taken yet would otherwise pile up in memory.
+                    let backlog = b.spilled_runs() > 0
+                        && ctx.pending_elements() > 2 * ctx.config.max_bundle_elements;
+                    if backlog {
+                        activator.activate_after(Duration::from_millis(2));
+                    } else {
+                        ready.extend(b.take_complete(|t: Timestamp| watermark > t));
+                        if b.has_more_complete() {
+                            activator.activate();
+                        }
                     }
                     if let Some(message) = b.take_error() {
                         ctx.fail(EngineError::Spill { stage: name.clone(), message });

@@ -143,7 +143,11 @@ pub struct GroupByKeyBuffer {
     /// Slot ids, found by hashing their key's bytes.
     table: HashTable<u32>,
     slots: Vec<Option<Slot>>,
+    /// Slot ids free for reuse (not in `table`).
     free: Vec<u32>,
+    /// Slot ids freed but still in `table` (skipped by lookups); dropped
+    /// from it in one pass once they outnumber the live keys.
+    dead: Vec<u32>,
     live: usize,
     /// Window max timestamp -> slots that got a window with it. Entries go
     /// stale when windows merge or fire; stale ones are skipped.
@@ -312,6 +316,7 @@ impl GroupByKeyBuffer {
             table: HashTable::new(),
             slots: Vec::new(),
             free: Vec::new(),
+            dead: Vec::new(),
             live: 0,
             expiry: BTreeMap::new(),
             hot: None,
@@ -413,6 +418,7 @@ impl GroupByKeyBuffer {
         );
         self.slots.clear();
         self.free.clear();
+        self.dead.clear();
         self.table.clear();
         self.expiry.clear();
         self.live = 0;
@@ -525,6 +531,10 @@ impl GroupByKeyBuffer {
         self.live += 1;
         self.held_bytes += key.len();
         let hash = self.hasher.hash_one(key);
+        if !self.dead.is_empty() && self.table.len() >= self.table.capacity() {
+            // The table is about to rehash every entry: dead ones have no key.
+            self.drop_dead();
+        }
         let (slots, hasher) = (&self.slots, &self.hasher);
         self.table.insert_unique(hash, id, |&other| {
             hasher.hash_one(&slots[other as usize].as_ref().expect("live slot").key)
@@ -532,17 +542,28 @@ impl GroupByKeyBuffer {
         id
     }
 
+    /// Removes freed slots from the table; their ids become reusable.
+    fn drop_dead(&mut self) {
+        let slots = &self.slots;
+        self.table.retain(|id| slots[*id as usize].is_some());
+        self.free.append(&mut self.dead);
+    }
+
     fn free_slot(&mut self, id: u32) {
         let Some(slot) = self.slots[id as usize].take() else {
             return;
         };
-        let hash = self.hasher.hash_one(&slot.key);
-        if let Ok(entry) = self.table.find_entry(hash, |&other| other == id) {
-            entry.remove();
-        }
         self.held_bytes -= slot.key.len();
         self.live -= 1;
-        self.free.push(id);
+        self.dead.push(id);
+        if self.live == 0 {
+            self.slots.clear();
+            self.free.clear();
+            self.dead.clear();
+            self.table.clear();
+        } else if self.dead.len() > self.live.max(1024) {
+            self.drop_dead();
+        }
         if let Some((hot_slot, _, _)) = &mut self.hot {
             if *hot_slot == Some(id) {
                 *hot_slot = None;
@@ -690,6 +711,7 @@ impl GroupByKeyBuffer {
         if self.live == 0 {
             self.slots.clear();
             self.free.clear();
+            self.dead.clear();
             self.table.clear();
             self.expiry.clear();
         } else {
@@ -1275,6 +1297,33 @@ mod index_tests {
         );
         let bad = GroupByKeyBuffer::route_hash(&Coder::VarInt, &Coder::IntervalWindow, &element("a", 1, 0, vec![iw(0, 1)]));
         assert!(bad.unwrap_err().contains("beam:coder:kv:v1"));
+    }
+
+    /// Keys freed in bulk (their ids dropped from the table in one pass and
+    /// reused) are still found, and values never land in another key.
+    #[test]
+    fn freed_and_reused_slots_keep_keys_apart() {
+        let mut b = buffer(WindowFn::NonMerging, OutputTime::EndOfWindow);
+        let key = |i: i64| format!("k{i}");
+        for i in 0..3000i64 {
+            let end = if i < 2500 { 10 } else { 100 };
+            b.insert(&element(&key(i), (i % 100) as u8, 1, vec![iw(0, end)])).unwrap();
+        }
+        assert_eq!(b.take_complete(|t| Timestamp(10) > t).len(), 2500);
+        assert_eq!(b.buffered_keys(), 500);
+        for i in (0..3000i64).rev() {
+            b.insert(&element(&key(i), 7, 50, vec![iw(0, 100)])).unwrap();
+        }
+        assert_eq!(b.buffered_keys(), 3000);
+        let got = decoded(&b.take_complete(|_| true));
+        assert_eq!(got.len(), 3000);
+        for (k, w, _, values) in got {
+            let i: i64 = k[1..].parse().unwrap();
+            assert_eq!(w, iw(0, 100));
+            let want = if i < 2500 { vec![7] } else { vec![(i % 100) as u8, 7] };
+            assert_eq!(values, want, "{k}");
+        }
+        assert!(b.is_empty());
     }
 
     /// Many keys, few complete: take_complete touches only the complete ones
