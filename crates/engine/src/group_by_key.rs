@@ -74,8 +74,7 @@ impl KeyGroups {
                 };
                 return (g, false);
             }
-            let KeyGroups::One(have, g) =
-                std::mem::replace(self, KeyGroups::Many(BTreeMap::new()))
+            let KeyGroups::One(have, g) = std::mem::replace(self, KeyGroups::Many(BTreeMap::new()))
             else {
                 unreachable!()
             };
@@ -335,7 +334,10 @@ impl GroupByKeyBuffer {
     /// for non-merging WindowFns (global, fixed, sliding...); a merging one
     /// keeps everything in memory.
     pub fn with_spill(mut self, budget: usize, dir: std::path::PathBuf) -> Self {
-        if matches!(self.windowing.window_fn, WindowFn::Global | WindowFn::NonMerging) {
+        if matches!(
+            self.windowing.window_fn,
+            WindowFn::Global | WindowFn::NonMerging
+        ) {
             self.spill = Some(Spill {
                 budget: budget.max(1),
                 dir,
@@ -395,9 +397,9 @@ impl GroupByKeyBuffer {
         for slot in self.slots.iter().flatten() {
             match &slot.groups {
                 KeyGroups::One(w, g) => records.push(record(&slot.key, w, g)),
-                KeyGroups::Many(map) => records.extend(
-                    map.iter().map(|((_, w), g)| record(&slot.key, w, g)),
-                ),
+                KeyGroups::Many(map) => {
+                    records.extend(map.iter().map(|((_, w), g)| record(&slot.key, w, g)))
+                }
             }
         }
         let parts = records.len();
@@ -433,14 +435,21 @@ impl GroupByKeyBuffer {
     /// complete groups are merged out, at most `chunk` bytes per call.
     fn take_complete_spilled(&mut self, complete: &impl Fn(Timestamp) -> bool) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
-        let mem_due = self.expiry.first_key_value().is_some_and(|(t, _)| complete(*t));
+        let mem_due = self
+            .expiry
+            .first_key_value()
+            .is_some_and(|(t, _)| complete(*t));
         let spill = self.spill.as_ref().expect("spilling");
         let run_due = spill.merger.next_expiry().is_some_and(complete);
         if !mem_due && !run_due {
             return out;
         }
         if let Err(e) = self.spill_all() {
-            self.spill.as_mut().expect("spilling").error.get_or_insert(e);
+            self.spill
+                .as_mut()
+                .expect("spilling")
+                .error
+                .get_or_insert(e);
             return out;
         }
         let output_time = self.windowing.output_time.clone();
@@ -467,7 +476,9 @@ impl GroupByKeyBuffer {
             let w = match Window::decode(&window_coder, &r.window) {
                 Ok((w, _)) => w,
                 Err(e) => {
-                    spill.error.get_or_insert(format!("GroupByKey spill: window: {e}"));
+                    spill
+                        .error
+                        .get_or_insert(format!("GroupByKey spill: window: {e}"));
                     break;
                 }
             };
@@ -598,10 +609,9 @@ impl GroupByKeyBuffer {
         }
         self.held_bytes += p.value.len() * windows.len();
         self.total += n;
-        let over = self
-            .spill
-            .as_ref()
-            .is_some_and(|s| s.error.is_none() && self.held_bytes + self.live * KEY_OVERHEAD > s.budget);
+        let over = self.spill.as_ref().is_some_and(|s| {
+            s.error.is_none() && self.held_bytes + self.live * KEY_OVERHEAD > s.budget
+        });
         let leader = self.hot.as_ref().map(|(_, _, c)| *c).unwrap_or(0);
         if seen > leader {
             match &mut self.hot {
@@ -662,7 +672,10 @@ impl GroupByKeyBuffer {
             let (into, new) = slot.groups.entry(&target);
             into.absorb(g);
             if was_empty || new {
-                self.expiry.entry(target.max_timestamp()).or_default().push(id);
+                self.expiry
+                    .entry(target.max_timestamp())
+                    .or_default()
+                    .push(id);
             }
         }
     }
@@ -770,7 +783,12 @@ impl GroupByKeyBuffer {
     }
 
     /// Fires the complete windows of slot `id` (if it is still live).
-    fn fire_slot(&mut self, id: u32, complete: &impl Fn(Timestamp) -> bool, out: &mut Vec<Vec<u8>>) {
+    fn fire_slot(
+        &mut self,
+        id: u32,
+        complete: &impl Fn(Timestamp) -> bool,
+        out: &mut Vec<Vec<u8>>,
+    ) {
         let output_time = self.windowing.output_time.clone();
         let Some(slot) = self.slots.get_mut(id as usize).and_then(Option::as_mut) else {
             return;
@@ -1132,7 +1150,13 @@ mod index_tests {
     #[test]
     fn fixed_windows_fire_as_the_watermark_passes_each_end() {
         let mut b = buffer(WindowFn::NonMerging, OutputTime::EndOfWindow);
-        for (k, v, ts) in [("a", 1, 1), ("a", 2, 12), ("b", 3, 5), ("a", 4, 25), ("b", 5, 7)] {
+        for (k, v, ts) in [
+            ("a", 1, 1),
+            ("a", 2, 12),
+            ("b", 3, 5),
+            ("a", 4, 25),
+            ("b", 5, 7),
+        ] {
             let w = iw(ts / 10 * 10, ts / 10 * 10 + 10);
             b.insert(&element(k, v, ts, vec![w])).unwrap();
         }
@@ -1164,8 +1188,10 @@ mod index_tests {
     fn an_element_in_several_windows_joins_each() {
         let mut b = buffer(WindowFn::NonMerging, OutputTime::LatestInPane);
         // Sliding windows: size 10, period 5.
-        b.insert(&element("k", 1, 7, vec![iw(0, 10), iw(5, 15)])).unwrap();
-        b.insert(&element("k", 2, 11, vec![iw(5, 15), iw(10, 20)])).unwrap();
+        b.insert(&element("k", 1, 7, vec![iw(0, 10), iw(5, 15)]))
+            .unwrap();
+        b.insert(&element("k", 2, 11, vec![iw(5, 15), iw(10, 20)]))
+            .unwrap();
         assert_eq!(
             decoded(&b.take_complete(|t| Timestamp(15) > t)),
             vec![
@@ -1181,7 +1207,10 @@ mod index_tests {
 
     #[test]
     fn merged_sessions_fire_at_the_merged_end_not_the_stale_one() {
-        let mut b = buffer(WindowFn::Sessions { gap_ms: 10 }, OutputTime::EarliestInPane);
+        let mut b = buffer(
+            WindowFn::Sessions { gap_ms: 10 },
+            OutputTime::EarliestInPane,
+        );
         b.insert(&element("k", 1, 0, vec![iw(0, 10)])).unwrap();
         b.insert(&element("k", 2, 5, vec![iw(5, 15)])).unwrap();
         // [0, 10) alone would be complete at watermark 10; merged into
@@ -1259,7 +1288,8 @@ mod index_tests {
             let k = format!("key{key}");
             let values: Vec<u8> = (0..(key % 7 + 1)).collect();
             for (i, v) in values.iter().enumerate() {
-                b.insert(&element(&k, *v, 100 + i as i64, vec![iw(0, 1000)])).unwrap();
+                b.insert(&element(&k, *v, 100 + i as i64, vec![iw(0, 1000)]))
+                    .unwrap();
             }
             let mut value = vec![k.len() as u8];
             value.extend_from_slice(k.as_bytes());
@@ -1285,17 +1315,29 @@ mod index_tests {
     fn route_hash_depends_on_the_key_only() {
         let c = coder();
         let h = |k: &str, v: u8, w: Window| {
-            GroupByKeyBuffer::route_hash(&c, &Coder::IntervalWindow, &element(k, v, v as i64, vec![w]))
-                .unwrap()
+            GroupByKeyBuffer::route_hash(
+                &c,
+                &Coder::IntervalWindow,
+                &element(k, v, v as i64, vec![w]),
+            )
+            .unwrap()
         };
         assert_eq!(h("a", 1, iw(0, 10)), h("a", 9, iw(50, 60)));
         assert_ne!(h("a", 1, iw(0, 10)), h("b", 1, iw(0, 10)));
         assert_eq!(
-            GroupByKeyBuffer::key_of(&c, &Coder::IntervalWindow, &element("ab", 1, 0, vec![iw(0, 1)]))
-                .unwrap(),
+            GroupByKeyBuffer::key_of(
+                &c,
+                &Coder::IntervalWindow,
+                &element("ab", 1, 0, vec![iw(0, 1)])
+            )
+            .unwrap(),
             vec![2, b'a', b'b']
         );
-        let bad = GroupByKeyBuffer::route_hash(&Coder::VarInt, &Coder::IntervalWindow, &element("a", 1, 0, vec![iw(0, 1)]));
+        let bad = GroupByKeyBuffer::route_hash(
+            &Coder::VarInt,
+            &Coder::IntervalWindow,
+            &element("a", 1, 0, vec![iw(0, 1)]),
+        );
         assert!(bad.unwrap_err().contains("beam:coder:kv:v1"));
     }
 
@@ -1307,12 +1349,14 @@ mod index_tests {
         let key = |i: i64| format!("k{i}");
         for i in 0..3000i64 {
             let end = if i < 2500 { 10 } else { 100 };
-            b.insert(&element(&key(i), (i % 100) as u8, 1, vec![iw(0, end)])).unwrap();
+            b.insert(&element(&key(i), (i % 100) as u8, 1, vec![iw(0, end)]))
+                .unwrap();
         }
         assert_eq!(b.take_complete(|t| Timestamp(10) > t).len(), 2500);
         assert_eq!(b.buffered_keys(), 500);
         for i in (0..3000i64).rev() {
-            b.insert(&element(&key(i), 7, 50, vec![iw(0, 100)])).unwrap();
+            b.insert(&element(&key(i), 7, 50, vec![iw(0, 100)]))
+                .unwrap();
         }
         assert_eq!(b.buffered_keys(), 3000);
         let got = decoded(&b.take_complete(|_| true));
@@ -1320,7 +1364,11 @@ mod index_tests {
         for (k, w, _, values) in got {
             let i: i64 = k[1..].parse().unwrap();
             assert_eq!(w, iw(0, 100));
-            let want = if i < 2500 { vec![7] } else { vec![(i % 100) as u8, 7] };
+            let want = if i < 2500 {
+                vec![7]
+            } else {
+                vec![(i % 100) as u8, 7]
+            };
             assert_eq!(values, want, "{k}");
         }
         assert!(b.is_empty());
@@ -1332,7 +1380,8 @@ mod index_tests {
     fn take_complete_is_proportional_to_what_fired() {
         let mut b = buffer(WindowFn::NonMerging, OutputTime::EndOfWindow);
         for i in 0..20_000i64 {
-            b.insert(&element(&format!("k{i}"), 1, i, vec![iw(i, i + 1)])).unwrap();
+            b.insert(&element(&format!("k{i}"), 1, i, vec![iw(i, i + 1)]))
+                .unwrap();
         }
         let start = std::time::Instant::now();
         let mut fired = 0;
@@ -1349,7 +1398,6 @@ mod index_tests {
 mod spill_tests {
     use super::*;
     use weir_model::WindowedValue;
-
 
     fn iw(start: i64, end: i64) -> Window {
         Window::Interval {
@@ -1411,16 +1459,25 @@ mod spill_tests {
     fn spilled_groups_come_back_identical_in_order_and_windows() {
         let d = dir("identical");
         let mut plain = buffer(WindowFn::NonMerging, OutputTime::LatestInPane);
-        let mut spilled = buffer(WindowFn::NonMerging, OutputTime::LatestInPane)
-            .with_spill(4096, d.clone());
+        let mut spilled =
+            buffer(WindowFn::NonMerging, OutputTime::LatestInPane).with_spill(4096, d.clone());
         for i in 0..3000u32 {
             // 200 keys, 3 fixed windows of 100 ms; values in arrival order.
             let ts = i64::from(i % 300);
-            let e = element(i * 7919 % 200, i, ts, iw(ts / 100 * 100, ts / 100 * 100 + 100));
+            let e = element(
+                i * 7919 % 200,
+                i,
+                ts,
+                iw(ts / 100 * 100, ts / 100 * 100 + 100),
+            );
             plain.insert(&e).unwrap();
             spilled.insert(&e).unwrap();
         }
-        assert!(spilled.spilled_runs() > 3, "runs: {}", spilled.spilled_runs());
+        assert!(
+            spilled.spilled_runs() > 3,
+            "runs: {}",
+            spilled.spilled_runs()
+        );
         assert!(spilled.memory_estimate() <= 4096);
         for wm in [50, 100, 200, 1000] {
             let a = drain(&mut plain, wm);
@@ -1429,7 +1486,9 @@ mod spill_tests {
             assert_eq!(a, b, "watermark {wm}");
         }
         assert!(plain.is_empty() && spilled.is_empty());
-        let left: Vec<_> = std::fs::read_dir(&d).map(|r| r.collect()).unwrap_or_default();
+        let left: Vec<_> = std::fs::read_dir(&d)
+            .map(|r| r.collect())
+            .unwrap_or_default();
         assert!(left.is_empty(), "run files left: {left:?}");
         let _ = std::fs::remove_dir(&d);
     }
@@ -1445,9 +1504,10 @@ mod spill_tests {
             ..Windowing::global()
         };
         let coder = Coder::Kv(Box::new(Coder::StringUtf8), Box::new(Coder::VarInt));
-        let mut plain = GroupByKeyBuffer::new(coder.clone(), Coder::GlobalWindow, windowing.clone());
-        let mut spilled =
-            GroupByKeyBuffer::new(coder, Coder::GlobalWindow, windowing).with_spill(64 << 10, d.clone());
+        let mut plain =
+            GroupByKeyBuffer::new(coder.clone(), Coder::GlobalWindow, windowing.clone());
+        let mut spilled = GroupByKeyBuffer::new(coder, Coder::GlobalWindow, windowing)
+            .with_spill(64 << 10, d.clone());
         for i in 0..20_000u32 {
             let k = format!("k{}", i % 5000);
             let mut v = vec![k.len() as u8];
@@ -1465,7 +1525,9 @@ mod spill_tests {
             spilled.insert(&e).unwrap();
         }
         assert!(spilled.spilled_runs() >= 2);
-        assert!(spilled.take_complete(|t| t < Timestamp::END_OF_GLOBAL_WINDOW).is_empty());
+        assert!(spilled
+            .take_complete(|t| t < Timestamp::END_OF_GLOBAL_WINDOW)
+            .is_empty());
         let mut chunks = 0;
         let mut got = Vec::new();
         loop {
@@ -1491,11 +1553,19 @@ mod spill_tests {
     #[test]
     fn merging_windows_stay_in_memory() {
         let d = dir("sessions");
-        let mut b = buffer(WindowFn::Sessions { gap_ms: 10 }, OutputTime::EarliestInPane)
-            .with_spill(1, d.clone());
+        let mut b = buffer(
+            WindowFn::Sessions { gap_ms: 10 },
+            OutputTime::EarliestInPane,
+        )
+        .with_spill(1, d.clone());
         for i in 0..100u32 {
-            b.insert(&element(i % 3, i, i64::from(i), iw(i64::from(i), i64::from(i) + 10)))
-                .unwrap();
+            b.insert(&element(
+                i % 3,
+                i,
+                i64::from(i),
+                iw(i64::from(i), i64::from(i) + 10),
+            ))
+            .unwrap();
         }
         assert_eq!(b.spilled_runs(), 0);
         assert_eq!(drain(&mut b, 1000).len(), 3);
@@ -1506,11 +1576,15 @@ mod spill_tests {
     fn an_unwritable_spill_directory_is_reported() {
         let file = dir("not-a-dir");
         std::fs::write(&file, b"x").unwrap();
-        let mut b = buffer(WindowFn::NonMerging, OutputTime::EndOfWindow).with_spill(1, file.clone());
+        let mut b =
+            buffer(WindowFn::NonMerging, OutputTime::EndOfWindow).with_spill(1, file.clone());
         b.insert(&element(1, 1, 1, iw(0, 10))).unwrap();
         let err = b.take_error().unwrap();
         assert_eq!(b.take_error(), None, "reported once");
-        assert!(err.contains("could not spill to") && err.contains("not-a-dir"), "{err}");
+        assert!(
+            err.contains("could not spill to") && err.contains("not-a-dir"),
+            "{err}"
+        );
         let _ = std::fs::remove_file(&file);
     }
 }

@@ -204,7 +204,10 @@ impl Merger {
         };
         let mut out = self.runs[best].pop()?.expect("head present");
         for i in best + 1..self.runs.len() {
-            let same = self.runs[i].head.as_ref().is_some_and(|h| h.same_group(&out));
+            let same = self.runs[i]
+                .head
+                .as_ref()
+                .is_some_and(|h| h.same_group(&out));
             if same {
                 let part = self.runs[i].pop()?.expect("head present");
                 out.values.extend_from_slice(&part.values);
@@ -237,10 +240,17 @@ mod tests {
     #[test]
     fn runs_merge_in_order_combining_equal_groups_in_run_order() {
         let dir = std::env::temp_dir().join(format!("weir-spill-test-{}", std::process::id()));
-        let a = write_run(&dir, vec![rec(20, b"k", b"\x01"), rec(10, b"b", b"\x02\x03")]).unwrap();
+        let a = write_run(
+            &dir,
+            vec![rec(20, b"k", b"\x01"), rec(10, b"b", b"\x02\x03")],
+        )
+        .unwrap();
         let b = write_run(&dir, vec![rec(10, b"a", b"\x04"), rec(20, b"k", b"\x05")]).unwrap();
         let mut m = Merger {
-            runs: vec![RunReader::open(a.clone()).unwrap(), RunReader::open(b.clone()).unwrap()],
+            runs: vec![
+                RunReader::open(a.clone()).unwrap(),
+                RunReader::open(b.clone()).unwrap(),
+            ],
         };
         assert_eq!(m.next_expiry(), Some(Timestamp(10)));
         let mut got = Vec::new();
