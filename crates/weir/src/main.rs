@@ -257,6 +257,24 @@ mod tests {
     }
 
     #[test]
+    fn serve_takes_the_memory_budget_and_spill_dir() {
+        let cli = Cli::try_parse_from([
+            "weir",
+            "serve",
+            "--gbk_memory_budget_mb=64",
+            "--spill_dir=/tmp/s",
+        ])
+        .expect("serve arguments parse");
+        let Some(Command::Serve(s)) = cli.command else {
+            panic!("not parsed as `weir serve`");
+        };
+        assert_eq!(s.gbk_memory_budget_mb, Some(64));
+        assert_eq!(s.spill_dir, Some(PathBuf::from("/tmp/s")));
+        let budget = default_gbk_memory_budget().expect("/proc/meminfo on Linux");
+        assert!(budget > 1 << 20, "a quarter of RAM: {budget}");
+    }
+
+    #[test]
     fn boot_takes_the_container_contracts_flags_and_pythons_spelling() {
         // What Weir's PROCESS launcher passes (Beam's container contract).
         let contract = [
