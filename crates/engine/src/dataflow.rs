@@ -10,9 +10,7 @@
 //! watermark reaches +infinity).
 
 use std::cell::RefCell;
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, VecDeque};
-use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -207,6 +205,12 @@ impl JobContext {
         )
     }
 
+    /// Elements waiting for a bundle in all SDK stages, as last reported.
+    fn pending_elements(&self) -> usize {
+        let all = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        all.iter().flatten().map(|s| s.pending).sum()
+    }
+
     /// Whether the job is held without work to do: some stage holds
     /// main-input elements back for their side inputs, or has pending timers
     /// (whose holds, their output timestamps, hold the watermark), while no
@@ -351,12 +355,6 @@ fn describe_key(key: &[u8]) -> String {
     text.chars().take(100).collect()
 }
 
-fn hash_bytes(b: &[u8]) -> u64 {
-    let mut h = DefaultHasher::new();
-    b.hash(&mut h);
-    h.finish()
-}
-
 fn build<'s>(
     scope: Scope<'s, Time>,
     ctx: &JobContext,
@@ -445,9 +443,7 @@ fn group_by_key<'s>(
     let info = &graph.pcollections[input_pc];
     let (vc, wc) = (info.value_coder.clone(), info.window_coder.clone());
     let route = move |e: &Element| {
-        GroupByKeyBuffer::key_of(&vc, &wc, e)
-            .map(|k| hash_bytes(&k))
-            .unwrap_or(0)
+        GroupByKeyBuffer::route_hash(&vc, &wc, e).unwrap_or(0)
     };
     let ctx = ctx.clone();
     let name = graph.stages[stage_index].name.clone();
@@ -463,11 +459,18 @@ fn group_by_key<'s>(
                 info.windowing.clone(),
             ))
         } else {
-            Groups::Batch(GroupByKeyBuffer::new(
+            let buffer = GroupByKeyBuffer::new(
                 info.value_coder.clone(),
                 info.window_coder.clone(),
                 info.windowing.clone(),
-            ))
+            );
+            Groups::Batch(match ctx.config.gbk_memory_budget {
+                Some(budget) => buffer.with_spill(
+                    budget / ctx.config.workers.max(1),
+                    ctx.config.spill_dir.join(format!("stage{stage_index}-worker{worker_index}")),
+                ),
+                None => buffer,
+            })
         };
         let activator = worker.activator_for(op_info.address.clone());
         let mut reported_late = 0u64;
@@ -570,7 +573,24 @@ fn group_by_key<'s>(
             // Windows wait for their merges before anything fires.
             match &mut groups {
                 _ if merging.is_some() => {}
-                Groups::Batch(b) => ready.extend(b.take_complete(|t: Timestamp| watermark > t)),
+                Groups::Batch(b) => {
+                    // Spilled groups come back a chunk per activation, and
+                    // only while the SDK stages keep up: what they have not
+                    // taken yet would otherwise pile up in memory.
+                    let backlog = b.spilled_runs() > 0
+                        && ctx.pending_elements() > 2 * ctx.config.max_bundle_elements;
+                    if backlog {
+                        activator.activate_after(Duration::from_millis(2));
+                    } else {
+                        ready.extend(b.take_complete(|t: Timestamp| watermark > t));
+                        if b.has_more_complete() {
+                            activator.activate();
+                        }
+                    }
+                    if let Some(message) = b.take_error() {
+                        ctx.fail(EngineError::Spill { stage: name.clone(), message });
+                    }
+                }
                 Groups::Streaming(p) => {
                     ready.extend(p.advance(watermark, now));
                     if p.dropped_late > reported_late {
@@ -980,9 +1000,7 @@ fn sdk_stage<'s>(
         (info.value_coder.clone(), info.window_coder.clone())
     });
     let route = move |e: &Element| match &keyed {
-        Some((vc, wc)) => GroupByKeyBuffer::key_of(vc, wc, e)
-            .map(|k| hash_bytes(&k))
-            .unwrap_or(0),
+        Some((vc, wc)) => GroupByKeyBuffer::route_hash(vc, wc, e).unwrap_or(0),
         None => {
             round_robin = round_robin.wrapping_add(1);
             round_robin

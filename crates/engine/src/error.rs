@@ -13,6 +13,9 @@ pub enum EngineError {
         pcollection: String,
         message: String,
     },
+    /// A GroupByKey could not spill to (or read back from) local disk.
+    #[error("stage {stage}: {message}")]
+    Spill { stage: String, message: String },
     /// The job was cancelled.
     #[error("job cancelled")]
     Cancelled,

@@ -1,40 +1,136 @@
 //! GroupByKey buffering: values grouped by (encoded key, window), merged for
 //! session windows (or by the SDK for custom merging WindowFns), released
 //! when the watermark passes the window's end.
+//!
+//! The cost of an element does not grow with what is buffered: keys live in
+//! a slab found through a foldhash table over their encoded bytes, each
+//! group's values are one contiguous byte run (the body of the encoded
+//! iterable it fires as), and every window is indexed by its max timestamp,
+//! so [`GroupByKeyBuffer::take_complete`] visits only windows that became
+//! complete (no scan of all keys per activation).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
+use std::hash::BuildHasher;
 
-use weir_model::windowed_value::{encode_iterable, split_kv};
-use weir_model::{Coder, PaneInfo, Timestamp, Window, WindowedValue};
+use hashbrown::HashTable;
 use weir_graph::{OutputTime, WindowFn, Windowing};
+use weir_model::windowed_value::decode_windows;
+use weir_model::{Coder, PaneInfo, Timestamp, Window};
 
 use crate::merge_windows::Merges;
+use crate::spill::{write_run, Merger, RecordRef, RunReader};
 
+/// The values of one (key, window): their nested encodings back to back.
 #[derive(Debug)]
-struct Group {
-    values: Vec<Vec<u8>>,
-    min_ts: Timestamp,
-    max_ts: Timestamp,
+pub(crate) struct Group {
+    pub(crate) values: Vec<u8>,
+    pub(crate) count: u64,
+    pub(crate) min_ts: Timestamp,
+    pub(crate) max_ts: Timestamp,
 }
 
 impl Group {
     fn new() -> Self {
         Group {
             values: Vec::new(),
+            count: 0,
             min_ts: Timestamp::MAX,
             max_ts: Timestamp::MIN,
         }
     }
-    fn add(&mut self, ts: Timestamp, value: Vec<u8>) {
-        self.values.push(value);
+    fn add(&mut self, ts: Timestamp, value: &[u8]) {
+        self.values.extend_from_slice(value);
+        self.count += 1;
         self.min_ts = self.min_ts.min(ts);
         self.max_ts = self.max_ts.max(ts);
     }
     fn absorb(&mut self, other: Group) {
-        self.values.extend(other.values);
+        if self.values.is_empty() {
+            self.values = other.values;
+        } else {
+            self.values.extend_from_slice(&other.values);
+        }
+        self.count += other.count;
         self.min_ts = self.min_ts.min(other.min_ts);
         self.max_ts = self.max_ts.max(other.max_ts);
     }
+}
+
+/// One key's groups: a single window (the common case, no inner map) or
+/// several, ordered by (max timestamp, window) so complete ones come first.
+#[derive(Debug)]
+enum KeyGroups {
+    One(Window, Group),
+    Many(BTreeMap<(Timestamp, Window), Group>),
+}
+
+impl KeyGroups {
+    /// The group of `w`, created if absent (then `true`).
+    fn entry(&mut self, w: &Window) -> (&mut Group, bool) {
+        if let KeyGroups::One(have, _) = self {
+            if have == w {
+                let KeyGroups::One(_, g) = self else {
+                    unreachable!()
+                };
+                return (g, false);
+            }
+            let KeyGroups::One(have, g) = std::mem::replace(self, KeyGroups::Many(BTreeMap::new()))
+            else {
+                unreachable!()
+            };
+            let KeyGroups::Many(map) = self else {
+                unreachable!()
+            };
+            map.insert((have.max_timestamp(), have), g);
+        }
+        let KeyGroups::Many(map) = self else {
+            unreachable!()
+        };
+        let k = (w.max_timestamp(), w.clone());
+        let new = !map.contains_key(&k);
+        (map.entry(k).or_insert_with(Group::new), new)
+    }
+
+    fn remove(&mut self, w: &Window) -> Option<Group> {
+        match self {
+            KeyGroups::One(have, _) if have == w => {
+                let KeyGroups::One(_, g) =
+                    std::mem::replace(self, KeyGroups::Many(BTreeMap::new()))
+                else {
+                    unreachable!()
+                };
+                Some(g)
+            }
+            KeyGroups::One(..) => None,
+            KeyGroups::Many(map) => map.remove(&(w.max_timestamp(), w.clone())),
+        }
+    }
+
+    fn windows(&self) -> Vec<Window> {
+        match self {
+            KeyGroups::One(w, _) => vec![w.clone()],
+            KeyGroups::Many(map) => map.keys().map(|(_, w)| w.clone()).collect(),
+        }
+    }
+
+    fn any_window(&self, mut f: impl FnMut(&Window) -> bool) -> bool {
+        match self {
+            KeyGroups::One(w, _) => f(w),
+            KeyGroups::Many(map) => map.keys().any(|(_, w)| f(w)),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        matches!(self, KeyGroups::Many(map) if map.is_empty())
+    }
+}
+
+#[derive(Debug)]
+struct Slot {
+    key: Vec<u8>,
+    groups: KeyGroups,
+    /// Values seen for this key since the last hot-key report.
+    seen: u64,
 }
 
 /// Buffered groups of one GroupByKey on one worker.
@@ -42,14 +138,50 @@ pub struct GroupByKeyBuffer {
     input_coder: Coder,
     window_coder: Coder,
     windowing: Windowing,
-    /// Encoded key -> window -> group.
-    groups: HashMap<Vec<u8>, HashMap<Window, Group>>,
-    /// Values seen per encoded key, and in all, for hot-key detection.
-    key_counts: HashMap<Vec<u8>, u64>,
+    hasher: foldhash::fast::RandomState,
+    /// Slot ids, found by hashing their key's bytes.
+    table: HashTable<u32>,
+    slots: Vec<Option<Slot>>,
+    /// Slot ids free for reuse (not in `table`).
+    free: Vec<u32>,
+    /// Slot ids freed but still in `table` (skipped by lookups); dropped
+    /// from it in one pass once they outnumber the live keys.
+    dead: Vec<u32>,
+    live: usize,
+    /// Window max timestamp -> slots that got a window with it. Entries go
+    /// stale when windows merge or fire; stale ones are skipped.
+    expiry: BTreeMap<Timestamp, Vec<u32>>,
+    /// The key with most values so far (slot, key, count), for hot-key
+    /// detection, and the values seen in all.
+    hot: Option<(Option<u32>, Vec<u8>, u64)>,
     total: u64,
     /// Keys with windows a custom merging WindowFn has not merged yet.
     unmerged: HashSet<Vec<u8>>,
+    /// Bytes of keys and values held (without per-group overhead).
+    held_bytes: usize,
+    /// Set by [`Self::with_spill`].
+    spill: Option<Spill>,
 }
+
+/// A GroupByKey's spilled groups: sorted runs on disk.
+struct Spill {
+    /// Most bytes the in-memory groups may use before they are spilled.
+    budget: usize,
+    dir: std::path::PathBuf,
+    merger: Merger,
+    /// Group parts in runs not yet read back.
+    parts: usize,
+    /// Most bytes of output one `take_complete` call returns from runs.
+    chunk: usize,
+    /// More complete groups wait in the runs (the last call hit `chunk`).
+    more: bool,
+    /// An I/O error while spilling or reading back.
+    error: Option<String>,
+}
+
+/// Memory a buffered key costs beyond its key and value bytes (slot, group,
+/// table and index entries, allocator headers), for the spill budget.
+const KEY_OVERHEAD: usize = 192;
 
 /// A key holding most of a GroupByKey's values on one worker.
 #[derive(Debug, PartialEq)]
@@ -63,6 +195,114 @@ pub struct HotKey {
 /// Smallest number of values for a key to be reported hot.
 const HOT_KEY_MIN_VALUES: u64 = 1000;
 
+/// Where the routing hash of a key comes from: the same on every worker.
+const ROUTE_SEED: u64 = 0x5745_4952_4742_4b31;
+
+/// The parts of one encoded windowed KV, borrowed from its bytes.
+pub(crate) struct Parsed<'a> {
+    pub(crate) timestamp: Timestamp,
+    pub(crate) windows: Windows,
+    pub(crate) key: &'a [u8],
+    pub(crate) value: &'a [u8],
+}
+
+/// An element's windows: nearly always exactly one (no allocation then).
+pub(crate) enum Windows {
+    One(Window),
+    Many(Vec<Window>),
+}
+
+impl Windows {
+    pub(crate) fn as_slice(&self) -> &[Window] {
+        match self {
+            Windows::One(w) => std::slice::from_ref(w),
+            Windows::Many(v) => v,
+        }
+    }
+}
+
+/// Splits an element coded `WindowedValue<KV<k, v>, window_coder>` into its
+/// timestamp, windows, key and value bytes (the pane is skipped).
+pub(crate) fn parse<'a>(
+    input_coder: &Coder,
+    window_coder: &Coder,
+    element: &'a [u8],
+) -> Result<Parsed<'a>, String> {
+    let err = |e: weir_model::Error| e.to_string();
+    let (timestamp, mut pos) = Timestamp::decode(element).map_err(err)?;
+    let rest = &element[pos..];
+    let count = rest
+        .get(..4)
+        .map(|b| i32::from_be_bytes(b.try_into().expect("4 bytes")));
+    let windows = if count == Some(1) {
+        let (w, n) = Window::decode(window_coder, &rest[4..]).map_err(err)?;
+        pos += 4 + n;
+        Windows::One(w)
+    } else {
+        let (ws, n) = decode_windows(window_coder, rest).map_err(err)?;
+        pos += n;
+        Windows::Many(ws)
+    };
+    pos += PaneInfo::encoded_len(&element[pos..]).map_err(err)?;
+    let Coder::Kv(kc, vc) = input_coder else {
+        return Err(format!(
+            "expected beam:coder:kv:v1 as GroupByKey input, got {}",
+            input_coder.urn()
+        ));
+    };
+    let rest = &element[pos..];
+    let klen = kc.encoded_len(rest).map_err(err)?;
+    let vlen = vc.encoded_len(&rest[klen..]).map_err(err)?;
+    Ok(Parsed {
+        timestamp,
+        windows,
+        key: &rest[..klen],
+        value: &rest[klen..klen + vlen],
+    })
+}
+
+/// Appends the output element of one fired group: `WindowedValue<KV<key,
+/// iterable<value>>>` in `window` at `timestamp`, pane on-time and only firing.
+pub(crate) fn encode_pane(
+    key: &[u8],
+    window: &Window,
+    timestamp: Timestamp,
+    count: u64,
+    values: &[u8],
+    out: &mut Vec<u8>,
+) {
+    out.reserve(8 + 4 + 16 + 1 + key.len() + 4 + values.len());
+    timestamp.encode(out);
+    out.extend_from_slice(&1i32.to_be_bytes());
+    window.encode(out);
+    PaneInfo::ON_TIME_AND_ONLY_FIRING.encode(out);
+    out.extend_from_slice(key);
+    let n = i32::try_from(count).expect("iterable longer than i32::MAX elements");
+    out.extend_from_slice(&n.to_be_bytes());
+    out.extend_from_slice(values);
+}
+
+/// The timestamp of a fired group's pane under `output_time`.
+pub(crate) fn pane_timestamp(
+    output_time: &OutputTime,
+    w: &Window,
+    min_ts: Timestamp,
+    max_ts: Timestamp,
+) -> Timestamp {
+    match output_time {
+        // Beam Python stamps global-window panes 1 ms before the Runner
+        // API's GLOBAL_WINDOW_MAX_TIMESTAMP (its max is 1 µs before the end,
+        // rounded down); Weir matches those bytes.
+        OutputTime::EndOfWindow if *w == Window::Global => Timestamp::PYTHON_END_OF_GLOBAL_WINDOW,
+        // A custom window's end is unknown to the runner: the pane takes its
+        // latest element's timestamp, which lies inside the window.
+        OutputTime::EndOfWindow if matches!(w, Window::Custom(_)) => max_ts,
+        OutputTime::EndOfWindow => w.max_timestamp(),
+        OutputTime::EarliestInPane => min_ts,
+        OutputTime::LatestInPane => max_ts,
+    }
+}
+
 impl GroupByKeyBuffer {
     /// A buffer for input elements coded `WindowedValue<input_coder, window_coder>`
     /// (`input_coder` must be a KV coder) grouped under `windowing`.
@@ -71,50 +311,373 @@ impl GroupByKeyBuffer {
             input_coder,
             window_coder,
             windowing,
-            groups: HashMap::new(),
-            key_counts: HashMap::new(),
+            hasher: foldhash::fast::RandomState::default(),
+            table: HashTable::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            dead: Vec::new(),
+            live: 0,
+            expiry: BTreeMap::new(),
+            hot: None,
             total: 0,
             unmerged: HashSet::new(),
+            held_bytes: 0,
+            spill: None,
         }
     }
 
+    /// Bounds the memory of the buffered groups to about `budget` bytes:
+    /// beyond it they are written as a sorted run to a new file in `dir`
+    /// (created if needed; files are removed once read back or when the
+    /// buffer is dropped) and merged back when their windows fire, so the
+    /// output is the same groups with their values in the same order. Only
+    /// for non-merging WindowFns (global, fixed, sliding...); a merging one
+    /// keeps everything in memory.
+    pub fn with_spill(mut self, budget: usize, dir: std::path::PathBuf) -> Self {
+        if matches!(
+            self.windowing.window_fn,
+            WindowFn::Global | WindowFn::NonMerging
+        ) {
+            self.spill = Some(Spill {
+                budget: budget.max(1),
+                dir,
+                merger: Merger { runs: Vec::new() },
+                parts: 0,
+                chunk: (budget / 4).clamp(64 << 10, 64 << 20),
+                more: false,
+                error: None,
+            });
+        }
+        self
+    }
+
+    /// Estimated bytes the in-memory groups use.
+    pub fn memory_estimate(&self) -> usize {
+        self.held_bytes + self.live * KEY_OVERHEAD
+    }
+
+    /// How many sorted runs are on disk.
+    pub fn spilled_runs(&self) -> usize {
+        self.spill.as_ref().map_or(0, |s| s.merger.runs.len())
+    }
+
+    /// True when complete groups are still waiting in spilled runs after
+    /// [`Self::take_complete`] returned its most bytes: call it again.
+    pub fn has_more_complete(&self) -> bool {
+        self.spill.as_ref().is_some_and(|s| s.more)
+    }
+
+    /// The first I/O error of spilling (naming the spill directory), once.
+    pub fn take_error(&mut self) -> Option<String> {
+        self.spill.as_mut().and_then(|s| s.error.take())
+    }
+
+    /// Writes every in-memory group to a new sorted run and empties memory.
+    fn spill_all(&mut self) -> Result<(), String> {
+        let Some(spill) = self.spill.as_mut() else {
+            return Ok(());
+        };
+        if self.live == 0 {
+            return Ok(());
+        }
+        fn record<'a>(key: &'a [u8], w: &Window, g: &'a Group) -> RecordRef<'a> {
+            let mut window = Vec::new();
+            w.encode(&mut window);
+            RecordRef {
+                expiry: w.max_timestamp(),
+                key,
+                window,
+                min_ts: g.min_ts,
+                max_ts: g.max_ts,
+                count: g.count,
+                values: &g.values,
+            }
+        }
+        let mut records = Vec::with_capacity(self.live);
+        for slot in self.slots.iter().flatten() {
+            match &slot.groups {
+                KeyGroups::One(w, g) => records.push(record(&slot.key, w, g)),
+                KeyGroups::Many(map) => {
+                    records.extend(map.iter().map(|((_, w), g)| record(&slot.key, w, g)))
+                }
+            }
+        }
+        let parts = records.len();
+        let run = write_run(&spill.dir, records)
+            .and_then(RunReader::open)
+            .map_err(|e| {
+                format!(
+                    "GroupByKey could not spill to {}: {e} (set weir serve --gbk_memory_budget_mb higher or free disk space)",
+                    spill.dir.display()
+                )
+            })?;
+        spill.merger.runs.push(run);
+        spill.parts += parts;
+        tracing::debug!(
+            runs = spill.merger.runs.len(),
+            groups = parts,
+            "GroupByKey spilled its groups to disk"
+        );
+        self.slots.clear();
+        self.free.clear();
+        self.dead.clear();
+        self.table.clear();
+        self.expiry.clear();
+        self.live = 0;
+        self.held_bytes = 0;
+        if let Some((slot, _, _)) = &mut self.hot {
+            *slot = None;
+        }
+        Ok(())
+    }
+
+    /// `take_complete` when runs are on disk: memory joins the runs, then
+    /// complete groups are merged out, at most `chunk` bytes per call.
+    fn take_complete_spilled(&mut self, complete: &impl Fn(Timestamp) -> bool) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mem_due = self
+            .expiry
+            .first_key_value()
+            .is_some_and(|(t, _)| complete(*t));
+        let spill = self.spill.as_ref().expect("spilling");
+        let run_due = spill.merger.next_expiry().is_some_and(complete);
+        if !mem_due && !run_due {
+            return out;
+        }
+        if let Err(e) = self.spill_all() {
+            self.spill
+                .as_mut()
+                .expect("spilling")
+                .error
+                .get_or_insert(e);
+            return out;
+        }
+        let output_time = self.windowing.output_time.clone();
+        let window_coder = self.window_coder.clone();
+        let spill = self.spill.as_mut().expect("spilling");
+        let mut bytes = 0usize;
+        spill.more = false;
+        while spill.merger.next_expiry().is_some_and(complete) {
+            if bytes >= spill.chunk {
+                spill.more = true;
+                break;
+            }
+            let r = match spill.merger.pop() {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(e) => {
+                    spill.error.get_or_insert(format!(
+                        "GroupByKey could not read back its spill in {}: {e}",
+                        spill.dir.display()
+                    ));
+                    break;
+                }
+            };
+            let w = match Window::decode(&window_coder, &r.window) {
+                Ok((w, _)) => w,
+                Err(e) => {
+                    spill
+                        .error
+                        .get_or_insert(format!("GroupByKey spill: window: {e}"));
+                    break;
+                }
+            };
+            let ts = pane_timestamp(&output_time, &w, r.min_ts, r.max_ts);
+            let mut e = Vec::new();
+            encode_pane(&r.key, &w, ts, r.count, &r.values, &mut e);
+            bytes += e.len();
+            out.push(e);
+        }
+        spill.parts = spill.parts.saturating_sub(out.len());
+        out
+    }
+
     /// The encoded key of an input element, for routing to a worker.
-    pub fn key_of<'a>(
+    pub fn key_of(
         input_coder: &Coder,
         window_coder: &Coder,
-        element: &'a [u8],
+        element: &[u8],
     ) -> Result<Vec<u8>, String> {
-        let (wv, _) =
-            WindowedValue::decode(input_coder, window_coder, element).map_err(|e| e.to_string())?;
-        let (k, _) = split_kv(input_coder, &wv.value).map_err(|e| e.to_string())?;
-        Ok(k.to_vec())
+        Ok(parse(input_coder, window_coder, element)?.key.to_vec())
+    }
+
+    /// A hash of an input element's encoded key, the same on every worker
+    /// and run: routes elements of one key to one worker without copying it.
+    pub fn route_hash(
+        input_coder: &Coder,
+        window_coder: &Coder,
+        element: &[u8],
+    ) -> Result<u64, String> {
+        let key = parse(input_coder, window_coder, element)?.key;
+        Ok(foldhash::fast::FixedState::with_seed(ROUTE_SEED).hash_one(key))
+    }
+
+    fn find(&self, key: &[u8]) -> Option<u32> {
+        let hash = self.hasher.hash_one(key);
+        let slots = &self.slots;
+        self.table
+            .find(hash, |&id| {
+                slots[id as usize].as_ref().is_some_and(|s| s.key == key)
+            })
+            .copied()
+    }
+
+    /// The slot of `key`, created if absent.
+    fn slot_for(&mut self, key: &[u8]) -> u32 {
+        if let Some(id) = self.find(key) {
+            return id;
+        }
+        let id = match self.free.pop() {
+            Some(id) => id,
+            None => {
+                self.slots.push(None);
+                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 keys per worker")
+            }
+        };
+        self.slots[id as usize] = Some(Slot {
+            key: key.to_vec(),
+            groups: KeyGroups::Many(BTreeMap::new()),
+            seen: 0,
+        });
+        self.live += 1;
+        self.held_bytes += key.len();
+        let hash = self.hasher.hash_one(key);
+        if !self.dead.is_empty() && self.table.len() >= self.table.capacity() {
+            // The table is about to rehash every entry: dead ones have no key.
+            self.drop_dead();
+        }
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.table.insert_unique(hash, id, |&other| {
+            hasher.hash_one(&slots[other as usize].as_ref().expect("live slot").key)
+        });
+        id
+    }
+
+    /// Removes freed slots from the table; their ids become reusable.
+    fn drop_dead(&mut self) {
+        let slots = &self.slots;
+        self.table.retain(|id| slots[*id as usize].is_some());
+        self.free.append(&mut self.dead);
+    }
+
+    fn free_slot(&mut self, id: u32) {
+        let Some(slot) = self.slots[id as usize].take() else {
+            return;
+        };
+        self.held_bytes -= slot.key.len();
+        self.live -= 1;
+        self.dead.push(id);
+        if self.live == 0 {
+            self.slots.clear();
+            self.free.clear();
+            self.dead.clear();
+            self.table.clear();
+        } else if self.dead.len() > self.live.max(1024) {
+            self.drop_dead();
+        }
+        if let Some((hot_slot, _, _)) = &mut self.hot {
+            if *hot_slot == Some(id) {
+                *hot_slot = None;
+            }
+        }
+    }
+
+    fn slot_mut(&mut self, id: u32) -> &mut Slot {
+        self.slots[id as usize].as_mut().expect("live slot")
     }
 
     /// Adds one input element (an encoded windowed KV).
     pub fn insert(&mut self, element: &[u8]) -> Result<(), String> {
-        let (wv, _) = WindowedValue::decode(&self.input_coder, &self.window_coder, element)
-            .map_err(|e| e.to_string())?;
-        let (k, v) = split_kv(&self.input_coder, &wv.value).map_err(|e| e.to_string())?;
-        *self.key_counts.entry(k.to_vec()).or_default() += wv.windows.len() as u64;
-        self.total += wv.windows.len() as u64;
-        let by_window = self.groups.entry(k.to_vec()).or_default();
-        for w in wv.windows {
-            by_window
-                .entry(w)
-                .or_insert_with(Group::new)
-                .add(wv.timestamp, v.to_vec());
+        let p = parse(&self.input_coder, &self.window_coder, element)?;
+        let id = self.slot_for(p.key);
+        let windows = p.windows.as_slice();
+        let n = windows.len() as u64;
+        let mut new_expiries = Vec::new();
+        let slot = self.slots[id as usize].as_mut().expect("live slot");
+        slot.seen += n;
+        let seen = slot.seen;
+        for w in windows {
+            if slot.groups.is_empty() {
+                slot.groups = KeyGroups::One(w.clone(), Group::new());
+                new_expiries.push(w.max_timestamp());
+            }
+            let (g, new) = slot.groups.entry(w);
+            if new {
+                new_expiries.push(w.max_timestamp());
+            }
+            g.add(p.timestamp, p.value);
+        }
+        self.held_bytes += p.value.len() * windows.len();
+        self.total += n;
+        let over = self.spill.as_ref().is_some_and(|s| {
+            s.error.is_none() && self.held_bytes + self.live * KEY_OVERHEAD > s.budget
+        });
+        let leader = self.hot.as_ref().map(|(_, _, c)| *c).unwrap_or(0);
+        if seen > leader {
+            match &mut self.hot {
+                Some((Some(h), _, c)) if *h == id => *c = seen,
+                _ => self.hot = Some((Some(id), p.key.to_vec(), seen)),
+            }
+        }
+        for t in new_expiries {
+            self.expiry.entry(t).or_default().push(id);
+        }
+        if over {
+            // A failed spill fails the job through take_error.
+            if let Err(e) = self.spill_all() {
+                if let Some(s) = self.spill.as_mut() {
+                    s.error.get_or_insert(e);
+                }
+            }
         }
         match self.windowing.window_fn {
             WindowFn::Sessions { .. } => {
-                let merges = session_merges(by_window.keys());
-                merge_groups(by_window, merges);
+                let slot = self.slot_mut(id);
+                let merges = match &slot.groups {
+                    KeyGroups::Many(map) if map.len() > 1 => {
+                        session_merges(map.keys().map(|(_, w)| w))
+                    }
+                    _ => Vec::new(),
+                };
+                self.merge(id, merges);
             }
             WindowFn::CustomMerging => {
-                self.unmerged.insert(k.to_vec());
+                if !self.unmerged.contains(p.key) {
+                    self.unmerged.insert(p.key.to_vec());
+                }
             }
             WindowFn::Global | WindowFn::NonMerging => {}
         }
         Ok(())
+    }
+
+    /// Moves the groups of each set of merged windows of slot `id` into their
+    /// merged window, indexing new windows.
+    fn merge(&mut self, id: u32, merges: Merges) {
+        for (target, members) in merges {
+            if members == [target.clone()] {
+                continue;
+            }
+            let slot = self.slot_mut(id);
+            let mut g = Group::new();
+            for m in members {
+                if let Some(old) = slot.groups.remove(&m) {
+                    g.absorb(old);
+                }
+            }
+            let was_empty = slot.groups.is_empty();
+            if was_empty {
+                slot.groups = KeyGroups::One(target.clone(), Group::new());
+            }
+            let (into, new) = slot.groups.entry(&target);
+            into.absorb(g);
+            if was_empty || new {
+                self.expiry
+                    .entry(target.max_timestamp())
+                    .or_default()
+                    .push(id);
+            }
+        }
     }
 
     /// True when a key whose windows a custom merging WindowFn has not
@@ -122,33 +685,54 @@ impl GroupByKeyBuffer {
     /// before [`Self::take_complete`].
     pub fn needs_merge(&self, complete: impl Fn(Timestamp) -> bool) -> bool {
         self.unmerged.iter().any(|k| {
-            self.groups
-                .get(k)
-                .is_some_and(|by_window| by_window.keys().any(|w| complete(w.max_timestamp())))
+            self.find(k).is_some_and(|id| {
+                self.slots[id as usize]
+                    .as_ref()
+                    .is_some_and(|s| s.groups.any_window(|w| complete(w.max_timestamp())))
+            })
         })
     }
 
     /// Takes the keys with unmerged windows, each with all its windows (the
     /// input of `beam:transform:merge_windows:v1`).
     pub fn take_unmerged(&mut self) -> Vec<(Vec<u8>, Vec<Window>)> {
-        take_unmerged(&mut self.unmerged, &self.groups)
+        let keys: Vec<Vec<u8>> = self.unmerged.drain().collect();
+        keys.into_iter()
+            .filter_map(|k| {
+                let id = self.find(&k)?;
+                let windows = self.slots[id as usize].as_ref()?.groups.windows();
+                Some((k, windows))
+            })
+            .collect()
     }
 
     /// Applies merges of `key`'s windows computed by the SDK: the values of
     /// each group of windows move into their merged window.
     pub fn apply_merges(&mut self, key: &[u8], merges: Merges) {
-        if let Some(by_window) = self.groups.get_mut(key) {
-            merge_groups(by_window, merges);
+        if let Some(id) = self.find(key) {
+            self.merge(id, merges);
         }
     }
 
     /// The key with most values, when it holds at least half of all values
     /// this buffer saw and at least a thousand (one key's values cannot be
-    /// spread over workers); then resets the counts.
+    /// spread over workers); then resets the counts. A key's count covers
+    /// the values it got while it had buffered windows.
     pub fn take_hot_key(&mut self) -> Option<HotKey> {
-        let counts = std::mem::take(&mut self.key_counts);
+        let hot = self.hot.take();
         let total = std::mem::take(&mut self.total);
-        let (key, values) = counts.into_iter().max_by_key(|(_, n)| *n)?;
+        if self.live == 0 {
+            self.slots.clear();
+            self.free.clear();
+            self.dead.clear();
+            self.table.clear();
+            self.expiry.clear();
+        } else {
+            for s in self.slots.iter_mut().flatten() {
+                s.seen = 0;
+            }
+        }
+        let (_, key, values) = hot?;
         (values >= HOT_KEY_MIN_VALUES && values * 2 >= total).then_some(HotKey {
             key,
             values,
@@ -156,59 +740,90 @@ impl GroupByKeyBuffer {
         })
     }
 
-    /// How many keys have buffered windows.
+    /// How many keys have buffered windows (groups in spilled runs count
+    /// once per run they are in).
     pub fn buffered_keys(&self) -> usize {
-        self.groups.len()
+        self.live + self.spill.as_ref().map_or(0, |s| s.parts)
     }
 
-    /// True when nothing is buffered.
+    /// True when nothing is buffered (in memory or spilled).
     pub fn is_empty(&self) -> bool {
-        self.groups.is_empty()
+        self.live == 0 && self.spill.as_ref().is_none_or(|s| s.merger.is_empty())
+    }
+
+    /// Bytes of encoded keys and values held (a lower bound of the memory
+    /// the buffer uses).
+    pub fn held_bytes(&self) -> usize {
+        self.held_bytes
     }
 
     /// Removes and encodes every group whose window is complete, i.e. for
-    /// which `complete(window.max_timestamp())` is true. Each output is an
-    /// encoded windowed `KV<key, iterable<value>>`, pane on-time and only firing.
+    /// which `complete(window.max_timestamp())` is true; `complete` must be
+    /// monotone (true for a timestamp means true for every earlier one, as
+    /// "the watermark has passed it" is). Each output is an encoded windowed
+    /// `KV<key, iterable<value>>`, pane on-time and only firing. Costs
+    /// O(log windows) when nothing is complete.
+    ///
+    /// With spilled runs ([`Self::with_spill`]) the complete groups come
+    /// back from disk a chunk at a time: see [`Self::has_more_complete`].
     pub fn take_complete(&mut self, complete: impl Fn(Timestamp) -> bool) -> Vec<Vec<u8>> {
+        if self.spill.as_ref().is_some_and(|s| !s.merger.is_empty()) {
+            return self.take_complete_spilled(&complete);
+        }
         let mut out = Vec::new();
-        self.groups.retain(|key, by_window| {
-            let ready: Vec<Window> = by_window
-                .keys()
-                .filter(|w| complete(w.max_timestamp()))
-                .cloned()
-                .collect();
-            for w in ready {
-                let g = by_window.remove(&w).expect("present");
-                let timestamp = match self.windowing.output_time {
-                    // Beam Python stamps global-window panes 1 ms before the
-                    // Runner API's GLOBAL_WINDOW_MAX_TIMESTAMP (its max is 1 µs
-                    // before the end, rounded down); Weir matches those bytes.
-                    OutputTime::EndOfWindow if w == Window::Global => {
-                        Timestamp::PYTHON_END_OF_GLOBAL_WINDOW
-                    }
-                    // A custom window's end is unknown to the runner: the
-                    // pane takes its latest element's timestamp, which lies
-                    // inside the window.
-                    OutputTime::EndOfWindow if matches!(w, Window::Custom(_)) => g.max_ts,
-                    OutputTime::EndOfWindow => w.max_timestamp(),
-                    OutputTime::EarliestInPane => g.min_ts,
-                    OutputTime::LatestInPane => g.max_ts,
-                };
-                let mut value = key.clone();
-                encode_iterable(g.values.iter().map(|v| v.as_slice()), &mut value);
-                let wv = WindowedValue {
-                    timestamp,
-                    windows: vec![w],
-                    pane: PaneInfo::ON_TIME_AND_ONLY_FIRING,
-                    value,
-                };
-                let mut bytes = Vec::new();
-                wv.encode(&mut bytes);
-                out.push(bytes);
+        while let Some(entry) = self.expiry.first_entry() {
+            if !complete(*entry.key()) {
+                break;
             }
-            !by_window.is_empty()
-        });
+            for id in entry.remove() {
+                self.fire_slot(id, &complete, &mut out);
+            }
+        }
         out
+    }
+
+    /// Fires the complete windows of slot `id` (if it is still live).
+    fn fire_slot(
+        &mut self,
+        id: u32,
+        complete: &impl Fn(Timestamp) -> bool,
+        out: &mut Vec<Vec<u8>>,
+    ) {
+        let output_time = self.windowing.output_time.clone();
+        let Some(slot) = self.slots.get_mut(id as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let mut fired = 0usize;
+        let mut emit = |key: &[u8], w: &Window, g: &Group| {
+            let ts = pane_timestamp(&output_time, w, g.min_ts, g.max_ts);
+            let mut bytes = Vec::new();
+            encode_pane(key, w, ts, g.count, &g.values, &mut bytes);
+            out.push(bytes);
+            fired += g.values.len();
+        };
+        match &mut slot.groups {
+            KeyGroups::One(w, g) => {
+                if !complete(w.max_timestamp()) {
+                    return;
+                }
+                emit(&slot.key, w, g);
+                slot.groups = KeyGroups::Many(BTreeMap::new());
+            }
+            KeyGroups::Many(map) => {
+                while let Some(e) = map.first_entry() {
+                    if !complete(e.key().0) {
+                        break;
+                    }
+                    let ((_, w), g) = e.remove_entry();
+                    emit(&slot.key, &w, &g);
+                }
+            }
+        }
+        let empty = slot.groups.is_empty();
+        self.held_bytes -= fired;
+        if empty {
+            self.free_slot(id);
+        }
     }
 }
 
@@ -216,7 +831,7 @@ impl GroupByKeyBuffer {
 /// hold windows in `by_key`.
 pub(crate) fn take_unmerged<V>(
     unmerged: &mut HashSet<Vec<u8>>,
-    by_key: &HashMap<Vec<u8>, HashMap<Window, V>>,
+    by_key: &std::collections::HashMap<Vec<u8>, std::collections::HashMap<Window, V>>,
 ) -> Vec<(Vec<u8>, Vec<Window>)> {
     unmerged
         .drain()
@@ -225,23 +840,6 @@ pub(crate) fn take_unmerged<V>(
             Some((k, windows))
         })
         .collect()
-}
-
-/// Moves the groups of each set of merged windows of one key into their
-/// merged window.
-fn merge_groups(by_window: &mut HashMap<Window, Group>, merges: Merges) {
-    for (target, members) in merges {
-        if members == [target.clone()] {
-            continue;
-        }
-        let mut g = Group::new();
-        for m in members {
-            if let Some(old) = by_window.remove(&m) {
-                g.absorb(old);
-            }
-        }
-        by_window.entry(target).or_insert_with(Group::new).absorb(g);
-    }
 }
 
 /// Beam's session merging over one key's interval windows: windows that
@@ -275,10 +873,10 @@ pub(crate) fn session_merges<'a>(
     merged.retain(|(_, members)| members.len() > 1);
     merged
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weir_model::WindowedValue;
 
     fn kv(key: &str, value: u8, ts: i64, window: Window) -> Vec<u8> {
         let mut v = vec![key.len() as u8];
@@ -439,6 +1037,7 @@ mod tests {
 #[cfg(test)]
 mod hot_key_tests {
     use super::*;
+    use weir_model::WindowedValue;
 
     #[test]
     fn reports_a_key_with_most_values_once() {
@@ -479,5 +1078,513 @@ mod hot_key_tests {
             }
         );
         assert_eq!(b.take_hot_key(), None, "reported once");
+    }
+}
+
+#[cfg(test)]
+mod index_tests {
+    use super::*;
+    use weir_model::windowed_value::encode_iterable;
+    use weir_model::WindowedValue;
+
+    fn iw(start: i64, end: i64) -> Window {
+        Window::Interval {
+            start: Timestamp(start),
+            end: Timestamp(end),
+        }
+    }
+
+    fn element(key: &str, value: u8, ts: i64, windows: Vec<Window>) -> Vec<u8> {
+        let mut v = vec![key.len() as u8];
+        v.extend_from_slice(key.as_bytes());
+        v.push(value);
+        let mut out = Vec::new();
+        WindowedValue {
+            timestamp: Timestamp(ts),
+            windows,
+            pane: PaneInfo::NO_FIRING,
+            value: v,
+        }
+        .encode(&mut out);
+        out
+    }
+
+    fn coder() -> Coder {
+        Coder::Kv(Box::new(Coder::StringUtf8), Box::new(Coder::VarInt))
+    }
+
+    fn buffer(window_fn: WindowFn, output_time: OutputTime) -> GroupByKeyBuffer {
+        let windowing = Windowing {
+            window_fn,
+            output_time,
+            ..Windowing::global()
+        };
+        GroupByKeyBuffer::new(coder(), Coder::IntervalWindow, windowing)
+    }
+
+    /// (key, window, timestamp, values) of each output, sorted.
+    fn decoded(out: &[Vec<u8>]) -> Vec<(String, Window, i64, Vec<u8>)> {
+        let c = Coder::Kv(
+            Box::new(Coder::StringUtf8),
+            Box::new(Coder::Iterable(Box::new(Coder::VarInt))),
+        );
+        let mut got: Vec<_> = out
+            .iter()
+            .map(|b| {
+                let (wv, used) = WindowedValue::decode(&c, &Coder::IntervalWindow, b).unwrap();
+                assert_eq!(used, b.len());
+                assert_eq!(wv.pane, PaneInfo::ON_TIME_AND_ONLY_FIRING);
+                assert_eq!(wv.windows.len(), 1);
+                let klen = wv.value[0] as usize;
+                let key = String::from_utf8(wv.value[1..1 + klen].to_vec()).unwrap();
+                let values = wv.value[1 + klen + 4..].to_vec();
+                let n = i32::from_be_bytes(wv.value[1 + klen..1 + klen + 4].try_into().unwrap());
+                assert_eq!(n as usize, values.len());
+                (key, wv.windows[0].clone(), wv.timestamp.0, values)
+            })
+            .collect();
+        got.sort();
+        got
+    }
+
+    #[test]
+    fn fixed_windows_fire_as_the_watermark_passes_each_end() {
+        let mut b = buffer(WindowFn::NonMerging, OutputTime::EndOfWindow);
+        for (k, v, ts) in [
+            ("a", 1, 1),
+            ("a", 2, 12),
+            ("b", 3, 5),
+            ("a", 4, 25),
+            ("b", 5, 7),
+        ] {
+            let w = iw(ts / 10 * 10, ts / 10 * 10 + 10);
+            b.insert(&element(k, v, ts, vec![w])).unwrap();
+        }
+        assert_eq!(b.buffered_keys(), 2);
+        // Watermark 9: nothing is complete ([0,10) has max timestamp 9).
+        assert!(b.take_complete(|t| Timestamp(9) > t).is_empty());
+        assert_eq!(
+            decoded(&b.take_complete(|t| Timestamp(10) > t)),
+            vec![
+                ("a".into(), iw(0, 10), 9, vec![1]),
+                ("b".into(), iw(0, 10), 9, vec![3, 5]),
+            ]
+        );
+        assert_eq!(b.buffered_keys(), 1, "b has no windows left");
+        assert_eq!(
+            decoded(&b.take_complete(|t| Timestamp(20) > t)),
+            vec![("a".into(), iw(10, 20), 19, vec![2])]
+        );
+        assert!(b.take_complete(|t| Timestamp(20) > t).is_empty());
+        assert_eq!(
+            decoded(&b.take_complete(|_| true)),
+            vec![("a".into(), iw(20, 30), 29, vec![4])]
+        );
+        assert!(b.is_empty());
+        assert_eq!(b.held_bytes(), 0);
+    }
+
+    #[test]
+    fn an_element_in_several_windows_joins_each() {
+        let mut b = buffer(WindowFn::NonMerging, OutputTime::LatestInPane);
+        // Sliding windows: size 10, period 5.
+        b.insert(&element("k", 1, 7, vec![iw(0, 10), iw(5, 15)]))
+            .unwrap();
+        b.insert(&element("k", 2, 11, vec![iw(5, 15), iw(10, 20)]))
+            .unwrap();
+        assert_eq!(
+            decoded(&b.take_complete(|t| Timestamp(15) > t)),
+            vec![
+                ("k".into(), iw(0, 10), 7, vec![1]),
+                ("k".into(), iw(5, 15), 11, vec![1, 2]),
+            ]
+        );
+        assert_eq!(
+            decoded(&b.take_complete(|_| true)),
+            vec![("k".into(), iw(10, 20), 11, vec![2])]
+        );
+    }
+
+    #[test]
+    fn merged_sessions_fire_at_the_merged_end_not_the_stale_one() {
+        let mut b = buffer(
+            WindowFn::Sessions { gap_ms: 10 },
+            OutputTime::EarliestInPane,
+        );
+        b.insert(&element("k", 1, 0, vec![iw(0, 10)])).unwrap();
+        b.insert(&element("k", 2, 5, vec![iw(5, 15)])).unwrap();
+        // [0, 10) alone would be complete at watermark 10; merged into
+        // [0, 15) it waits for 15.
+        assert!(b.take_complete(|t| Timestamp(10) > t).is_empty());
+        assert_eq!(b.buffered_keys(), 1);
+        // A third element extends the session again.
+        b.insert(&element("k", 3, 13, vec![iw(13, 23)])).unwrap();
+        assert!(b.take_complete(|t| Timestamp(15) > t).is_empty());
+        assert_eq!(
+            decoded(&b.take_complete(|t| Timestamp(23) > t)),
+            vec![("k".into(), iw(0, 23), 0, vec![1, 2, 3])]
+        );
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn custom_merges_index_the_merged_window() {
+        let windowing = Windowing {
+            window_fn: WindowFn::CustomMerging,
+            output_time: OutputTime::EndOfWindow,
+            ..Windowing::global()
+        };
+        let mut b = GroupByKeyBuffer::new(coder(), Coder::IntervalWindow, windowing);
+        b.insert(&element("a", 1, 1, vec![iw(1, 2)])).unwrap();
+        b.insert(&element("a", 2, 3, vec![iw(3, 4)])).unwrap();
+        b.take_unmerged();
+        b.apply_merges(&[1, b'a'], vec![(iw(1, 50), vec![iw(1, 2), iw(3, 4)])]);
+        assert!(b.take_complete(|t| Timestamp(10) > t).is_empty());
+        assert_eq!(
+            decoded(&b.take_complete(|t| Timestamp(50) > t)),
+            vec![("a".into(), iw(1, 50), 49, vec![1, 2])]
+        );
+    }
+
+    #[test]
+    fn late_data_after_a_firing_forms_a_new_pane() {
+        let mut b = buffer(WindowFn::NonMerging, OutputTime::EndOfWindow);
+        b.insert(&element("k", 1, 1, vec![iw(0, 10)])).unwrap();
+        assert_eq!(b.take_complete(|t| Timestamp(100) > t).len(), 1);
+        b.insert(&element("k", 2, 2, vec![iw(0, 10)])).unwrap();
+        assert_eq!(
+            decoded(&b.take_complete(|t| Timestamp(100) > t)),
+            vec![("k".into(), iw(0, 10), 9, vec![2])]
+        );
+    }
+
+    #[test]
+    fn reused_slots_do_not_fire_early() {
+        let mut b = buffer(WindowFn::NonMerging, OutputTime::EndOfWindow);
+        b.insert(&element("a", 1, 1, vec![iw(0, 10)])).unwrap();
+        assert_eq!(b.take_complete(|t| Timestamp(10) > t).len(), 1);
+        // "b" takes a's freed slot; an index entry of a's at 9 is gone, and
+        // b's own window waits for its end.
+        b.insert(&element("b", 2, 30, vec![iw(30, 40)])).unwrap();
+        b.insert(&element("a", 3, 35, vec![iw(30, 40)])).unwrap();
+        assert!(b.take_complete(|t| Timestamp(39) > t).is_empty());
+        assert_eq!(b.buffered_keys(), 2);
+        assert_eq!(
+            decoded(&b.take_complete(|t| Timestamp(40) > t)),
+            vec![
+                ("a".into(), iw(30, 40), 39, vec![3]),
+                ("b".into(), iw(30, 40), 39, vec![2]),
+            ]
+        );
+    }
+
+    /// The output bytes equal those built the plain way (decode, collect
+    /// values, encode_iterable, WindowedValue::encode).
+    #[test]
+    fn panes_are_byte_identical_to_the_plain_encoding() {
+        let mut b = buffer(WindowFn::NonMerging, OutputTime::LatestInPane);
+        let mut expected = Vec::new();
+        for key in 0..50u8 {
+            let k = format!("key{key}");
+            let values: Vec<u8> = (0..(key % 7 + 1)).collect();
+            for (i, v) in values.iter().enumerate() {
+                b.insert(&element(&k, *v, 100 + i as i64, vec![iw(0, 1000)]))
+                    .unwrap();
+            }
+            let mut value = vec![k.len() as u8];
+            value.extend_from_slice(k.as_bytes());
+            let parts: Vec<Vec<u8>> = values.iter().map(|v| vec![*v]).collect();
+            encode_iterable(parts.iter().map(|p| p.as_slice()), &mut value);
+            let mut bytes = Vec::new();
+            WindowedValue {
+                timestamp: Timestamp(100 + values.len() as i64 - 1),
+                windows: vec![iw(0, 1000)],
+                pane: PaneInfo::ON_TIME_AND_ONLY_FIRING,
+                value,
+            }
+            .encode(&mut bytes);
+            expected.push(bytes);
+        }
+        let mut got = b.take_complete(|_| true);
+        got.sort();
+        expected.sort();
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn route_hash_depends_on_the_key_only() {
+        let c = coder();
+        let h = |k: &str, v: u8, w: Window| {
+            GroupByKeyBuffer::route_hash(
+                &c,
+                &Coder::IntervalWindow,
+                &element(k, v, v as i64, vec![w]),
+            )
+            .unwrap()
+        };
+        assert_eq!(h("a", 1, iw(0, 10)), h("a", 9, iw(50, 60)));
+        assert_ne!(h("a", 1, iw(0, 10)), h("b", 1, iw(0, 10)));
+        assert_eq!(
+            GroupByKeyBuffer::key_of(
+                &c,
+                &Coder::IntervalWindow,
+                &element("ab", 1, 0, vec![iw(0, 1)])
+            )
+            .unwrap(),
+            vec![2, b'a', b'b']
+        );
+        let bad = GroupByKeyBuffer::route_hash(
+            &Coder::VarInt,
+            &Coder::IntervalWindow,
+            &element("a", 1, 0, vec![iw(0, 1)]),
+        );
+        assert!(bad.unwrap_err().contains("beam:coder:kv:v1"));
+    }
+
+    /// Keys freed in bulk (their ids dropped from the table in one pass and
+    /// reused) are still found, and values never land in another key.
+    #[test]
+    fn freed_and_reused_slots_keep_keys_apart() {
+        let mut b = buffer(WindowFn::NonMerging, OutputTime::EndOfWindow);
+        let key = |i: i64| format!("k{i}");
+        for i in 0..3000i64 {
+            let end = if i < 2500 { 10 } else { 100 };
+            b.insert(&element(&key(i), (i % 100) as u8, 1, vec![iw(0, end)]))
+                .unwrap();
+        }
+        assert_eq!(b.take_complete(|t| Timestamp(10) > t).len(), 2500);
+        assert_eq!(b.buffered_keys(), 500);
+        for i in (0..3000i64).rev() {
+            b.insert(&element(&key(i), 7, 50, vec![iw(0, 100)]))
+                .unwrap();
+        }
+        assert_eq!(b.buffered_keys(), 3000);
+        let got = decoded(&b.take_complete(|_| true));
+        assert_eq!(got.len(), 3000);
+        for (k, w, _, values) in got {
+            let i: i64 = k[1..].parse().unwrap();
+            assert_eq!(w, iw(0, 100));
+            let want = if i < 2500 {
+                vec![7]
+            } else {
+                vec![(i % 100) as u8, 7]
+            };
+            assert_eq!(values, want, "{k}");
+        }
+        assert!(b.is_empty());
+    }
+
+    /// Many keys, few complete: take_complete touches only the complete ones
+    /// (a full scan per call would make this quadratic and time out).
+    #[test]
+    fn take_complete_is_proportional_to_what_fired() {
+        let mut b = buffer(WindowFn::NonMerging, OutputTime::EndOfWindow);
+        for i in 0..20_000i64 {
+            b.insert(&element(&format!("k{i}"), 1, i, vec![iw(i, i + 1)]))
+                .unwrap();
+        }
+        let start = std::time::Instant::now();
+        let mut fired = 0;
+        for wm in 1..=20_000i64 {
+            fired += b.take_complete(|t| Timestamp(wm) > t).len();
+            assert_eq!(fired as i64, wm);
+        }
+        assert!(b.is_empty());
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    }
+}
+
+#[cfg(test)]
+mod spill_tests {
+    use super::*;
+    use weir_model::WindowedValue;
+
+    fn iw(start: i64, end: i64) -> Window {
+        Window::Interval {
+            start: Timestamp(start),
+            end: Timestamp(end),
+        }
+    }
+
+    fn element(key: u32, value: u32, ts: i64, window: Window) -> Vec<u8> {
+        let k = format!("key-{key}");
+        let mut v = vec![k.len() as u8];
+        v.extend_from_slice(k.as_bytes());
+        weir_model::varint::encode_varint(i64::from(value), &mut v);
+        let mut out = Vec::new();
+        WindowedValue {
+            timestamp: Timestamp(ts),
+            windows: vec![window],
+            pane: PaneInfo::NO_FIRING,
+            value: v,
+        }
+        .encode(&mut out);
+        out
+    }
+
+    fn buffer(window_fn: WindowFn, output_time: OutputTime) -> GroupByKeyBuffer {
+        let windowing = Windowing {
+            window_fn,
+            output_time,
+            ..Windowing::global()
+        };
+        GroupByKeyBuffer::new(
+            Coder::Kv(Box::new(Coder::StringUtf8), Box::new(Coder::VarInt)),
+            Coder::IntervalWindow,
+            windowing,
+        )
+    }
+
+    fn dir(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("weir-spill-{name}-{}", std::process::id()))
+    }
+
+    /// Everything complete under `wm`, calling take_complete until no more.
+    fn drain(b: &mut GroupByKeyBuffer, wm: i64) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        loop {
+            out.extend(b.take_complete(|t| Timestamp(wm) > t));
+            if !b.has_more_complete() {
+                break;
+            }
+        }
+        assert_eq!(b.take_error(), None);
+        out.sort();
+        out
+    }
+
+    /// A spilling buffer gives the same output bytes (values in the same
+    /// order within each group) as an in-memory one, window by window.
+    #[test]
+    fn spilled_groups_come_back_identical_in_order_and_windows() {
+        let d = dir("identical");
+        let mut plain = buffer(WindowFn::NonMerging, OutputTime::LatestInPane);
+        let mut spilled =
+            buffer(WindowFn::NonMerging, OutputTime::LatestInPane).with_spill(4096, d.clone());
+        for i in 0..3000u32 {
+            // 200 keys, 3 fixed windows of 100 ms; values in arrival order.
+            let ts = i64::from(i % 300);
+            let e = element(
+                i * 7919 % 200,
+                i,
+                ts,
+                iw(ts / 100 * 100, ts / 100 * 100 + 100),
+            );
+            plain.insert(&e).unwrap();
+            spilled.insert(&e).unwrap();
+        }
+        assert!(
+            spilled.spilled_runs() > 3,
+            "runs: {}",
+            spilled.spilled_runs()
+        );
+        assert!(spilled.memory_estimate() <= 4096);
+        for wm in [50, 100, 200, 1000] {
+            let a = drain(&mut plain, wm);
+            let b = drain(&mut spilled, wm);
+            assert_eq!(a.len(), b.len(), "watermark {wm}");
+            assert_eq!(a, b, "watermark {wm}");
+        }
+        assert!(plain.is_empty() && spilled.is_empty());
+        let left: Vec<_> = std::fs::read_dir(&d)
+            .map(|r| r.collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "run files left: {left:?}");
+        let _ = std::fs::remove_dir(&d);
+    }
+
+    /// The global window, one value per key (the load tests' shape), output
+    /// in chunks no larger than the chunk size plus one group.
+    #[test]
+    fn global_window_spill_is_read_back_in_chunks() {
+        let d = dir("global");
+        let windowing = Windowing {
+            window_fn: WindowFn::Global,
+            output_time: OutputTime::EndOfWindow,
+            ..Windowing::global()
+        };
+        let coder = Coder::Kv(Box::new(Coder::StringUtf8), Box::new(Coder::VarInt));
+        let mut plain =
+            GroupByKeyBuffer::new(coder.clone(), Coder::GlobalWindow, windowing.clone());
+        let mut spilled = GroupByKeyBuffer::new(coder, Coder::GlobalWindow, windowing)
+            .with_spill(64 << 10, d.clone());
+        for i in 0..20_000u32 {
+            let k = format!("k{}", i % 5000);
+            let mut v = vec![k.len() as u8];
+            v.extend_from_slice(k.as_bytes());
+            weir_model::varint::encode_varint(i64::from(i), &mut v);
+            let mut e = Vec::new();
+            WindowedValue {
+                timestamp: Timestamp(i64::from(i)),
+                windows: vec![Window::Global],
+                pane: PaneInfo::NO_FIRING,
+                value: v,
+            }
+            .encode(&mut e);
+            plain.insert(&e).unwrap();
+            spilled.insert(&e).unwrap();
+        }
+        assert!(spilled.spilled_runs() >= 2);
+        assert!(spilled
+            .take_complete(|t| t < Timestamp::END_OF_GLOBAL_WINDOW)
+            .is_empty());
+        let mut chunks = 0;
+        let mut got = Vec::new();
+        loop {
+            let part = spilled.take_complete(|_| true);
+            let bytes: usize = part.iter().map(Vec::len).sum();
+            assert!(bytes <= (64 << 10) + 200, "chunk of {bytes} bytes");
+            got.extend(part);
+            chunks += 1;
+            if !spilled.has_more_complete() {
+                break;
+            }
+        }
+        assert!(chunks > 1);
+        let mut want = plain.take_complete(|_| true);
+        want.sort();
+        got.sort();
+        assert_eq!(got.len(), 5000);
+        assert_eq!(got, want);
+        assert!(spilled.is_empty());
+        let _ = std::fs::remove_dir(&d);
+    }
+
+    #[test]
+    fn merging_windows_stay_in_memory() {
+        let d = dir("sessions");
+        let mut b = buffer(
+            WindowFn::Sessions { gap_ms: 10 },
+            OutputTime::EarliestInPane,
+        )
+        .with_spill(1, d.clone());
+        for i in 0..100u32 {
+            b.insert(&element(
+                i % 3,
+                i,
+                i64::from(i),
+                iw(i64::from(i), i64::from(i) + 10),
+            ))
+            .unwrap();
+        }
+        assert_eq!(b.spilled_runs(), 0);
+        assert_eq!(drain(&mut b, 1000).len(), 3);
+        assert!(!d.exists());
+    }
+
+    #[test]
+    fn an_unwritable_spill_directory_is_reported() {
+        let file = dir("not-a-dir");
+        std::fs::write(&file, b"x").unwrap();
+        let mut b =
+            buffer(WindowFn::NonMerging, OutputTime::EndOfWindow).with_spill(1, file.clone());
+        b.insert(&element(1, 1, 1, iw(0, 10))).unwrap();
+        let err = b.take_error().unwrap();
+        assert_eq!(b.take_error(), None, "reported once");
+        assert!(
+            err.contains("could not spill to") && err.contains("not-a-dir"),
+            "{err}"
+        );
+        let _ = std::fs::remove_file(&file);
     }
 }

@@ -26,6 +26,7 @@ pub mod group_by_key;
 pub mod merge_windows;
 pub mod panes;
 pub mod side_input;
+mod spill;
 pub mod timers;
 pub mod triggers;
 
@@ -58,6 +59,14 @@ pub struct EngineConfig {
     /// (`SdkStage::drain_descriptor_id`: the DoFn's `truncate_restriction`
     /// first), so the sources finish and every window fires.
     pub drain: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Most bytes one batch GroupByKey keeps in memory (over all workers)
+    /// before it writes its groups as sorted runs under `spill_dir` and
+    /// merges them back when they fire (non-merging WindowFns only); None:
+    /// no bound.
+    pub gbk_memory_budget: Option<usize>,
+    /// Where GroupByKeys spill: one subfolder per stage and worker, removed
+    /// when the job ends.
+    pub spill_dir: std::path::PathBuf,
 }
 
 /// A sink for engine notices (e.g. hot keys), shown in the job's messages.
@@ -96,6 +105,8 @@ impl Default for EngineConfig {
             notices: Notices::default(),
             stuck_after: std::time::Duration::from_secs(300),
             drain: Default::default(),
+            gbk_memory_budget: None,
+            spill_dir: std::env::temp_dir().join("weir-spill"),
         }
     }
 }

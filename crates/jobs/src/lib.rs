@@ -43,6 +43,12 @@ pub struct ServerConfig {
     /// The Job API token and the allowlist of PROCESS commands and DOCKER
     /// images ([`security::Security`]).
     pub security: Arc<security::Security>,
+    /// Most bytes one batch GroupByKey of a job keeps in memory before it
+    /// spills sorted runs under `spill_root` (`weir serve
+    /// --gbk_memory_budget_mb`); None: no bound.
+    pub gbk_memory_budget: Option<usize>,
+    /// Where GroupByKeys spill (one folder per job, removed when it ends).
+    pub spill_root: std::path::PathBuf,
 }
 
 /// A gRPC service whose undecodable requests are INVALID_ARGUMENT

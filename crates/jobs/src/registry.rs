@@ -653,6 +653,8 @@ mod tests {
                 limits: Default::default(),
                 capture_prepare_dir: None,
                 security: Default::default(),
+                gbk_memory_budget: None,
+                spill_root: std::env::temp_dir().join("weir-spill"),
             },
             url,
         )

@@ -180,8 +180,11 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         .map(std::time::Duration::from_secs)
         .unwrap_or(EngineConfig::default().stuck_after),
         drain: job.drain.clone(),
+        gbk_memory_budget: registry.config.gbk_memory_budget,
+        spill_dir: registry.config.spill_root.join(&job.id),
         ..EngineConfig::default()
     };
+    let spill_dir = config.spill_dir.clone();
     let cancel = job.cancel.clone();
     let result = tokio::task::spawn_blocking(move || {
         weir_engine::run_job(graph, Arc::new(workers), config, cancel)
@@ -193,6 +196,8 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         ))
     });
 
+    // Runs are deleted as they are read back; a failed job may leave some.
+    let _ = std::fs::remove_dir_all(&spill_dir);
     started.stop().await;
     registry.fn_api.remove_descriptors(&prefix);
     registry.fn_api.remove_sdk_log(&job.id);

@@ -1001,6 +1001,8 @@ fn service() -> (JobService, std::sync::Arc<JobRegistry>) {
             limits: Default::default(),
             capture_prepare_dir: None,
             security: Default::default(),
+            gbk_memory_budget: None,
+            spill_root: std::env::temp_dir().join("weir-spill"),
         },
         url,
     );

@@ -182,6 +182,15 @@ struct ServeArgs {
     /// `apache/beam_*_sdk[:tag]`.
     #[arg(long = "allow_docker_image", value_name = "PATTERN")]
     allow_docker_image: Vec<String>,
+    /// Most MiB one batch GroupByKey keeps in memory; beyond it the groups are
+    /// written as sorted runs to --spill_dir and merged back as windows fire
+    /// (default: a quarter of the machine's RAM; 0: no bound).
+    #[arg(long = "gbk_memory_budget_mb", alias = "gbk-memory-budget-mb")]
+    gbk_memory_budget_mb: Option<usize>,
+    /// Folder for GroupByKey spill files, one subfolder per job, removed when
+    /// the job ends (default: <tmp>/weir-spill).
+    #[arg(long = "spill_dir", alias = "spill-dir")]
+    spill_dir: Option<PathBuf>,
     /// Accepted for compatibility with Beam's Prism launcher; use RUST_LOG.
     #[arg(long = "log_level", hide = true)]
     log_level: Option<String>,
@@ -416,6 +425,21 @@ async fn expansion_service(args: ExpansionArgs) -> anyhow::Result<()> {
     outcome
 }
 
+/// A quarter of the machine's RAM (Linux /proc/meminfo's MemTotal), the
+/// default GroupByKey memory budget; None when it cannot be read.
+fn default_gbk_memory_budget() -> Option<usize> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: usize = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024 / 4)
+}
+
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let security = weir_jobs::security::Security {
         token: auth_token(&args)?.map(Into::into),
@@ -462,6 +486,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
         capture_prepare_dir: args.capture_prepare_dir,
         security: std::sync::Arc::new(security),
+        gbk_memory_budget: match args.gbk_memory_budget_mb {
+            Some(0) => None,
+            Some(mb) => Some(mb.saturating_mul(1 << 20)),
+            None => default_gbk_memory_budget(),
+        },
+        spill_root: args
+            .spill_dir
+            .unwrap_or_else(|| std::env::temp_dir().join("weir-spill")),
     };
     tracing::info!("weir job service listening on {local}");
     eprintln!("weir: Beam Job API listening on {local}");
@@ -480,6 +512,24 @@ mod tests {
             Some(Command::Boot(b)) => b.semi_persistent_directory,
             _ => panic!("not parsed as `weir boot`"),
         }
+    }
+
+    #[test]
+    fn serve_takes_the_memory_budget_and_spill_dir() {
+        let cli = Cli::try_parse_from([
+            "weir",
+            "serve",
+            "--gbk_memory_budget_mb=64",
+            "--spill_dir=/tmp/s",
+        ])
+        .expect("serve arguments parse");
+        let Some(Command::Serve(s)) = cli.command else {
+            panic!("not parsed as `weir serve`");
+        };
+        assert_eq!(s.gbk_memory_budget_mb, Some(64));
+        assert_eq!(s.spill_dir, Some(PathBuf::from("/tmp/s")));
+        let budget = default_gbk_memory_budget().expect("/proc/meminfo on Linux");
+        assert!(budget > 1 << 20, "a quarter of RAM: {budget}");
     }
 
     #[test]

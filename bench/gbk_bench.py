@@ -1,0 +1,263 @@
+"""GroupByKey scaling benchmark: Weir vs Prism vs Beam's DirectRunner.
+
+One Python pipeline per size N (default 200k, 1M, 2M records):
+
+    Impulse -> FlatMap(16 shards) -> Reshuffle -> FlatMap(N/16 records each:
+    10-byte distinct keys, 90-byte values, like Beam's GBK load test on the
+    synthetic source) -> GroupByKey -> Map(per-key digest of the sorted
+    values) -> CombineGlobally(count, sum of digests) -> one output line
+
+run on
+  * Weir: a fresh `weir serve`, the job submitted with PortableRunner and the
+    LOOPBACK environment (the SDK runs in the client process, so the server
+    process's own CPU is the runner's);
+  * Prism (--prism-bin, default /work/prism-bin/prism or bench/bin/prism):
+    a fresh `prism --job_port`, LOOPBACK too;
+  * DirectRunner (multi_processing, 2 workers): no separate runner process.
+
+Rounds are interleaved (size by size, runner by runner). Prints per run wall
+time, runner CPU seconds (the job server process alone), SDK/client CPU
+seconds, runner CPU per record (µs), peak runner RSS; then the ratios Weir /
+Prism and Weir / DirectRunner of the same run and Weir's runner CPU per record
+flatness (largest / smallest size). Exits 1 when the runners' output lines
+differ. Extra `weir serve` flags go in --weir-flag (repeatable), e.g.
+--weir-flag=--gbk_memory_budget_mb=8 for the spill path.
+
+    bench/gbk.sh [--sizes 200000,1000000,2000000] [--runners weir,prism,direct]
+                 [--prism-max N] [--weir-flag F ...]
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import psutil
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH)
+
+import wordcount_bench as wb  # noqa: E402
+from wordcount_bench import REPO, log  # noqa: E402
+
+SHARDS = 16
+
+
+# --- child: the pipeline --------------------------------------------------------
+def child(argv):
+  import hashlib
+  import typing
+
+  import apache_beam as beam
+  from apache_beam.options.pipeline_options import PipelineOptions
+
+  n = int(argv[0])
+  out = argv[1]
+  opts = argv[2:]
+
+  def records(shard):
+    # Distinct 10-byte keys: i -> i * 2654435761 mod 10^10 is a bijection.
+    for i in range(shard, n, SHARDS):
+      key = b'%010d' % ((i * 2654435761) % 10**10)
+      yield key, b'v' * 80 + b'%010d' % i
+
+  def digest(kv):
+    h = hashlib.blake2b(kv[0], digest_size=8)
+    for v in sorted(kv[1]):
+      h.update(v)
+    return int.from_bytes(h.digest(), 'big')
+
+  class Sum(beam.CombineFn):
+    def create_accumulator(self):
+      return (0, 0)
+
+    def add_input(self, acc, x):
+      return (acc[0] + 1, (acc[1] + x) % (1 << 64))
+
+    def merge_accumulators(self, accs):
+      c, s = 0, 0
+      for a in accs:
+        c, s = c + a[0], (s + a[1]) % (1 << 64)
+      return (c, s)
+
+    def extract_output(self, acc):
+      return 'groups=%d digest=%016x' % acc
+
+  with beam.Pipeline(options=PipelineOptions(opts)) as p:
+    lines = (
+        p
+        | beam.Impulse()
+        | 'Shards' >> beam.FlatMap(lambda _: range(SHARDS))
+        | beam.Reshuffle()
+        | 'Records' >> beam.FlatMap(records).with_output_types(
+            typing.Tuple[bytes, bytes])
+        | beam.GroupByKey()
+        | 'Digest' >> beam.Map(digest)
+        | beam.CombineGlobally(Sum()))
+    lines | beam.io.WriteToText(out, num_shards=1)
+
+
+# --- runs -------------------------------------------------------------------------
+def start_server(name, args, out_dir):
+  port = wb.free_port()
+  log_path = os.path.join(out_dir, '%s.log' % name)
+  logf = open(log_path, 'wb')
+  env = dict(os.environ, NO_COLOR='1')
+  if name == 'weir':
+    env.setdefault('RUST_LOG', 'info')
+    cmd = [args.weir_bin, 'serve', '--job_port', str(port), '--bind', '127.0.0.1'
+           ] + args.weir_flag
+  else:
+    cmd = [args.prism_bin, '--job_port', str(port), '--serve_http=false']
+  proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
+                          stdin=subprocess.DEVNULL, env=env)
+  try:
+    wb.wait_for_job_api('localhost:%d' % port, proc, log_path)
+  except BaseException:
+    wb.stop_server(proc)
+    logf.close()
+    raise
+  return proc, port, logf
+
+
+def run_once(runner, n, args, out_dir):
+  os.makedirs(out_dir)
+  prefix = os.path.join(out_dir, 'out')
+  py = sys.executable
+  cmd = [py, os.path.abspath(__file__), '--child', str(n), prefix]
+  server = None
+  if runner == 'direct':
+    cmd += ['--runner=DirectRunner', '--direct_num_workers=2',
+            '--direct_running_mode=multi_processing']
+  else:
+    server, port, logf = start_server(runner, args, out_dir)
+    cmd += ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port,
+            '--environment_type=LOOPBACK']
+  try:
+    srv = psutil.Process(server.pid) if server else None
+    cpu0 = wb._cpu(srv) if srv else 0.0
+    peak = 0
+    with open(os.path.join(out_dir, 'client.log'), 'wb') as clog:
+      start = time.monotonic()
+      client = subprocess.Popen(cmd, stdout=clog, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=out_dir)
+      sampler = wb.Sampler(client)
+      while client.poll() is None:
+        sampler.sample()
+        if srv:
+          try:
+            peak = max(peak, srv.memory_info().rss)
+          except psutil.Error:
+            pass
+        if time.monotonic() - start > args.timeout:
+          client.kill()
+          client.wait()
+          raise SystemExit('%s %d timed out' % (runner, n))
+        time.sleep(args.interval)
+      wall = time.monotonic() - start
+    runner_cpu = wb._cpu(srv) - cpu0 if srv else None
+  finally:
+    if server:
+      wb.stop_server(server)
+      logf.close()
+  if client.returncode != 0:
+    raise SystemExit('%s %d failed; see %s' % (runner, n, os.path.join(out_dir, 'client.log')))
+  _, lines = wb.read_output(prefix)
+  return dict(wall=wall, runner_cpu=runner_cpu, sdk_cpu=sampler.client.cpu(),
+              runner_rss=peak if srv else None, client_rss=sampler.peak_rss,
+              output=sorted(lines.elements()))
+
+
+def main():
+  if len(sys.argv) > 1 and sys.argv[1] == '--child':
+    return child(sys.argv[2:])
+  ap = argparse.ArgumentParser(description=__doc__,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument('--sizes', default='200000,1000000,2000000')
+  ap.add_argument('--runners', default='weir,prism,direct')
+  ap.add_argument('--prism-max', type=int, default=1000000,
+                  help='skip Prism above this many records (it needs ~5 GiB at 1M)')
+  ap.add_argument('--weir-bin', default=os.path.join(REPO, 'target', 'release', 'weir'))
+  default_prism = os.path.join(BENCH, 'bin', 'prism')
+  if not os.access(default_prism, os.X_OK):
+    default_prism = '/work/prism-bin/prism'
+  ap.add_argument('--prism-bin', default=default_prism)
+  ap.add_argument('--weir-flag', action='append', default=[])
+  ap.add_argument('--out-dir', default=os.path.join(BENCH, 'data', 'out', 'gbk'))
+  ap.add_argument('--interval', type=float, default=0.2)
+  ap.add_argument('--timeout', type=float, default=1800)
+  args = ap.parse_args()
+  args.weir_bin = os.path.abspath(args.weir_bin)
+  sizes = [int(s) for s in args.sizes.split(',')]
+  runners = args.runners.split(',')
+
+  load = os.getloadavg()
+  results = {}
+  for n in sizes:
+    for runner in runners:
+      if runner == 'prism' and n > args.prism_max:
+        continue
+      out_dir = os.path.join(args.out_dir, '%s-%d' % (runner, n))
+      shutil.rmtree(out_dir, ignore_errors=True)
+      log('%s: GroupByKey of %d records' % (runner, n))
+      r = run_once(runner, n, args, out_dir)
+      results[(runner, n)] = r
+      log('%s %d: %.1f s wall, runner CPU %s s, output %s' % (
+          runner, n, r['wall'], '-' if r['runner_cpu'] is None else '%.2f' % r['runner_cpu'],
+          r['output']))
+
+  mib = 1024 * 1024
+  print()
+  print('GroupByKey scaling (10 B distinct keys, 90 B values), %d cores, load avg at '
+        'start %.1f/%.1f/%.1f; Weir and Prism in LOOPBACK, DirectRunner multi_processing x2'
+        % ((psutil.cpu_count() or 1,) + load))
+  print('%-8s %9s %8s %10s %10s %11s %12s' % (
+      'runner', 'records', 'wall s', 'runner CPU', 'SDK CPU s', 'runner us/r', 'runner MiB'))
+  for n in sizes:
+    for runner in runners:
+      r = results.get((runner, n))
+      if not r:
+        continue
+      rc = r['runner_cpu']
+      print('%-8s %9d %8.2f %10s %10.2f %11s %12s' % (
+          runner, n, r['wall'], '-' if rc is None else '%.2f' % rc, r['sdk_cpu'],
+          '-' if rc is None else '%.2f' % (rc / n * 1e6),
+          '-' if r['runner_rss'] is None else '%.0f' % (r['runner_rss'] / mib)))
+  print()
+  print('ratios (same run): wall and total CPU (runner + SDK), Weir / other')
+  for n in sizes:
+    w = results.get(('weir', n))
+    if not w:
+      continue
+    wt = (w['runner_cpu'] or 0) + w['sdk_cpu']
+    for other in ('prism', 'direct'):
+      o = results.get((other, n))
+      if not o:
+        continue
+      ot = (o['runner_cpu'] or 0) + o['sdk_cpu']
+      extra = ''
+      if o['runner_cpu']:
+        extra = '  runner CPU %.2f  runner RSS %.2f' % (
+            w['runner_cpu'] / o['runner_cpu'], w['runner_rss'] / o['runner_rss'])
+      print('  %9d weir/%-6s wall %.2f  CPU %.2f%s' % (n, other, w['wall'] / o['wall'],
+                                                       wt / ot, extra))
+  per = [(n, results[('weir', n)]['runner_cpu'] / n * 1e6) for n in sizes
+         if ('weir', n) in results]
+  if len(per) > 1:
+    print('weir runner CPU per record, largest/smallest size: %.2f (%.2f us -> %.2f us)' % (
+        per[-1][1] / per[0][1], per[0][1], per[-1][1]))
+  bad = 0
+  for n in sizes:
+    outs = {r: results[(r, n)]['output'] for r in runners if (r, n) in results}
+    if len(set(map(tuple, outs.values()))) > 1:
+      print('OUTPUTS DIFFER at %d: %s' % (n, outs))
+      bad = 1
+  if not bad:
+    print('outputs identical across runners at every size')
+  return bad
+
+
+if __name__ == '__main__':
+  sys.exit(main())
