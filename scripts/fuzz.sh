@@ -7,7 +7,8 @@
 #   scripts/fuzz.sh [SECS] [RNG_SEED]
 #
 # Fails if any case panics, aborts or hangs the planner or the server, or is
-# refused with anything but a named INVALID_ARGUMENT or UNIMPLEMENTED; the
+# refused with anything but a named INVALID_ARGUMENT or UNIMPLEMENTED (or, at
+# the server, the operator policy's PERMISSION_DENIED or RESOURCE_EXHAUSTED); the
 # failing cases are saved under target/fuzz-failures/ (replay one with
 # `target/release/weir-fuzz planner --seeds DIR` on a folder holding it).
 set -euo pipefail

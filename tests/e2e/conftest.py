@@ -134,7 +134,9 @@ def weir_server(tmp_path_factory):
          # Beyond Weir's own `weir boot`: Beam's Go boot program (test_go.py)
          # and the tests' own scripts under pytest's temporary folder.
          '--allow_process_command', str(REPO / 'go' / 'bin' / 'beam-go-boot'),
-         '--allow_process_command', str(tmp_path_factory.getbasetemp()) + '/*'],
+         '--allow_process_command', str(tmp_path_factory.getbasetemp()) + '/*',
+         # test_environments: an allowed image no daemon here can run.
+         '--allow_docker_image', 'example.com/*'],
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

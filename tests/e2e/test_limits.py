@@ -125,12 +125,12 @@ def test_hostile_pipeline_is_refused_by_name_then_a_job_runs(beam, weir_server, 
 
 def test_option_over_the_limit_is_refused_naming_it_and_the_flag(weir_server):
   options = struct_pb2.Struct()
-  options['beam:option:huge:v1'] = 'x' * 200_000
+  options['beam:option:huge:v1'] = 'x' * 2_000_000
   code, details, _ = refused(weir_server, pipeline_with(), options)
   assert code == grpc.StatusCode.INVALID_ARGUMENT, details
   assert details == (
-      'pipeline option beam:option:huge:v1 is 200004 bytes, over this '
-      "server's limit of 102400 bytes (weir serve --max_option_bytes raises it)"), details
+      'pipeline option beam:option:huge:v1 is 2000004 bytes, over this '
+      "server's limit of 1048576 bytes (weir serve --max_option_bytes raises it)"), details
 
 
 def test_num_workers_over_the_harness_cap_is_refused(weir_server):

@@ -14,10 +14,10 @@
 //!   lateness the window is garbage-collected, with a final pane if it holds
 //!   new elements, or, under `ClosingBehavior` EMIT_ALWAYS, if it is
 //!   ACCUMULATING and holds any (the final pane repeats them, as Beam
-//!   Java's runners and Prism emit it). Weir never emits an *empty* final
-//!   pane, whatever the `ClosingBehavior`: Beam Python sends EMIT_ALWAYS by
-//!   default, yet its own runners emit no such pane, and Weir's output
-//!   matches theirs;
+//!   Java's runners and Prism emit it; the plan reads Beam Python's
+//!   EMIT_ALWAYS, which it sends whatever the user asked, as
+//!   EMIT_IF_NONEMPTY, as its own runners do). Weir never emits an *empty*
+//!   final pane;
 //! - a trigger that finishes after the end of the window closes the window:
 //!   later data for it is dropped.
 //!

@@ -268,7 +268,17 @@ fn server(a: &Args, m: &Mutator) -> anyhow::Result<Tally> {
                 Ok(Err(status)) => {
                     *t.refused.entry(format!("{:?}", status.code())).or_default() += 1;
                     let named = !status.message().trim().is_empty();
-                    if !matches!(status.code(), tonic::Code::InvalidArgument | tonic::Code::Unimplemented) || !named {
+                    // INVALID_ARGUMENT / UNIMPLEMENTED (the pipeline), or the
+                    // operator's policy: PERMISSION_DENIED (environment
+                    // allowlist), RESOURCE_EXHAUSTED (a limit, named).
+                    let refusal = matches!(
+                        status.code(),
+                        tonic::Code::InvalidArgument
+                            | tonic::Code::Unimplemented
+                            | tonic::Code::PermissionDenied
+                            | tonic::Code::ResourceExhausted
+                    );
+                    if !refusal || !named {
                         failure = Some(format!("Prepare answered {:?}: {}", status.code(), status.message()));
                     }
                 }

@@ -15,8 +15,8 @@ pub struct Limits {
     /// (`--max_pipeline_bytes`).
     pub max_pipeline_bytes: usize,
     /// Largest serialized value of one pipeline option, in bytes
-    /// (`--max_option_bytes`). An option travels to SDK harnesses on their
-    /// command line, where Linux takes at most 128 KiB per argument.
+    /// (`--max_option_bytes`). Options reach SDK harnesses through the
+    /// provision service and `weir boot`'s options file, never a command line.
     pub max_option_bytes: usize,
     /// Bytes of artifacts one job may stage (`--max_artifact_bytes_per_job`).
     pub max_artifact_bytes_per_job: u64,
@@ -50,7 +50,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_pipeline_bytes: 256 << 20,
-            max_option_bytes: 100 << 10,
+            max_option_bytes: 1 << 20,
             max_artifact_bytes_per_job: 8 << 30,
             prepared_job_ttl: Duration::from_secs(3600),
             max_prepared_jobs: 100,

@@ -57,6 +57,7 @@ impl Builder<'_> {
         let wire = self.wire_of(id)?;
         let windowing = windowing::parse(
             &self.c.windowing_strategies,
+            &self.c.environments,
             &pc.windowing_strategy_id,
             id,
         )?;

@@ -10,9 +10,11 @@ use crate::{PlanError, Result};
 
 /// Parses windowing strategy `id`, rejecting what Weir does not run
 /// (retracting accumulation, malformed triggers).
-/// `pcollection` names the PCollection for messages.
+/// `pcollection` names the PCollection for messages; `environments` tell
+/// which SDK wrote the strategy ([`closing_emit_always`]).
 pub(crate) fn parse(
     strategies: &HashMap<String, beam::WindowingStrategy>,
+    environments: &HashMap<String, beam::Environment>,
     id: &str,
     pcollection: &str,
 ) -> Result<Windowing> {
@@ -76,9 +78,28 @@ pub(crate) fn parse(
         allowed_lateness_ms: ws.allowed_lateness.max(0),
         on_time_fire_always: ws.on_time_behavior
             != beam::on_time_behavior::Enum::FireIfNonempty as i32,
-        closing_emit_always: ws.closing_behavior
-            == beam::closing_behavior::Enum::EmitAlways as i32,
+        closing_emit_always: closing_emit_always(ws, environments),
     })
+}
+
+/// Whether `ClosingBehavior` EMIT_ALWAYS is meant: Beam Python writes
+/// EMIT_ALWAYS into every windowing strategy (its SDK has no
+/// EMIT_IF_NONEMPTY yet) while its runners emit no final pane without new
+/// elements, so a strategy of a Python environment (capability
+/// `beam:version:sdk_base:apache/beam_python…` or
+/// `beam:combinefn:packed_python:v1`) is read as EMIT_IF_NONEMPTY; Java's
+/// `ClosingBehavior.FIRE_ALWAYS` is honoured.
+fn closing_emit_always(
+    ws: &beam::WindowingStrategy,
+    environments: &HashMap<String, beam::Environment>,
+) -> bool {
+    let python = environments.get(&ws.environment_id).is_some_and(|e| {
+        e.capabilities.iter().any(|c| {
+            c.starts_with("beam:version:sdk_base:apache/beam_python")
+                || c == "beam:combinefn:packed_python:v1"
+        })
+    });
+    ws.closing_behavior == beam::closing_behavior::Enum::EmitAlways as i32 && !python
 }
 
 /// Converts a `Trigger` proto into the plan's tree; the error names what is
@@ -142,4 +163,39 @@ fn parse_trigger(t: &beam::Trigger) -> std::result::Result<Trigger, String> {
             finally: boxed(o.finally.as_deref(), "OrFinally")?,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(capabilities: &[&str]) -> beam::Environment {
+        beam::Environment {
+            capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// EMIT_ALWAYS holds for Java's strategies and not for Python's (which
+    /// always send it); EMIT_IF_NONEMPTY never emits an empty final pane.
+    #[test]
+    fn closing_emit_always_is_honoured_except_for_python() {
+        let envs: HashMap<String, beam::Environment> = [
+            ("java".to_string(), env(&["beam:version:sdk_base:apache/beam_java17_sdk:2.73.0"])),
+            ("py".to_string(), env(&["beam:version:sdk_base:apache/beam_python3.11_sdk:2.77.0"])),
+            ("py-packed".to_string(), env(&["beam:combinefn:packed_python:v1"])),
+        ]
+        .into();
+        let ws = |env: &str, closing: beam::closing_behavior::Enum| beam::WindowingStrategy {
+            environment_id: env.into(),
+            closing_behavior: closing as i32,
+            ..Default::default()
+        };
+        use beam::closing_behavior::Enum::{EmitAlways, EmitIfNonempty};
+        assert!(closing_emit_always(&ws("java", EmitAlways), &envs));
+        assert!(closing_emit_always(&ws("unknown", EmitAlways), &envs));
+        assert!(!closing_emit_always(&ws("java", EmitIfNonempty), &envs));
+        assert!(!closing_emit_always(&ws("py", EmitAlways), &envs));
+        assert!(!closing_emit_always(&ws("py-packed", EmitAlways), &envs));
+    }
 }
