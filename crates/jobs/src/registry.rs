@@ -160,6 +160,10 @@ pub struct Job {
     pub name: String,
     /// The pipeline; after staging, environment dependencies point at Weir's copies.
     pub pipeline: Mutex<beam::Pipeline>,
+    /// The pipeline planned once, at Prepare (None only for jobs made by
+    /// [`JobRegistry::create`], which fail if run); Run takes it with the
+    /// environments as staging left them ([`Job::plan_to_run`]).
+    pub plan: Option<weir_plan::Plan>,
     pub options: prost_types::Struct,
     /// The checked, typed view of `options`: labels, element processing
     /// timeout, ... (see [`crate::options::validate`]).
@@ -226,6 +230,36 @@ pub fn is_terminal(s: JobState) -> bool {
 }
 
 impl Job {
+    /// The plan made at Prepare, its environments (and the copies of them in
+    /// its bundle descriptors) replaced by the pipeline's, whose dependencies
+    /// staging has since pointed at Weir's copies of the artifacts.
+    ///
+    /// # Errors
+    /// A job made without a plan ([`JobRegistry::create`]).
+    pub fn plan_to_run(&self) -> Result<weir_plan::Plan, String> {
+        let mut plan = self
+            .plan
+            .clone()
+            .ok_or_else(|| format!("job {} was not prepared (it has no plan)", self.id))?;
+        let pipeline = self.pipeline.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(staged) = pipeline.components.as_ref().map(|c| &c.environments) {
+            let fresh = |id: &String, env: &mut beam::Environment| {
+                if let Some(s) = staged.get(id) {
+                    *env = s.clone();
+                }
+            };
+            for (id, env) in plan.environments.iter_mut() {
+                fresh(id, env);
+            }
+            for d in plan.descriptors.values_mut() {
+                for (id, env) in d.environments.iter_mut() {
+                    fresh(id, env);
+                }
+            }
+        }
+        Ok(plan)
+    }
+
     /// Current state.
     pub fn state(&self) -> JobState {
         *self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -481,7 +515,7 @@ impl JobRegistry {
                 )
             })
             .expect("Weir's default folders can be created");
-        self.create_job(Self::new_job_id(), name, pipeline, options, locations)
+        self.create_job(Self::new_job_id(), name, pipeline, None, options, locations)
     }
 
     /// Creates job `id` in state STOPPED with its resolved locations, and
@@ -491,6 +525,7 @@ impl JobRegistry {
         id: String,
         name: String,
         pipeline: beam::Pipeline,
+        plan: Option<weir_plan::Plan>,
         options: prost_types::Struct,
         locations: JobLocations,
     ) -> Arc<Job> {
@@ -501,6 +536,7 @@ impl JobRegistry {
             id: id.clone(),
             name,
             pipeline: Mutex::new(pipeline),
+            plan,
             options,
             validated,
             locations,
@@ -658,6 +694,64 @@ mod tests {
             },
             url,
         )
+    }
+
+    /// Run takes Prepare's plan with the environments staging rewrote, in
+    /// the plan and in its bundle descriptors; a job without a plan fails.
+    #[test]
+    fn plan_to_run_takes_the_staged_environments() {
+        let r = registry("plan-to-run");
+        let env = |dep: &str| beam::Environment {
+            urn: "beam:env:external:v1".into(),
+            dependencies: vec![beam::ArtifactInformation {
+                type_urn: dep.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut plan = weir_plan::plan(
+            &beam::Pipeline::default(),
+            &weir_plan::PlanOptions {
+                fn_api_url: "localhost:1".into(),
+                streaming: false,
+                drain: false,
+            },
+        )
+        .expect("an empty pipeline plans");
+        plan.environments.insert("py".into(), env("as sent"));
+        let mut d = beam::ProcessBundleDescriptor::default();
+        d.environments.insert("py".into(), env("as sent"));
+        plan.descriptors.insert("s1".into(), d);
+        let mut pipeline = beam::Pipeline::default();
+        pipeline
+            .components
+            .get_or_insert_with(Default::default)
+            .environments
+            .insert("py".into(), env("staged"));
+        let prepared = r.create_job(
+            "j1".into(),
+            "j1".into(),
+            pipeline,
+            Some(plan),
+            Default::default(),
+            crate::locations::resolve(
+                &crate::options::JobOptions::default(),
+                &r.default_locations(),
+                &crate::locations::SystemEnv,
+            )
+            .expect("Weir's default folders"),
+        );
+        let run = prepared.plan_to_run().expect("a prepared job has a plan");
+        assert_eq!(run.environments["py"].dependencies[0].type_urn, "staged");
+        assert_eq!(
+            run.descriptors["s1"].environments["py"].dependencies[0].type_urn,
+            "staged"
+        );
+        let unplanned = job(&r, "unplanned");
+        assert_eq!(
+            unplanned.plan_to_run().unwrap_err(),
+            format!("job {} was not prepared (it has no plan)", unplanned.id)
+        );
     }
 
     fn job(r: &JobRegistry, name: &str) -> Arc<Job> {

@@ -44,23 +44,7 @@ pub(crate) async fn run(registry: Arc<JobRegistry>, job: Arc<Job>) {
 
 async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState, String)> {
     let fail = |m: String| (JobState::Failed, m);
-    let pipeline = job
-        .pipeline
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
-    let plan = weir_plan::plan(
-        &pipeline,
-        &weir_plan::PlanOptions {
-            fn_api_url: registry.fn_api.url.clone(),
-            streaming: crate::options::flag(&job.options, "streaming"),
-            drain: crate::options::has_experiment(
-                &job.options,
-                crate::options::TEST_DRAIN_EXPERIMENT,
-            ),
-        },
-    )
-    .map_err(|e| fail(e.to_string()))?;
+    let plan = job.plan_to_run().map_err(fail)?;
     let prefix = format!("{}/", job.id);
     registry
         .fn_api

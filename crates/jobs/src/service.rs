@@ -288,7 +288,7 @@ impl beam::job_service_server::JobService for JobService {
             .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
         let plan_options = weir_plan::PlanOptions {
             fn_api_url: self.0.url.clone(),
-            streaming: crate::options::flag(&options, "streaming"),
+            streaming: validated.streaming,
             drain: crate::options::has_experiment(&options, crate::options::TEST_DRAIN_EXPERIMENT),
         };
         // Off the async workers: planning is CPU work proportional to the
@@ -336,11 +336,12 @@ impl beam::job_service_server::JobService for JobService {
                     .map_err(tonic::Status::failed_precondition)?;
             }
         }
-        let job = self.0.create_job(id, name, pipeline, options, locations);
+        let stages = plan.graph.stages.len();
+        let job = self.0.create_job(id, name, pipeline, Some(plan), options, locations);
         for note in validated.notes.iter().chain(&env_notes) {
             job.message(MessageImportance::JobMessageBasic, note.clone());
         }
-        tracing::info!(job = %job.id, name = %job.name, stages = plan.graph.stages.len(), "prepared");
+        tracing::info!(job = %job.id, name = %job.name, stages, "prepared");
         Ok(tonic::Response::new(beam::PrepareJobResponse {
             preparation_id: job.id.clone(),
             artifact_staging_endpoint: Some(beam::ApiServiceDescriptor {
