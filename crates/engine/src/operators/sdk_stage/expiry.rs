@@ -66,14 +66,6 @@ pub(super) fn set_expiration_timers(
     }
 }
 
-/// Keeps the stage's timer hold at the earliest hold timestamp of its
-/// pending timers (never earlier than a capability it may use: the current
-/// hold or `bundle`, the capability of a bundle that just completed), and
-/// drops it when no timer is pending.
-///
-/// The hold sits at the *last* timely time of its event time (the low 64
-/// bits, a TestStream's event sequence, all ones): it holds the Beam
-
 #[cfg(test)]
 mod tests {
     use weir_graph::{PCollectionInfo, WindowFn, Windowing};

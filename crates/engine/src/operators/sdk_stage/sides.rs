@@ -104,6 +104,7 @@ mod tests {
     use weir_model::{Coder, PaneInfo, Timestamp, Window, WindowedValue};
 
     use super::*;
+    use crate::operators::sdk_stage::state::WindowedElement;
     use crate::side_input::SideInputs;
     use crate::time::time_at;
     use crate::timers::TimerStore;
@@ -133,7 +134,7 @@ mod tests {
         )
     }
 
-    fn element(window: Window) -> (Vec<Window>, Vec<u8>) {
+    fn element(window: Window) -> WindowedElement {
         let mut bytes = Vec::new();
         WindowedValue {
             timestamp: Timestamp(0),
@@ -145,7 +146,7 @@ mod tests {
         (vec![window], bytes)
     }
 
-    fn state(held_back: Vec<(Time, Vec<(Vec<Window>, Vec<u8>)>)>) -> SdkState<Time> {
+    fn state(held_back: Vec<(Time, Vec<WindowedElement>)>) -> SdkState<Time> {
         let mut st = SdkState::new(1, TimerStore::new(&[]));
         st.side_inputs = Some(Arc::new(SideInputs::new(&[spec().0])));
         st.held_back = held_back;
