@@ -38,9 +38,7 @@ pub(crate) fn group_by_key<'s>(
     let graph = ctx.graph.clone();
     let info = &graph.pcollections[input_pc];
     let (vc, wc) = (info.value_coder.clone(), info.window_coder.clone());
-    let route = move |e: &Element| {
-        GroupByKeyBuffer::route_hash(&vc, &wc, e).unwrap_or(0)
-    };
+    let route = move |e: &Element| GroupByKeyBuffer::route_hash(&vc, &wc, e).unwrap_or(0);
     let ctx = ctx.clone();
     let name = graph.stages[stage_index].name.clone();
     let worker = input.scope().worker().clone();
@@ -255,7 +253,6 @@ enum Groups {
     Batch(GroupByKeyBuffer),
     Streaming(PaneBuffer),
 }
-
 
 /// A printable form of an encoded key: a length-prefixed UTF-8 string as
 /// text, anything else as hex; at most 100 characters.

@@ -5,7 +5,6 @@ use crate::operators::Element;
 use crate::timers::TimerStore;
 use weir_model::Timestamp;
 
-
 /// `elements` (encoded windowed values of `info`) without their windows
 /// that expired at input watermark `watermark` (end of window plus allowed
 /// lateness passed); elements left with no window are dropped. Elements
@@ -109,7 +108,10 @@ mod tests {
     fn elements_of_live_windows_are_kept_as_they_are() {
         let e = element(vec![interval(0, 10)]);
         // [0, 10) expires once the watermark passes its max timestamp, 9.
-        assert_eq!(drop_expired(&info(0), vec![e.clone()], Timestamp(9)), vec![e]);
+        assert_eq!(
+            drop_expired(&info(0), vec![e.clone()], Timestamp(9)),
+            vec![e]
+        );
     }
 
     #[test]
@@ -121,7 +123,10 @@ mod tests {
     #[test]
     fn allowed_lateness_keeps_a_window_alive_longer() {
         let e = element(vec![interval(0, 10)]);
-        assert_eq!(drop_expired(&info(5), vec![e.clone()], Timestamp(14)), vec![e.clone()]);
+        assert_eq!(
+            drop_expired(&info(5), vec![e.clone()], Timestamp(14)),
+            vec![e.clone()]
+        );
         assert!(drop_expired(&info(5), vec![e], Timestamp(15)).is_empty());
     }
 
@@ -135,6 +140,9 @@ mod tests {
     #[test]
     fn elements_that_do_not_decode_are_kept_for_the_sdk_to_report() {
         let garbage = vec![0xff];
-        assert_eq!(drop_expired(&info(0), vec![garbage.clone()], Timestamp::MAX), vec![garbage]);
+        assert_eq!(
+            drop_expired(&info(0), vec![garbage.clone()], Timestamp::MAX),
+            vec![garbage]
+        );
     }
 }

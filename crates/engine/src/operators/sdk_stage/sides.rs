@@ -156,8 +156,14 @@ mod tests {
     #[test]
     fn a_waiting_hold_moves_up_to_the_side_frontier_but_stays_in_its_event_time() {
         let hold = time_at(Timestamp(3)) | 2;
-        assert_eq!(held_back_hold(hold, Some(time_at(Timestamp(3)) | 9)), time_at(Timestamp(3)) | 9);
-        assert_eq!(held_back_hold(hold, Some(time_at(Timestamp(50)))), last_time_at(hold));
+        assert_eq!(
+            held_back_hold(hold, Some(time_at(Timestamp(3)) | 9)),
+            time_at(Timestamp(3)) | 9
+        );
+        assert_eq!(
+            held_back_hold(hold, Some(time_at(Timestamp(50)))),
+            last_time_at(hold)
+        );
         // A side frontier behind the hold, or none, leaves it where it is.
         assert_eq!(held_back_hold(hold, Some(time_at(Timestamp(1)))), hold);
         assert_eq!(held_back_hold(hold, None), hold);
@@ -182,7 +188,10 @@ mod tests {
 
     #[test]
     fn nothing_is_released_before_the_side_inputs_exist() {
-        let mut st = state(vec![(time_at(Timestamp(0)), vec![element(interval(0, 10))])]);
+        let mut st = state(vec![(
+            time_at(Timestamp(0)),
+            vec![element(interval(0, 10))],
+        )]);
         st.side_inputs = None;
         release_ready(&mut st, &[spec()], &[]);
         assert!(st.pending.is_empty());
