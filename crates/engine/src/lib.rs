@@ -1,9 +1,16 @@
 //! Weir's engine: runs a [`weir_graph::StageGraph`] on Timely Dataflow.
 //!
 //! Layer: engine. Depends on `weir-model`, `weir-graph` and `timely` (used only
-//! in [`dataflow`]); never on tonic, prost, tokio or proto types (`tests/layering.rs` checks the whole tree). Entry point:
+//! in [`dataflow`], `operators` and `time`); never on tonic, prost, tokio or proto types (`tests/layering.rs` checks the whole tree). Entry point:
 //! [`run_job`]. SDK stages are executed through the [`BundleProcessor`] trait,
 //! which the harness implements.
+//!
+//! Where things are: `dataflow` runs a job (the graph wiring, the job
+//! context, the stuck-job watchdog); `operators` holds one timely operator
+//! per file (GroupByKey, TestStream, SDK stage); `time` maps Beam event
+//! times to timely times and holds the processing-time clock. The pure
+//! state machines the operators drive live in their own modules
+//! ([`group_by_key`], [`panes`], [`triggers`], [`side_input`], [`timers`]).
 //!
 //! Glossary (Beam's terms):
 //! - *element*: one encoded windowed value (`beam:coder:windowed_value:v1`).
@@ -24,9 +31,11 @@ pub mod elements;
 pub mod error;
 pub mod group_by_key;
 pub mod merge_windows;
+mod operators;
 pub mod panes;
 pub mod side_input;
 mod spill;
+mod time;
 pub mod timers;
 pub mod triggers;
 

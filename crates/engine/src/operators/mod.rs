@@ -1,0 +1,29 @@
+//! The timely operators Weir builds a job's stages from, one per file.
+//!
+//! - [`group_by_key`]: a GroupByKey stage; wires the pure buffers
+//!   ([`crate::group_by_key::GroupByKeyBuffer`] in batch,
+//!   [`crate::panes::PaneBuffer`] in streaming) into timely.
+//! - [`test_stream`]: a TestStream stage, replaying its events.
+//! - [`sdk_stage`]: a fused SDK stage, run as bundles on SDK harnesses.
+//!
+//! Impulse, Flatten and Reshuffle need no operator of their own: the graph
+//! wiring (`dataflow::build`) maps them onto timely's `to_stream` and
+//! `concatenate`, or passes the stream through.
+
+use timely::dataflow::StreamVec;
+
+use crate::time::Time;
+
+pub(crate) mod group_by_key;
+pub(crate) mod sdk_stage;
+pub(crate) mod test_stream;
+
+/// One encoded windowed value (`beam:coder:windowed_value:v1`).
+pub(crate) type Element = Vec<u8>;
+
+/// A timely stream of elements of one PCollection.
+pub(crate) type Elements<'s> = StreamVec<'s, Time, Element>;
+
+/// A timely stream of elements tagged with the output port (index into the
+/// stage's outputs) they belong to.
+pub(crate) type TaggedElements<'s> = StreamVec<'s, Time, (u32, Element)>;

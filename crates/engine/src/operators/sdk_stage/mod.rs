@@ -1,0 +1,401 @@
+//! The SDK stage operator: runs a fused stage of SDK transforms as bundles
+//! on SDK harnesses.
+//!
+//! Per activation it gathers side-input data (batch: until the side inputs
+//! are done; streaming: live, with main-input elements held back until
+//! their side windows are ready), drops late data of a stateful DoFn's
+//! expired windows, takes completed bundles (outputs under the bundle's
+//! hold, residuals re-scheduled, timers applied), resumes delayed residuals
+//! (at once when drained), fires ready timers, garbage-collects expired user
+//! state, and cuts pending elements into new bundles while there is room.
+//! The decisions that need no timely live beside it: [`bundles`] (cutting),
+//! [`residuals`] (residual holds and resume delays), [`sides`] (side-input
+//! readiness), [`expiry`] (expired windows) and [`state`] (the operator's
+//! state and its timer hold).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use timely::dataflow::channels::pact::{Exchange, Pipeline};
+use timely::dataflow::operators::{Capability, Operator};
+use timely::dataflow::Scope;
+use weir_graph::SdkStage;
+
+use super::{Element, Elements, TaggedElements};
+use crate::bundle::{BundleRequest, BundleResult};
+use crate::dataflow::{JobContext, StageStatus};
+use crate::elements::split_elements;
+use crate::group_by_key::GroupByKeyBuffer;
+use crate::side_input::{SideInputSpec, SideInputs};
+use crate::time::{wall_millis, watermark_of, Time};
+use crate::timers::TimerStore;
+use crate::EngineError;
+
+mod bundles;
+mod expiry;
+mod residuals;
+mod sides;
+mod state;
+
+use bundles::{cut_bundle, BundleLimits};
+use expiry::{drop_expired, set_expiration_timers};
+use residuals::{residual_hold, resume_at};
+use sides::{release_ready, side_specs};
+
+/// The operator's state, held under timely capabilities.
+type State = state::SdkState<Capability<Time>>;
+
+/// Most rounds of timer firings a stage may take before Weir calls it a loop.
+const MAX_TIMER_ROUNDS: u64 = 100_000;
+
+/// What the harness reports about a bundle in flight.
+enum BundleEvent {
+    /// Residuals split off while the bundle runs.
+    Split(Vec<Element>),
+    /// The bundle finished.
+    Done(std::result::Result<BundleResult, String>),
+}
+
+/// The SDK stage `stage_index` (`sdk`) over `main` (its main input) and
+/// `sides` (every side input's elements, tagged with the side input's index
+/// in `sdk.side_inputs`, broadcast to every worker). Its output carries the
+/// bundles' outputs tagged with their port in `sdk.outputs`. Failures stop
+/// the job through `ctx` (`EngineError::BundleFailed`, `BadData`).
+pub(crate) fn sdk_stage<'s>(
+    scope: Scope<'s, Time>,
+    main: Elements<'s>,
+    sides: TaggedElements<'s>,
+    ctx: &JobContext,
+    stage_index: usize,
+    sdk: &SdkStage,
+) -> TaggedElements<'s> {
+    let worker = scope.worker();
+    let worker_index = worker.index();
+    let ctx = ctx.clone();
+    let sdk = sdk.clone();
+    let name = ctx.graph.stages[stage_index].name.clone();
+    // Stateful stages route by key (state and timers of a key live with one
+    // operator); others spread elements round-robin.
+    let mut round_robin = 0u64;
+    let keyed = sdk.stateful.then(|| {
+        let info = &ctx.graph.pcollections[sdk.input];
+        (info.value_coder.clone(), info.window_coder.clone())
+    });
+    let route = move |e: &Element| match &keyed {
+        Some((vc, wc)) => GroupByKeyBuffer::route_hash(vc, wc, e).unwrap_or(0),
+        None => {
+            round_robin = round_robin.wrapping_add(1);
+            round_robin
+        }
+    };
+    main.binary_frontier(sides, Exchange::new(route), Pipeline, &name.clone(), move |cap, info| {
+        drop(cap);
+        let activator = Arc::new(worker.sync_activator_for(info.address.to_vec()));
+        let wakeup = worker.activator_for(info.address.clone());
+        let completions: Arc<Mutex<Vec<(u64, BundleEvent)>>> = Arc::default();
+        let state = Rc::new(RefCell::new(State::new(
+            sdk.side_inputs.len(),
+            TimerStore::new(&sdk.timer_families),
+        )));
+        let submit_stage_id = ctx.graph.stages[stage_index].id.clone();
+        let drain_stage_id = sdk.drain_descriptor_id.clone();
+        let submit_ctx = ctx.clone();
+        let submit_name = name.clone();
+        let submit_activator = activator.clone();
+        let submit_completions = completions.clone();
+        let expiration = sdk
+            .window_expiration_family
+            .map(|family| (family, ctx.graph.pcollections[sdk.input].clone()));
+        let submit = move |st: &mut State, cap: Capability<Time>, elements: Vec<Element>, timers: Vec<Vec<u8>>| {
+            let (ctx, activator, completions) = (&submit_ctx, &submit_activator, &submit_completions);
+            let side_inputs = st.side_inputs.clone().unwrap_or_default();
+            let side_input_generation = st.side_generation.for_bundle();
+            let id = st.next_bundle;
+            st.next_bundle += 1;
+            st.in_flight.insert(id, cap);
+            if let Some((family, info)) = &expiration {
+                set_expiration_timers(&mut st.timers, *family, info, &elements);
+            }
+            // Once the job is drained, a splittable stage's restrictions go
+            // through its drain descriptor, which truncates them first.
+            let stage_id = match &drain_stage_id {
+                Some(drain) if ctx.draining() => drain.clone(),
+                _ => submit_stage_id.clone(),
+            };
+            let completions = completions.clone();
+            let activator = activator.clone();
+            let (split_completions, split_activator) = (completions.clone(), activator.clone());
+            let on_split = Arc::new(move |residuals: Vec<Element>| {
+                split_completions.lock().unwrap_or_else(|p| p.into_inner()).push((id, BundleEvent::Split(residuals)));
+            let _ = split_activator.activate();
+            });
+            let request = BundleRequest {
+                on_split,
+                stage: stage_index,
+                stage_id,
+                stage_name: submit_name.clone(),
+                input: elements,
+                side_inputs,
+                side_input_generation,
+                timers,
+            };
+            ctx.processor.process_bundle(
+                request,
+                Box::new(move |result| {
+                    completions.lock().unwrap_or_else(|p| p.into_inner()).push((id, BundleEvent::Done(result)));
+                let _ = activator.activate();
+                }),
+            );
+        };
+        // Streaming: side inputs are live (updated as their data arrives, and
+        // read per main-input window once ready; see side_input.rs).
+        let live_sides = ctx.graph.streaming && !sdk.side_inputs.is_empty();
+        if live_sides {
+            let graph = ctx.graph.clone();
+            let specs: Vec<SideInputSpec<'_>> = side_specs(&sdk, &graph).into_iter().map(|(s, _, _)| s).collect();
+            state.borrow_mut().side_inputs = Some(Arc::new(SideInputs::new(&specs)));
+        }
+        move |(input, frontier), (side_input, side_frontier), output| {
+            let mut st = state.borrow_mut();
+            let st = &mut *st;
+            let graph = ctx.graph.clone();
+            let sides = side_specs(&sdk, &graph);
+            let mut side_error = None;
+            side_input.for_each(|cap, data| {
+                let firing = *cap.least().expect("non-empty stamp");
+                for (i, e) in data.drain(..) {
+                    if !live_sides {
+                        st.side_data[i as usize].push(e);
+                        continue;
+                    }
+                    if sides[i as usize].1 == weir_graph::SideWindowFn::Global {
+                        st.side_generation.global_side_changed();
+                    }
+                    let live = Arc::make_mut(st.side_inputs.get_or_insert_with(Arc::default));
+                    if let Err(message) = live.insert(&sides[i as usize].0, &e, firing) {
+                        side_error.get_or_insert(message);
+                    }
+                }
+            });
+            if let Some(message) = side_error {
+                ctx.fail(EngineError::BadData { stage: name.clone(), pcollection: "side input".into(), message });
+                return;
+            }
+            // A stateful DoFn never sees data of expired windows (the input
+            // watermark past the window's end plus the allowed lateness): its
+            // state for them is gone, as in Beam's StatefulDoFnRunner.
+            let input_watermark = watermark_of(frontier.frontier().as_ref());
+            input.for_each(|cap, data| {
+                let mut elements = std::mem::take(data);
+                if sdk.stateful && ctx.graph.streaming {
+                    let info = &ctx.graph.pcollections[sdk.input];
+                    let before = elements.len();
+                    elements = drop_expired(info, elements, input_watermark);
+                    if elements.len() < before {
+                        ctx.config.notices.send(format!(
+                            "stage {name} dropped {} late element(s) for a stateful DoFn: their windows had expired",
+                            before - elements.len()
+                        ));
+                    }
+                }
+                if elements.is_empty() {
+                    return;
+                }
+                let Some(c) = cap.retain_least(0) else { return };
+                if live_sides {
+                    let info = &ctx.graph.pcollections[sdk.input];
+                    let with_windows = elements
+                        .into_iter()
+                        .map(|e| {
+                            // An element that does not decode runs at once (the SDK reports it).
+                            let windows = weir_model::WindowedValue::decode(&info.value_coder, &info.window_coder, &e)
+                                .map(|(wv, _)| wv.windows)
+                                .unwrap_or_default();
+                            (windows, e)
+                        })
+                        .collect();
+                    st.held_back.push((c, with_windows));
+                } else {
+                    st.pending.push_back((c, elements));
+                }
+            });
+            if live_sides && !st.held_back.is_empty() {
+                release_ready(st, &sides, side_frontier.frontier().as_ref());
+            }
+            if ctx.stopped() {
+                st.held_back.clear();
+                st.pending.clear();
+                st.delayed.clear();
+                st.in_flight.clear();
+                st.timer_hold = None;
+                return;
+            }
+            if st.side_inputs.is_none() && side_frontier.is_empty() {
+                let specs: Vec<SideInputSpec<'_>> = sides.into_iter().map(|(s, _, _)| s).collect();
+                match SideInputs::build(&specs, &st.side_data) {
+                    Ok(s) => st.side_inputs = Some(Arc::new(s)),
+                    Err(message) => {
+                        ctx.fail(EngineError::BadData { stage: name.clone(), pcollection: "side input".into(), message });
+                        return;
+                    }
+                }
+                st.side_data.clear();
+            }
+            // Completed bundles: emit outputs at the bundle's hold, re-queue residuals.
+            let done: Vec<_> = std::mem::take(&mut *completions.lock().unwrap_or_else(|p| p.into_inner()));
+            for (id, event) in done {
+                let result = match event {
+                    BundleEvent::Split(residuals) => {
+                        // Work split off a running bundle: schedule it under that bundle's hold.
+                        if let Some(cap) = st.in_flight.get(&id) {
+                            let cap = cap.clone();
+                            st.pending.push_back((cap, residuals));
+                        }
+                        continue;
+                    }
+                    BundleEvent::Done(result) => result,
+                };
+                let Some(cap) = st.in_flight.remove(&id) else { continue };
+                match result {
+                    Ok(r) => {
+                        let mut session = output.session(&cap);
+                        for (port, bytes) in r.outputs.iter().enumerate() {
+                            let Some(&pc) = sdk.outputs.get(port) else { continue };
+                            let info = &ctx.graph.pcollections[pc];
+                            match split_elements(&info.value_coder, &info.window_coder, bytes) {
+                                Ok(elements) => session.give_iterator(elements.into_iter().map(|e| (port as u32, e))),
+                                Err(message) => ctx.fail(EngineError::BadData { stage: name.clone(), pcollection: info.id.clone(), message }),
+                            }
+                        }
+                        drop(session);
+                        tracing::debug!(stage = %name, timers = ?r.timers.iter().map(|t| t.iter().map(|b| format!("{b:02x}")).collect::<String>()).collect::<Vec<_>>(), outputs = ?r.outputs.iter().map(|o| o.len()).collect::<Vec<_>>(), "bundle done");
+                        for (family, bytes) in r.timers.iter().enumerate() {
+                            if let Err(message) = st.timers.apply(family, bytes) {
+                                ctx.fail(EngineError::BadData { stage: name.clone(), pcollection: "timers".into(), message });
+                            }
+                        }
+                        st.refresh_timer_hold(Some(&cap));
+                        if !r.residuals.is_empty() {
+                            // The residuals' watermark estimate holds the
+                            // stage's output (not the bundle's input time),
+                            // and a requested resume delay is waited out.
+                            let cap = residual_hold(cap, r.residual_watermark);
+                            // Drained, a residual resumes at once (truncated).
+                            let drained = ctx.draining() && sdk.drain_descriptor_id.is_some();
+                            match resume_at(wall_millis(), r.residual_delay_ms, drained) {
+                                Some(due) => st.delayed.push(due, cap, r.residuals),
+                                None => st.pending.push_back((cap, r.residuals)),
+                            }
+                        }
+                    }
+                    Err(message) => ctx.fail(EngineError::BundleFailed { stage: ctx.graph.stages[stage_index].id.clone(), message }),
+                }
+            }
+            if ctx.stopped() {
+                return;
+            }
+            // Draining: residuals waiting to resume later (sources polling
+            // for more) resume at once through the drain descriptor, where
+            // the DoFn's `truncate_restriction` decides what is left of them;
+            // a stage without one drops them, so the sources finish.
+            if ctx.draining() && !st.delayed.is_empty() {
+                let delayed = st.delayed.take_all();
+                if sdk.drain_descriptor_id.is_some() {
+                    st.pending.extend(delayed);
+                }
+            }
+            // Residuals whose resume delay has passed become pending work.
+            if !st.delayed.is_empty() {
+                let now = wall_millis();
+                st.pending.extend(st.delayed.take_due(now));
+                if let Some(next) = st.delayed.next_due() {
+                    wakeup.activate_after(Duration::from_millis((next - now).max(1) as u64));
+                }
+            }
+            let status = |st: &State, waiting_for_side_inputs: bool| StageStatus {
+                watermark: (!frontier.is_empty()).then(|| watermark_of(frontier.frontier().as_ref())),
+                in_flight: st.in_flight.len(),
+                pending: st.pending.iter().map(|(_, e)| e.len()).sum(),
+                delayed: st.delayed.elements(),
+                timers: st.timers.len(),
+                windows: 0,
+                waiting_for_side_inputs: waiting_for_side_inputs || !st.held_back.is_empty(),
+                held_back: st.held_back.iter().map(|(_, e)| e.len()).sum(),
+            };
+            // Start bundles while there is room.
+            if st.side_inputs.is_none() {
+                ctx.report(stage_index, worker_index, status(st, true));
+                return;
+            }
+            // A stateful stage runs one bundle at a time, so bundles never race on a key's state.
+            let max_in_flight = if sdk.stateful { 1 } else { ctx.config.max_bundles_in_flight };
+            // Fire timers once the input before them is done: event-time timers
+            // when the watermark passes them; processing-time timers when the
+            // clock passes them (streaming) or the input is exhausted.
+            if st.pending.is_empty() && st.in_flight.is_empty() && !st.timers.is_empty() {
+                let input_done = frontier.is_empty();
+                let watermark = watermark_of(frontier.frontier().as_ref());
+                let now = ctx.clock.now();
+                let streaming = ctx.graph.streaming;
+                let fired = st.timers.take_ready(sdk.window_expiration_family, |event_time, fire| {
+                    if event_time {
+                        watermark > fire
+                    } else {
+                        input_done || (streaming && now >= fire.millis())
+                    }
+                });
+                if streaming {
+                    if let Some(next) = st.timers.next_processing_time() {
+                        if let Some(wait) = ctx.clock.wait_until(next.millis()) {
+                            wakeup.activate_after(wait);
+                        }
+                    }
+                }
+                tracing::debug!(stage = %name, fired = fired.is_some(), hold = st.timer_hold.is_some(), "timer check");
+                if let (Some(timers), Some(cap)) = (fired, st.timer_hold.clone()) {
+                    st.timer_rounds += 1;
+                    // In batch a timer that keeps re-arming would never let the
+                    // job end; in streaming a looping timer is legitimate.
+                    if st.timer_rounds > MAX_TIMER_ROUNDS && !ctx.graph.streaming {
+                        ctx.fail(EngineError::BundleFailed {
+                            stage: ctx.graph.stages[stage_index].id.clone(),
+                            message: format!("timers kept re-arming for {MAX_TIMER_ROUNDS} rounds; giving up"),
+                        });
+                        return;
+                    }
+                    submit(st, cap, Vec::new(), timers);
+                }
+            }
+            st.refresh_timer_hold(None);
+            // Garbage-collects the user state of expired windows (see
+            // BundleProcessor::expire_user_state): only while the stage is
+            // idle (no bundle reads or writes state meanwhile; a streaming
+            // job has one worker, so that covers every key), and at the input
+            // watermark held back to the earliest hold of the pending timers,
+            // so timers of a window (their hold is in the window) run with its
+            // state before it goes. Called again only when that moved.
+            if sdk.stateful && ctx.graph.streaming && st.pending.is_empty() && st.in_flight.is_empty() && st.delayed.is_empty() {
+                let watermark = watermark_of(frontier.frontier().as_ref());
+                let gc = st.timers.min_hold().map_or(watermark, |hold| hold.min(watermark));
+                if gc > st.state_expired_to {
+                    st.state_expired_to = gc;
+                    ctx.processor.expire_user_state(stage_index, gc);
+                }
+            }
+            // Restrictions of a splittable DoFn go out in small bundles (see
+            // BundleLimits::for_stage).
+            let pending: usize = if sdk.splittable { st.pending.iter().map(|(_, e)| e.len()).sum() } else { 0 };
+            let limits = BundleLimits::for_stage(sdk.splittable, pending, &ctx.config);
+            while st.in_flight.len() < max_in_flight {
+                let Some((cap, elements)) = cut_bundle(&mut st.pending, limits) else { break };
+                if elements.is_empty() {
+                    continue;
+                }
+                submit(st, cap, elements, vec![]);
+            }
+            ctx.report(stage_index, worker_index, status(st, false));
+        }
+    })
+}

@@ -1,0 +1,200 @@
+//! An SDK stage's side inputs: what to materialize of each, and (streaming)
+//! when held-back main-input elements may go.
+
+use weir_graph::{SdkStage, StageGraph};
+
+use super::state::SdkState;
+use crate::side_input::{side_ready, Refresh, SideInputSpec, SideProgress};
+use crate::time::{last_time_at, watermark_of, Hold, Time};
+
+/// A side input of an SDK stage: what to materialize, its WindowFn, and
+/// whether its trigger is not the default one.
+pub(super) type SideSpec<'a> = (SideInputSpec<'a>, weir_graph::SideWindowFn, bool);
+
+/// The side inputs of `sdk`, in `sdk.side_inputs` order: what to
+/// materialize of each, its WindowFn, and whether its trigger is not the
+/// default one.
+pub(super) fn side_specs<'a>(sdk: &'a SdkStage, graph: &'a StageGraph) -> Vec<SideSpec<'a>> {
+    sdk.side_inputs
+        .iter()
+        .map(|si| {
+            let info = &graph.pcollections[si.pcollection];
+            let spec = SideInputSpec {
+                transform_id: &si.transform_id,
+                local_name: &si.local_name,
+                kind: si.kind,
+                value_coder: &info.value_coder,
+                window_coder: &info.window_coder,
+                refresh: Refresh::of(&info.windowing, graph.streaming),
+            };
+            (
+                spec,
+                si.window_fn,
+                info.windowing.trigger != weir_graph::Trigger::Default,
+            )
+        })
+        .collect()
+}
+
+/// Moves held-back main-input elements whose side windows are all ready
+/// (`side_ready` for each of `sides`: spec, WindowFn, triggered) to the
+/// pending queue under their holds; the others stay held back, their holds
+/// moved as [`held_back_hold`] says. Does nothing before the side inputs
+/// exist.
+pub(super) fn release_ready<H: Hold>(
+    st: &mut SdkState<H>,
+    sides: &[SideSpec<'_>],
+    side_frontier: &[Time],
+) {
+    let Some(live) = st.side_inputs.clone() else {
+        return;
+    };
+    let done = side_frontier.is_empty();
+    let watermark = watermark_of(side_frontier);
+    let ready = |windows: &[weir_model::Window]| {
+        sides.iter().all(|(spec, window_fn, triggered)| {
+            let has_window = |w: &[u8]| live.has_window(spec.transform_id, spec.local_name, w);
+            let progress = SideProgress {
+                window_fn: *window_fn,
+                triggered: *triggered,
+                done,
+                watermark,
+                any: live.has_any(spec.transform_id, spec.local_name),
+                has_window: &has_window,
+            };
+            windows.iter().all(|w| side_ready(&progress, w))
+        })
+    };
+    let side_min = side_frontier.iter().min().copied();
+    for (hold, elements) in std::mem::take(&mut st.held_back) {
+        let (go, wait): (Vec<_>, Vec<_>) = elements
+            .into_iter()
+            .partition(|(windows, _)| ready(windows));
+        if !go.is_empty() {
+            st.pending
+                .push_back((hold.clone(), go.into_iter().map(|(_, e)| e).collect()));
+        }
+        if wait.is_empty() {
+            continue;
+        }
+        st.held_back.push((held_back_hold(hold, side_min), wait));
+    }
+}
+
+/// The hold of main-input elements still waiting for their side windows,
+/// held at `hold`, when the side inputs' frontier starts at `side_min`
+/// (None: the side inputs are done). The hold moves up to the side
+/// frontier within its own event time, so a TestStream waiting for the
+/// pipeline to catch up with an event (its sequence number below the same
+/// event time) can replay the next one, which may bring the side data; its
+/// event time, and so the watermark it holds, never changes.
+pub(super) fn held_back_hold<H: Hold>(hold: H, side_min: Option<Time>) -> H {
+    let same_event_time = last_time_at(hold.hold_time());
+    match side_min.map(|m| m.min(same_event_time)) {
+        Some(t) if t > hold.hold_time() => hold.delayed_to(t),
+        _ => hold,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use weir_graph::{SideInputKind, SideWindowFn};
+    use weir_model::{Coder, PaneInfo, Timestamp, Window, WindowedValue};
+
+    use super::*;
+    use crate::operators::sdk_stage::state::WindowedElement;
+    use crate::side_input::SideInputs;
+    use crate::time::time_at;
+    use crate::timers::TimerStore;
+
+    fn interval(start: i64, end: i64) -> Window {
+        Window::Interval {
+            start: Timestamp(start),
+            end: Timestamp(end),
+        }
+    }
+
+    fn spec() -> SideSpec<'static> {
+        (
+            SideInputSpec {
+                transform_id: "t",
+                local_name: "side",
+                kind: SideInputKind::Iterable,
+                value_coder: &Coder::VarInt,
+                window_coder: &Coder::IntervalWindow,
+                refresh: Refresh::All,
+            },
+            SideWindowFn::Fixed {
+                size_ms: 10,
+                offset_ms: 0,
+            },
+            false,
+        )
+    }
+
+    fn element(window: Window) -> WindowedElement {
+        let mut bytes = Vec::new();
+        WindowedValue {
+            timestamp: Timestamp(0),
+            windows: vec![window.clone()],
+            pane: PaneInfo::NO_FIRING,
+            value: vec![1],
+        }
+        .encode(&mut bytes);
+        (vec![window], bytes)
+    }
+
+    fn state(held_back: Vec<(Time, Vec<WindowedElement>)>) -> SdkState<Time> {
+        let mut st = SdkState::new(1, TimerStore::new(&[]));
+        st.side_inputs = Some(Arc::new(SideInputs::new(&[spec().0])));
+        st.held_back = held_back;
+        st
+    }
+
+    #[test]
+    fn a_waiting_hold_moves_up_to_the_side_frontier_but_stays_in_its_event_time() {
+        let hold = time_at(Timestamp(3)) | 2;
+        assert_eq!(
+            held_back_hold(hold, Some(time_at(Timestamp(3)) | 9)),
+            time_at(Timestamp(3)) | 9
+        );
+        assert_eq!(
+            held_back_hold(hold, Some(time_at(Timestamp(50)))),
+            last_time_at(hold)
+        );
+        // A side frontier behind the hold, or none, leaves it where it is.
+        assert_eq!(held_back_hold(hold, Some(time_at(Timestamp(1)))), hold);
+        assert_eq!(held_back_hold(hold, None), hold);
+    }
+
+    #[test]
+    fn elements_go_once_the_side_watermark_passes_their_side_window() {
+        let hold = time_at(Timestamp(3));
+        let early = element(interval(0, 10));
+        let late = element(interval(10, 20));
+        let mut st = state(vec![(hold, vec![early.clone(), late.clone()])]);
+        // Side watermark 10: window [0, 10) is complete, [10, 20) is not.
+        release_ready(&mut st, &[spec()], &[time_at(Timestamp(10))]);
+        assert_eq!(st.pending, [(hold, vec![early.1])]);
+        assert_eq!(st.held_back, vec![(last_time_at(hold), vec![late.clone()])]);
+        // The side inputs are done: everything goes.
+        release_ready(&mut st, &[spec()], &[]);
+        assert_eq!(st.pending.len(), 2);
+        assert_eq!(st.pending[1], (last_time_at(hold), vec![late.1]));
+        assert!(st.held_back.is_empty());
+    }
+
+    #[test]
+    fn nothing_is_released_before_the_side_inputs_exist() {
+        let mut st = state(vec![(
+            time_at(Timestamp(0)),
+            vec![element(interval(0, 10))],
+        )]);
+        st.side_inputs = None;
+        release_ready(&mut st, &[spec()], &[]);
+        assert!(st.pending.is_empty());
+        assert_eq!(st.held_back.len(), 1);
+    }
+}
