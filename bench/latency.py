@@ -34,6 +34,7 @@ import glob
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -272,10 +273,22 @@ def main():
   if not bad:
     print('every runner delivered all %d elements exactly once' % expected)
   if args.json:
+    med = lambda rs, k: statistics.median(r.get(k, float('nan')) for r in rs)
+    rows = []
+    for runner in runners:
+      rs = [r for r in results if r['runner'] == runner]
+      rows.append(dict(benchmark='streaming GBK latency', case='latency %g s x %d/s' % (
+                           args.seconds, args.rate), runner=runner, env='LOOPBACK',
+                       wall=med(rs, 'wall'), runner_cpu=med(rs, 'runner_cpu'),
+                       sdk_cpu=med(rs, 'sdk_cpu'),
+                       rss_mib=max(r['runner_rss'] + r['client_rss'] for r in rs) / mib,
+                       elements=min(r['total'] for r in rs), counted=min(r['count'] for r in rs),
+                       p50_ms=med(rs, 'p50_ms'), p99_ms=max(r.get('p99_ms', float('nan')) for r in rs),
+                       max_ms=max(r.get('max_ms', float('nan')) for r in rs)))
     with open(args.json, 'w') as f:
       json.dump(dict(benchmark='latency', expected=expected, seconds=args.seconds,
                      rate=args.rate, keys=args.keys, warmup=args.warmup, ok=not bad,
-                     results=results), f, indent=1)
+                     rows=rows, results=results), f, indent=1)
   return bad
 
 

@@ -206,7 +206,18 @@ def main():
       print('ratios (median wall): ' + ', '.join(parts))
   if args.json:
     with open(args.json, 'w') as f:
-      json.dump(dict(benchmark='trivial', rounds=args.rounds, medians=med,
+      rows = []
+      for c in configs:
+        rs = results[c]
+        cpus = [r['runner_cpu'] for r in rs if r['runner_cpu'] is not None]
+        kids = [r['server_children_cpu'] for r in rs if r['server_children_cpu'] is not None]
+        rows.append(dict(benchmark='trivial pipeline', case='trivial Create+Map',
+                         runner=c.split('-')[0], env=(c.split('-')[1].upper() if '-' in c else
+                                                      'LOOPBACK' if c == 'prism' else 'in_memory'),
+                         wall=med[c], runner_cpu=statistics.median(cpus) if cpus else None,
+                         sdk_cpu=statistics.median(kids) if kids and c == 'weir-process' else None,
+                         rss_mib=None))
+      json.dump(dict(benchmark='trivial', rounds=args.rounds, medians=med, rows=rows,
                      results=results), f, indent=1)
   return 0
 
