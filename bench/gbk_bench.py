@@ -28,6 +28,7 @@ differ. Extra `weir serve` flags go in --weir-flag (repeatable), e.g.
 """
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -188,6 +189,7 @@ def main():
   ap.add_argument('--out-dir', default=os.path.join(BENCH, 'data', 'out', 'gbk'))
   ap.add_argument('--interval', type=float, default=0.2)
   ap.add_argument('--timeout', type=float, default=1800)
+  ap.add_argument('--json', metavar='PATH', help='also write the results as JSON')
   args = ap.parse_args()
   args.weir_bin = os.path.abspath(args.weir_bin)
   sizes = [int(s) for s in args.sizes.split(',')]
@@ -256,6 +258,17 @@ def main():
       bad = 1
   if not bad:
     print('outputs identical across runners at every size')
+  if args.json:
+    mib = 1024 * 1024
+    rows = [dict(benchmark='GroupByKey (Python)', case='GBK %d records' % n, runner=runner,
+                 env='LOOPBACK' if runner != 'direct' else 'multi_processing x2',
+                 wall=r['wall'], runner_cpu=r['runner_cpu'], sdk_cpu=r['sdk_cpu'],
+                 rss_mib=((r['runner_rss'] or 0) + r['client_rss']) / mib)
+            for (runner, n), r in results.items()]
+    with open(args.json, 'w') as f:
+      json.dump(dict(benchmark='gbk', sizes=sizes, ok=not bad,
+                     results=[dict(r, runner=k[0], records=k[1]) for k, r in results.items()],
+                     rows=rows), f, indent=1)
   return bad
 
 

@@ -216,6 +216,7 @@ def main():
   ap.add_argument('--extra', action='append', default=[], metavar='OPT',
                   help='extra --test-pipeline-options entry for every test, e.g. '
                   '--extra=--access_percentage=0 (repeatable)')
+  ap.add_argument('--json', metavar='PATH', help='also write the results as JSON')
   args = ap.parse_args()
 
   py = sys.executable
@@ -273,6 +274,18 @@ def main():
         cell(d, lambda r: 'ok' if r['ok'] else 'FAILED'), rt))
     failed += sum(1 for r in (w, d) if r and not r['ok'])
 
+  if args.json:
+    rows = [dict(benchmark='load test %s' % name, case='load test %s %d records' % (
+                     name, args.records), runner=runner,
+                 env='PROCESS' if runner == 'weir' else 'multi_processing x%d' % args.direct_workers,
+                 wall=r['wall'] if r['ok'] else None, runner_cpu=None, sdk_cpu=None, rss_mib=None,
+                 ok=r['ok'])
+            for (name, runner), r in results.items()]
+    with open(args.json, 'w') as f:
+      json.dump(dict(benchmark='load_tests', input_options=input_options, ok=not failed,
+                     rows=rows,
+                     results=[dict(r, test=k[0], runner=k[1]) for k, r in results.items()]),
+                f, indent=1)
   if failed:
     print()
     print('failures:')

@@ -15,6 +15,7 @@ expansion service's JVM. Fails when a run's count or sum is wrong.
 """
 
 import argparse
+import json
 import os
 import resource
 import socket
@@ -100,6 +101,7 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--n', type=int, default=1000000)
   parser.add_argument('--rounds', type=int, default=3)
+  parser.add_argument('--json', metavar='PATH', help='also write the results as JSON')
   args = parser.parse_args()
 
   job_port, exp_port = free_port(), free_port()
@@ -148,6 +150,15 @@ def main():
       'one SDK (Python range, Python Map)', med('single', 'wall'), med('single', 'python'),
       '-', med('single', 'runner'), '-'))
   print('multi-language / one SDK wall time: %.2fx' % (med('multi', 'wall') / med('single', 'wall')))
+  if args.json:
+    rows = [dict(benchmark='multi-language', case='%s %d elements' % (variant, args.n),
+                 runner='weir', env='LOOPBACK + Java PROCESS' if variant == 'multi' else 'LOOPBACK',
+                 wall=med(variant, 'wall'), runner_cpu=med(variant, 'runner'),
+                 sdk_cpu=med(variant, 'python') + med(variant, 'java'), rss_mib=None)
+            for variant in ('multi', 'single')]
+    with open(args.json, 'w') as f:
+      json.dump({'benchmark': 'multilang', 'n': args.n, 'rounds': args.rounds, 'ok': True,
+                 'rows': rows, 'results': results}, f, indent=1)
 
 
 if __name__ == '__main__':

@@ -21,6 +21,7 @@ Prism's outputs differ.
 """
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -132,6 +133,7 @@ def main():
   ap.add_argument('--prism-bin', default=os.path.join(BENCH, 'bin', 'prism'))
   ap.add_argument('--interval', type=float, default=0.2, help='sampling period, s')
   ap.add_argument('--timeout', type=float, default=1800, help='per run, s')
+  ap.add_argument('--json', metavar='PATH', help='also write the results as JSON')
   args = ap.parse_args()
   for path in (args.weir_bin, args.prism_bin):
     if not os.access(path, os.X_OK):
@@ -187,6 +189,22 @@ def main():
         med(p, 'runner_cpu') / max(med(w, 'runner_cpu'), 1e-9),
         'yes' if same else 'NO', sum(outputs[(lang, 'weir')].values())))
     failed += not same
+  if args.json:
+    rows = []
+    for lang in langs:
+      for runner in RUNNERS:
+        rs = results[(lang, runner)]
+        rows.append(dict(benchmark='wordcount (%s)' % {'go': 'Go', 'java': 'Java'}[lang],
+                         case='%s wordcount %.0f MB' % (lang, size_mb), runner=runner,
+                         env='LOOPBACK', wall=med(rs, 'wall'), runner_cpu=med(rs, 'runner_cpu'),
+                         sdk_cpu=med(rs, 'sdk_cpu'),
+                         rss_mib=(max(r['runner_rss'] for r in rs) +
+                                  max(r['client_rss'] for r in rs)) / mib))
+    with open(args.json, 'w') as f:
+      json.dump(dict(benchmark='polyglot', copies=args.copies, rounds=args.rounds,
+                     ok=not failed, rows=rows,
+                     results=[dict(r, lang=k[0], runner=k[1]) for k, rs in results.items()
+                              for r in rs]), f, indent=1)
   return 1 if failed else 0
 
 

@@ -291,6 +291,7 @@ def main():
   ap.add_argument('--only', choices=['weir', 'direct'])
   ap.add_argument('--interval', type=float, default=0.2, help='sampling period, s')
   ap.add_argument('--timeout', type=float, default=3600, help='per run, s')
+  ap.add_argument('--json', metavar='PATH', help='also write the results as JSON')
   args = ap.parse_args()
 
   py = sys.executable
@@ -366,8 +367,10 @@ def main():
     print('weir SDK processes seen: %d (CPU sampled %.2f s, reaped by kernel '
           'count %.2f s); samples: %d' % (w['sdk_procs'], w['sdk_cpu_sampled'],
                                          w['sdk_cpu_reaped'], w['samples']))
+  same = len(outputs) < 2 or outputs['weir'] == outputs['direct']
+  if args.json:
+    write_json(args, results, same, size_mb)
   if len(outputs) == 2:
-    same = outputs['weir'] == outputs['direct']
     print('outputs equal (multiset of lines): %s  (%d distinct words)' % (
         'yes' if same else 'NO', sum(outputs['direct'].values())))
     if not same:
@@ -375,6 +378,25 @@ def main():
       print('  %d lines differ, e.g. %s' % (sum(diff.values()), list(diff)[:5]))
       return 1
   return 0
+
+
+def write_json(args, results, same, size_mb):
+  """Results, and `rows` in bench/summary.py's form: SDK CPU is everything
+  that is not the runner (Weir's SDK workers and the client; all of
+  DirectRunner's client process tree), RSS the process tree's peak."""
+  mib = 1024 * 1024
+  case = 'wordcount %.0f MB' % size_mb
+  rows = []
+  for name, r in results.items():
+    rows.append(dict(benchmark='wordcount (Python)', case=case,
+                     runner='weir' if name == 'weir' else 'direct',
+                     env=args.weir_env if name == 'weir' else 'multi_processing x%d' % args.direct_workers,
+                     wall=r['wall'], runner_cpu=r.get('runner_cpu'),
+                     sdk_cpu=r.get('sdk_cpu', 0.0) + r['client_cpu'],
+                     rss_mib=r['peak_rss'] / mib))
+  with open(args.json, 'w') as f:
+    json.dump(dict(benchmark='wordcount', copies=args.copies, size_mb=size_mb,
+                   outputs_equal=same, ok=same, results=results, rows=rows), f, indent=1)
 
 
 if __name__ == '__main__':
