@@ -133,6 +133,23 @@ def test_option_over_the_limit_is_refused_naming_it_and_the_flag(weir_server):
       "server's limit of 1048576 bytes (weir serve --max_option_bytes raises it)"), details
 
 
+def test_an_option_nested_40_deep_is_refused_and_get_jobs_still_answers(weir_server):
+  """Found by the long fuzz run: a job whose option nested ~40 deep made
+  every client's GetJobs fail to decode (prost's recursion limit)."""
+  value = 'x'
+  for _ in range(40):
+    value = [value]
+  options = struct_pb2.Struct()
+  options['beam:option:deep:v1'] = value
+  code, details, _ = refused(weir_server, pipeline_with(), options)
+  assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+  assert details == ('pipeline option beam:option:deep:v1 nests lists and structs '
+                     '41 deep, more than the 32 Weir takes'), details
+  jobs = subprocess.run([str(WEIR_BIN), 'jobs', '--endpoint', weir_server.endpoint, 'list'],
+                        capture_output=True, text=True, timeout=60)
+  assert jobs.returncode == 0, jobs.stderr
+
+
 def test_num_workers_over_the_harness_cap_is_refused(weir_server):
   options = struct_pb2.Struct()
   options['beam:option:num_workers:v1'] = 100000

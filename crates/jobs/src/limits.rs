@@ -35,6 +35,12 @@ pub struct Limits {
     pub allow_client_staging_locations: bool,
 }
 
+/// How deep one option's value may nest (lists and structs in lists and
+/// structs). Each level is two protobuf messages, and Weir sends options
+/// back inside `GetJobsResponse.job_info`: deeper values would pass
+/// prost's recursion limit of 100 in every client's GetJobs.
+pub const MAX_OPTION_DEPTH: usize = 32;
+
 /// Flag names, as `weir serve` spells them.
 pub mod flag {
     pub const MAX_PIPELINE_BYTES: &str = "--max_pipeline_bytes";
@@ -92,6 +98,12 @@ pub fn check_request(
     let mut keys: Vec<&String> = options.fields.keys().collect();
     keys.sort();
     for key in keys {
+        let depth = value_depth(&options.fields[key]);
+        if depth > MAX_OPTION_DEPTH {
+            return Err(format!(
+                "pipeline option {key} nests lists and structs {depth} deep, more than the {MAX_OPTION_DEPTH} Weir takes"
+            ));
+        }
         let n = options.fields[key].encoded_len();
         if n > limits.max_option_bytes {
             return Err(over(
@@ -103,6 +115,23 @@ pub fn check_request(
         }
     }
     Ok(())
+}
+
+/// How deep `v` nests: 1 for a scalar, one more per list or struct around
+/// it (walked with an explicit stack: the value is the client's).
+fn value_depth(v: &weir_proto::prost_types::Value) -> usize {
+    use weir_proto::prost_types::value::Kind;
+    let mut deepest = 0;
+    let mut stack = vec![(v, 1usize)];
+    while let Some((v, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        match &v.kind {
+            Some(Kind::ListValue(l)) => stack.extend(l.values.iter().map(|c| (c, d + 1))),
+            Some(Kind::StructValue(s)) => stack.extend(s.fields.values().map(|c| (c, d + 1))),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 #[cfg(test)]
@@ -134,6 +163,35 @@ mod tests {
         assert_eq!(
             check_request(&limits, 10, &opt("0123456789")).unwrap_err(),
             "pipeline option beam:option:big:v1 is 12 bytes, over this server's limit of 10 bytes (weir serve --max_option_bytes raises it)"
+        );
+    }
+
+    #[test]
+    fn an_option_nested_deeper_than_the_limit_is_refused_naming_it() {
+        let nested = |levels: usize| {
+            let mut v = Value {
+                kind: Some(Kind::StringValue("x".into())),
+            };
+            for i in 0..levels {
+                v = Value {
+                    kind: Some(if i % 2 == 0 {
+                        Kind::ListValue(weir_proto::prost_types::ListValue { values: vec![v] })
+                    } else {
+                        Kind::StructValue(Struct {
+                            fields: [("k".to_string(), v)].into(),
+                        })
+                    }),
+                };
+            }
+            Struct {
+                fields: [("beam:option:deep:v1".to_string(), v)].into(),
+            }
+        };
+        let limits = Limits::default();
+        assert_eq!(check_request(&limits, 0, &nested(MAX_OPTION_DEPTH - 1)), Ok(()));
+        assert_eq!(
+            check_request(&limits, 0, &nested(MAX_OPTION_DEPTH)).unwrap_err(),
+            "pipeline option beam:option:deep:v1 nests lists and structs 33 deep, more than the 32 Weir takes"
         );
     }
 }
