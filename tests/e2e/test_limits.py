@@ -150,6 +150,17 @@ def test_an_option_nested_40_deep_is_refused_and_get_jobs_still_answers(weir_ser
   assert jobs.returncode == 0, jobs.stderr
 
 
+def test_a_refusal_quoting_a_200kb_value_is_shortened_so_clients_can_read_it(weir_server):
+  """Found by the fuzzer: the refusal quoted the whole value, and gRPC
+  clients drop responses whose metadata passes 8 KiB."""
+  options = struct_pb2.Struct()
+  options['beam:option:num_workers:v1'] = 'x' * 200_000
+  code, details, _ = refused(weir_server, pipeline_with(), options)
+  assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+  assert details.startswith('pipeline option --num_workers: expects an integer, got "xxx'), details[:200]
+  assert details.endswith('xxx... (198009 more bytes)'), details[-200:]
+
+
 def test_num_workers_over_the_harness_cap_is_refused(weir_server):
   options = struct_pb2.Struct()
   options['beam:option:num_workers:v1'] = 100000

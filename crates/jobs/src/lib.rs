@@ -67,9 +67,8 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send>,
-    >;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send>>;
 
     fn poll_ready(
         &mut self,
@@ -82,6 +81,58 @@ where
         let f = self.0.call(req);
         Box::pin(async move { f.await.map(decode_errors_are_invalid_argument) })
     }
+}
+
+/// Longest status message Weir's Job API sends, in bytes of text: gRPC
+/// clients drop a response whose metadata passes 8 KiB (Python's
+/// grpc-core: RESOURCE_EXHAUSTED "received metadata size exceeds hard
+/// limit"), and a refusal that quotes a client's value can be any size.
+const MAX_STATUS_MESSAGE: usize = 2048;
+
+/// `grpc-message` (percent-encoded, as gRPC's HTTP/2 protocol spells it)
+/// cut to [`MAX_STATUS_MESSAGE`] bytes of text on a character boundary,
+/// saying how much was left out; None when it is short enough.
+fn shorten_status_message(encoded: &str) -> Option<String> {
+    if encoded.len() <= MAX_STATUS_MESSAGE {
+        return None;
+    }
+    let b = encoded.as_bytes();
+    let mut bytes = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = (b[i] == b'%' && i + 2 < b.len())
+            .then(|| std::str::from_utf8(&b[i + 1..i + 3]).ok())
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(x) => {
+                bytes.push(x);
+                i += 3;
+            }
+            None => {
+                bytes.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    if text.len() <= MAX_STATUS_MESSAGE {
+        return None;
+    }
+    let mut cut = MAX_STATUS_MESSAGE;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let short = format!("{}... ({} more bytes)", &text[..cut], text.len() - cut);
+    let mut out = String::with_capacity(short.len());
+    for &c in short.as_bytes() {
+        if (0x20..=0x7e).contains(&c) && c != b'%' {
+            out.push(c as char);
+        } else {
+            out.push_str(&format!("%{c:02X}"));
+        }
+    }
+    Some(out)
 }
 
 /// A request tonic cannot decode (malformed, or nested deeper than prost's
@@ -97,14 +148,63 @@ fn decode_errors_are_invalid_argument<B>(
     let decode = h
         .get("grpc-message")
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|m| m.starts_with("failed%20to%20decode") || m.starts_with("failed to decode"));
+        .is_some_and(|m| {
+            m.starts_with("failed%20to%20decode") || m.starts_with("failed to decode")
+        });
     if internal && decode {
         r.headers_mut().insert(
             "grpc-status",
             tonic::codegen::http::HeaderValue::from_static("3"),
         );
     }
+    let short = r
+        .headers()
+        .get("grpc-message")
+        .and_then(|v| v.to_str().ok())
+        .and_then(shorten_status_message)
+        .and_then(|m| tonic::codegen::http::HeaderValue::from_str(&m).ok());
+    if let Some(m) = short {
+        r.headers_mut().insert("grpc-message", m);
+    }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A long refusal is cut on a character boundary, percent-encoded as
+    /// gRPC sends it, and says how much was left out; a short one is kept.
+    #[test]
+    fn long_status_messages_are_shortened() {
+        assert_eq!(shorten_status_message("pipeline%20option%20x"), None);
+        let long = format!("got%20%22{}%22", "%C3%A9".repeat(3000));
+        let short = shorten_status_message(&long).expect("shortened");
+        let decoded: Vec<u8> = {
+            let b = short.as_bytes();
+            let mut v = vec![];
+            let mut i = 0;
+            while i < b.len() {
+                if b[i] == b'%' {
+                    v.push(
+                        u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap(), 16)
+                            .unwrap(),
+                    );
+                    i += 3;
+                } else {
+                    v.push(b[i]);
+                    i += 1;
+                }
+            }
+            v
+        };
+        let text = String::from_utf8(decoded).expect("cut on a character boundary");
+        // 'got "' (5 bytes) and 1021 é (2 bytes each) fit in 2048 bytes, of 6006.
+        assert_eq!(
+            text,
+            format!("got \"{}... ({} more bytes)", "é".repeat(1021), 6006 - 2047)
+        );
+    }
 }
 
 /// Serves the Job API, artifact services and every Fn API service on

@@ -73,7 +73,12 @@ impl Default for Limits {
 
 /// The refusal of something over a limit: `what` is N, over the limit of
 /// `limit` (`weir serve FLAG` raises it).
-pub fn over(what: &str, n: impl std::fmt::Display, limit: impl std::fmt::Display, flag: &str) -> String {
+pub fn over(
+    what: &str,
+    n: impl std::fmt::Display,
+    limit: impl std::fmt::Display,
+    flag: &str,
+) -> String {
     format!("{what} is {n}, over this server's limit of {limit} (weir serve {flag} raises it)")
 }
 
@@ -188,7 +193,10 @@ mod tests {
             }
         };
         let limits = Limits::default();
-        assert_eq!(check_request(&limits, 0, &nested(MAX_OPTION_DEPTH - 1)), Ok(()));
+        assert_eq!(
+            check_request(&limits, 0, &nested(MAX_OPTION_DEPTH - 1)),
+            Ok(())
+        );
         assert_eq!(
             check_request(&limits, 0, &nested(MAX_OPTION_DEPTH)).unwrap_err(),
             "pipeline option beam:option:deep:v1 nests lists and structs 33 deep, more than the 32 Weir takes"

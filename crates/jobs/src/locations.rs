@@ -683,14 +683,22 @@ mod tests {
         };
         // Under the root: taken, as a path or a file:// URL.
         let inside = root.join("mine");
-        let l = with(&|o| o.staging_location = Some(inside.display().to_string()), &defaults).unwrap();
+        let l = with(
+            &|o| o.staging_location = Some(inside.display().to_string()),
+            &defaults,
+        )
+        .unwrap();
         assert_eq!(l.staging.local.as_deref(), Some(inside.as_path()));
         let url = format!("file://{}", inside.display());
         assert!(with(&|o| o.staging_location = Some(url.clone()), &defaults).is_ok());
         // Outside (also by `..`), or a bucket: refused, naming the option and the flag, no folder made.
         let outside = scratch("policy-outside");
         let escape = format!("{}/../policy-escape", root.display());
-        for location in [outside.display().to_string(), escape, "gs://b/s".to_string()] {
+        for location in [
+            outside.display().to_string(),
+            escape,
+            "gs://b/s".to_string(),
+        ] {
             let e = with(&|o| o.staging_location = Some(location.clone()), &defaults).unwrap_err();
             assert_eq!(
                 e.to_string(),
@@ -710,7 +718,11 @@ mod tests {
             client_staging_anywhere: true,
             ..defaults.clone()
         };
-        let l = with(&|o| o.staging_location = Some(outside.display().to_string()), &open).unwrap();
+        let l = with(
+            &|o| o.staging_location = Some(outside.display().to_string()),
+            &open,
+        )
+        .unwrap();
         assert_eq!(l.staging.local.as_deref(), Some(outside.as_path()));
     }
 

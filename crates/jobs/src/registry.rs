@@ -327,7 +327,11 @@ impl Job {
         });
     }
 
-    fn job_message(&self, importance: MessageImportance, text: String) -> beam::JobMessagesResponse {
+    fn job_message(
+        &self,
+        importance: MessageImportance,
+        text: String,
+    ) -> beam::JobMessagesResponse {
         let id = {
             let mut n = self.next_message.lock().unwrap_or_else(|p| p.into_inner());
             *n += 1;
@@ -423,10 +427,16 @@ impl Job {
     pub fn subscribe(
         &self,
         view: View,
-    ) -> (Vec<beam::JobMessagesResponse>, broadcast::Receiver<Published>) {
+    ) -> (
+        Vec<beam::JobMessagesResponse>,
+        broadcast::Receiver<Published>,
+    ) {
         let h = self.history.lock().unwrap_or_else(|p| p.into_inner());
         (
-            h.events.iter().filter_map(|e| e.view(view).cloned()).collect(),
+            h.events
+                .iter()
+                .filter_map(|e| e.view(view).cloned())
+                .collect(),
             self.events.subscribe(),
         )
     }
@@ -960,7 +970,9 @@ mod tests {
         assert!(first.view(View::Stream).is_none());
         assert!(first.view(View::Logs).is_some());
         let second = live.recv().await.expect("event");
-        assert_eq!(texts(&[second.view(View::Stream).cloned().unwrap()])[0].0, "[w1] warn");
+        assert_eq!(
+            texts(&[second.view(View::Stream).cloned().unwrap()])[0].0,
+            "[w1] warn"
+        );
     }
-
 }

@@ -65,9 +65,10 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         log_job.message(importance, text);
     });
     let sdk_job = job.clone();
-    registry
-        .fn_api
-        .set_sdk_log(&job.id, Arc::new(move |level, text| sdk_job.sdk_log(level, text)));
+    registry.fn_api.set_sdk_log(
+        &job.id,
+        Arc::new(move |level, text| sdk_job.sdk_log(level, text)),
+    );
     let provision = beam::ProvisionInfo {
         pipeline_options: Some(job.options.clone()),
         retrieval_token: job.id.clone(),
@@ -188,9 +189,13 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
     match result? {
         Ok(()) => Ok(()),
         // The harnesses stopped the job (e.g. its worker pool is gone).
-        Err(weir_engine::EngineError::Cancelled) if started.failure().is_some() => Err(fail(
-            format!("job {} failed: {}", job.name, started.failure().unwrap_or_default()),
-        )),
+        Err(weir_engine::EngineError::Cancelled) if started.failure().is_some() => {
+            Err(fail(format!(
+                "job {} failed: {}",
+                job.name,
+                started.failure().unwrap_or_default()
+            )))
+        }
         Err(weir_engine::EngineError::Cancelled) => {
             Err((JobState::Cancelled, "job cancelled".into()))
         }

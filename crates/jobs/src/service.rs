@@ -237,7 +237,10 @@ impl beam::job_service_server::JobService for JobService {
             let path = dir.join(format!("prepare-{}-{n}.pb", std::process::id()));
             let _ = std::fs::create_dir_all(dir);
             if let Err(e) = std::fs::write(&path, prost::Message::encode_to_vec(&req)) {
-                tracing::warn!("cannot capture the PrepareJobRequest into {}: {e}", path.display());
+                tracing::warn!(
+                    "cannot capture the PrepareJobRequest into {}: {e}",
+                    path.display()
+                );
             }
         }
         let pipeline = req
@@ -337,7 +340,9 @@ impl beam::job_service_server::JobService for JobService {
             }
         }
         let stages = plan.graph.stages.len();
-        let job = self.0.create_job(id, name, pipeline, Some(plan), options, locations);
+        let job = self
+            .0
+            .create_job(id, name, pipeline, Some(plan), options, locations);
         for note in validated.notes.iter().chain(&env_notes) {
             job.message(MessageImportance::JobMessageBasic, note.clone());
         }

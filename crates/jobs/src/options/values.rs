@@ -387,7 +387,10 @@ pub(crate) fn check_location(key: &str, location: &str) -> Result<(), OptionErro
             )));
         }
         if object.contains(['\n', '\r']) {
-            return Err(err(key, format!("{location:?}: a Cloud Storage object name cannot contain a line break")));
+            return Err(err(
+                key,
+                format!("{location:?}: a Cloud Storage object name cannot contain a line break"),
+            ));
         }
     }
     Ok(())
