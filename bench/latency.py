@@ -110,25 +110,7 @@ def child(argv):
 
 # --- runs -------------------------------------------------------------------------
 def start_server(name, args, out_dir):
-  port = wb.free_port()
-  log_path = os.path.join(out_dir, '%s.log' % name)
-  logf = open(log_path, 'wb')
-  env = dict(os.environ, NO_COLOR='1')
-  if name == 'weir':
-    env.setdefault('RUST_LOG', 'info')
-    cmd = [args.weir_bin, 'serve', '--job_port', str(port), '--bind', '127.0.0.1'
-           ] + args.weir_flag
-  else:
-    cmd = [args.prism_bin, '--job_port', str(port), '--serve_http=false']
-  proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
-                          stdin=subprocess.DEVNULL, env=env)
-  try:
-    wb.wait_for_job_api('localhost:%d' % port, proc, log_path)
-  except BaseException:
-    wb.stop_server(proc)
-    logf.close()
-    raise
-  return proc, port, logf
+  return wb.start_job_server(name, args.weir_bin, args.prism_bin, out_dir, args.weir_flag)
 
 
 def percentile(sorted_xs, q):

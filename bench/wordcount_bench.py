@@ -175,6 +175,31 @@ def wait_for_job_api(endpoint, proc, log_path, timeout=60.0):
       time.sleep(0.1)
 
 
+def start_job_server(name, weir_bin, prism_bin, out_dir, weir_flags=()):
+  """Starts `weir serve` (name 'weir', with weir_flags) or Prism on a free
+  port, logging to out_dir/NAME.log; returns (process, port, log file) once
+  its Job API answers."""
+  port = free_port()
+  log_path = os.path.join(out_dir, '%s.log' % name)
+  logf = open(log_path, 'wb')
+  env = dict(os.environ, NO_COLOR='1')
+  if name == 'weir':
+    env.setdefault('RUST_LOG', 'info')
+    cmd = [weir_bin, 'serve', '--job_port', str(port), '--bind', '127.0.0.1'
+           ] + list(weir_flags)
+  else:
+    cmd = [prism_bin, '--job_port', str(port), '--serve_http=false']
+  proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
+                          stdin=subprocess.DEVNULL, env=env)
+  try:
+    wait_for_job_api('localhost:%d' % port, proc, log_path)
+  except BaseException:
+    stop_server(proc)
+    logf.close()
+    raise
+  return proc, port, logf
+
+
 def stop_server(proc):
   """Stops a `weir serve` process: SIGTERM, then SIGKILL after 10 s."""
   proc.terminate()
