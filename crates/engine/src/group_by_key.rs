@@ -879,13 +879,18 @@ mod tests {
     use weir_model::WindowedValue;
 
     fn kv(key: &str, value: u8, ts: i64, window: Window) -> Vec<u8> {
+        element(key, value, ts, vec![window])
+    }
+
+    /// An encoded `KV<string, varint>` (`value` under 128) in `windows`.
+    pub(super) fn element(key: &str, value: u8, ts: i64, windows: Vec<Window>) -> Vec<u8> {
         let mut v = vec![key.len() as u8];
         v.extend_from_slice(key.as_bytes());
         v.push(value);
         let mut out = Vec::new();
         WindowedValue {
             timestamp: Timestamp(ts),
-            windows: vec![window],
+            windows,
             pane: PaneInfo::NO_FIRING,
             value: v,
         }
@@ -893,7 +898,7 @@ mod tests {
         out
     }
 
-    fn coder() -> Coder {
+    pub(super) fn coder() -> Coder {
         Coder::Kv(Box::new(Coder::StringUtf8), Box::new(Coder::VarInt))
     }
 
@@ -1083,6 +1088,7 @@ mod hot_key_tests {
 
 #[cfg(test)]
 mod index_tests {
+    use super::tests::{coder, element};
     use super::*;
     use weir_model::windowed_value::encode_iterable;
     use weir_model::WindowedValue;
@@ -1092,25 +1098,6 @@ mod index_tests {
             start: Timestamp(start),
             end: Timestamp(end),
         }
-    }
-
-    fn element(key: &str, value: u8, ts: i64, windows: Vec<Window>) -> Vec<u8> {
-        let mut v = vec![key.len() as u8];
-        v.extend_from_slice(key.as_bytes());
-        v.push(value);
-        let mut out = Vec::new();
-        WindowedValue {
-            timestamp: Timestamp(ts),
-            windows,
-            pane: PaneInfo::NO_FIRING,
-            value: v,
-        }
-        .encode(&mut out);
-        out
-    }
-
-    fn coder() -> Coder {
-        Coder::Kv(Box::new(Coder::StringUtf8), Box::new(Coder::VarInt))
     }
 
     fn buffer(window_fn: WindowFn, output_time: OutputTime) -> GroupByKeyBuffer {
