@@ -189,13 +189,14 @@ fn planner(a: &Args, m: &Mutator) -> anyhow::Result<Tally> {
 struct Server {
     child: std::process::Child,
     endpoint: String,
-    _dir: PathBuf,
+    dir: PathBuf,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -203,7 +204,11 @@ fn start_server(weir: &Path) -> anyhow::Result<Server> {
     use std::io::BufRead;
     let dir = std::env::temp_dir().join(format!("weir-fuzz-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let mut child = std::process::Command::new(weir)
+    let weir = std::fs::canonicalize(weir).with_context(|| format!("no {}", weir.display()))?;
+    // In its own folder: a mutated job's relative temp_location or output
+    // path lands there, not in the caller's working tree.
+    let mut child = std::process::Command::new(&weir)
+        .current_dir(&dir)
         .args(["serve", "--job_port", "0", "--staging_dir"])
         .arg(dir.join("staging"))
         .stdin(std::process::Stdio::null())
@@ -228,7 +233,7 @@ fn start_server(weir: &Path) -> anyhow::Result<Server> {
     Ok(Server {
         child,
         endpoint,
-        _dir: dir,
+        dir,
     })
 }
 
