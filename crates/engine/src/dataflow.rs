@@ -23,7 +23,7 @@ use crate::operators::group_by_key::group_by_key;
 use crate::operators::sdk_stage::sdk_stage;
 use crate::operators::test_stream::test_stream;
 use crate::operators::{Element, Elements, TaggedElements};
-use crate::time::{wall_millis, Clock, Time};
+use crate::time::{wall_millis, watermark_of, Clock, Time};
 use crate::{EngineConfig, EngineError, Result};
 
 /// Shared by every worker of one job.
@@ -35,29 +35,120 @@ pub(crate) struct JobContext {
     pub(crate) failure: Arc<Mutex<Option<EngineError>>>,
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) clock: Clock,
-    /// What each stage is doing, for stuck-job reports.
-    pub(crate) status: Arc<Mutex<Vec<Vec<StageStatus>>>>,
+    /// What each stage is doing, per worker: for stuck-job reports and
+    /// for readers of [`EngineConfig::progress`].
+    pub(crate) status: Progress,
     /// Bumped whenever any stage makes progress.
     pub(crate) activity: Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// A stage's state as last seen by its operator (for stuck-job reports).
+/// A stage's state as last seen by its operator, on one timely worker or
+/// (from [`Progress::stages`]) merged over all of them.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct StageStatus {
-    /// Its input watermark; `None` once its input is done.
-    pub(crate) watermark: Option<Timestamp>,
-    /// Bundles at SDK harnesses, elements waiting for a bundle, elements
-    /// waiting out a resume delay, pending timers.
-    pub(crate) in_flight: usize,
-    pub(crate) pending: usize,
-    pub(crate) delayed: usize,
-    pub(crate) timers: usize,
+pub struct StageStatus {
+    /// Its input watermark; `None` once its input is done (or before its
+    /// operator first reported: see [`StageProgress::reported`]).
+    pub watermark: Option<Timestamp>,
+    /// Bundles at SDK harnesses.
+    pub in_flight: usize,
+    /// Elements waiting for a bundle.
+    pub pending: usize,
+    /// Residuals waiting out a resume delay.
+    pub delayed: usize,
+    /// Pending timers.
+    pub timers: usize,
     /// Keys a GroupByKey still buffers windows for.
-    pub(crate) windows: usize,
+    pub windows: usize,
     /// The stage waits for its side inputs.
-    pub(crate) waiting_for_side_inputs: bool,
+    pub waiting_for_side_inputs: bool,
     /// Main-input elements held back until their side windows are ready (streaming).
-    pub(crate) held_back: usize,
+    pub held_back: usize,
+}
+
+/// What a stage has done so far, summed over timely workers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StageCounts {
+    /// Main-input elements it took (sent to SDK harnesses, or buffered by a GroupByKey).
+    pub elements_in: u64,
+    /// Elements it emitted, over all its outputs (a GroupByKey: one per pane).
+    pub elements_out: u64,
+    /// Bundles that completed (SDK stages).
+    pub bundles: u64,
+}
+
+/// One stage of a running (or finished) job, merged over timely workers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StageProgress {
+    /// What its operator last reported.
+    pub status: StageStatus,
+    /// What it did so far.
+    pub counts: StageCounts,
+    /// Its output watermark (the least time its output may still carry);
+    /// `None` once its output is done.
+    pub output_watermark: Option<Timestamp>,
+    /// Whether its operator has reported at all (before that, the
+    /// watermarks say nothing).
+    pub reported: bool,
+}
+
+#[derive(Default)]
+struct ProgressCells {
+    status: Vec<Vec<StageStatus>>,
+    counts: Vec<StageCounts>,
+    reported: Vec<bool>,
+    /// Output watermark per stage and worker (`None`: done); starts at MIN.
+    output: Vec<Vec<Option<Timestamp>>>,
+}
+
+/// Live progress of one job's stages: written by the engine while the job
+/// runs, read by anyone holding a clone (the web UI, `/metrics`). Stage `i`
+/// is `StageGraph::stages[i]`. Empty until [`run_job`] starts.
+#[derive(Clone, Default)]
+pub struct Progress(Arc<Mutex<ProgressCells>>);
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Progress")
+    }
+}
+
+impl Progress {
+    fn cells(&self) -> std::sync::MutexGuard<'_, ProgressCells> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sizes the cells for `stages` stages on `workers` workers.
+    fn start(&self, stages: usize, workers: usize) {
+        let mut c = self.cells();
+        c.status = vec![vec![StageStatus::default(); workers]; stages];
+        c.counts = vec![StageCounts::default(); stages];
+        c.reported = vec![false; stages];
+        c.output = vec![vec![Some(Timestamp::MIN); workers]; stages];
+    }
+
+    /// Every stage, merged over workers: counts summed, the least watermarks.
+    pub fn stages(&self) -> Vec<StageProgress> {
+        let c = self.cells();
+        c.status
+            .iter()
+            .zip(&c.output)
+            .zip(&c.reported)
+            .zip(&c.counts)
+            .map(|(((workers, outputs), &reported), &counts)| StageProgress {
+                status: workers
+                    .iter()
+                    .fold(StageStatus::default(), |a, w| a.merged(w)),
+                counts,
+                output_watermark: least(outputs),
+                reported,
+            })
+            .collect()
+    }
+}
+
+/// The least of per-worker watermarks, `None` (done) only when all are done.
+fn least(watermarks: &[Option<Timestamp>]) -> Option<Timestamp> {
+    watermarks.iter().flatten().min().copied()
 }
 
 impl StageStatus {
@@ -84,27 +175,41 @@ impl JobContext {
     /// Records what stage `stage` does on timely worker `worker` now, and
     /// counts a change as progress.
     pub(crate) fn report(&self, stage: usize, worker: usize, status: StageStatus) {
-        let mut all = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        let slot = &mut all[stage][worker];
+        let mut all = self.status.cells();
+        all.reported[stage] = true;
+        let slot = &mut all.status[stage][worker];
         if *slot != status {
             *slot = status;
             self.activity.fetch_add(1, Ordering::Relaxed);
         }
     }
 
+    /// Adds to stage `stage`'s counts.
+    pub(crate) fn count(&self, stage: usize, elements_in: usize, elements_out: usize, bundles: u64) {
+        let mut all = self.status.cells();
+        if let Some(c) = all.counts.get_mut(stage) {
+            c.elements_in += elements_in as u64;
+            c.elements_out += elements_out as u64;
+            c.bundles += bundles;
+        }
+    }
+
+    /// Records the output watermarks of worker `worker`'s stages, read off
+    /// their probes (`None`: that output is done).
+    fn report_outputs(&self, worker: usize, probes: &[ProbeHandle<Time>]) {
+        let mut all = self.status.cells();
+        for (stage, probe) in probes.iter().enumerate() {
+            all.output[stage][worker] = probe.with_frontier(|f| {
+                (!f.is_empty()).then(|| watermark_of(f.as_ref()))
+            });
+        }
+    }
+
     /// A notice describing where a job that made no progress is waiting:
     /// the first stage (in pipeline order) whose input is not done.
     pub(crate) fn stuck_notice(&self, idle: Duration) -> String {
-        let per_worker = self.status.lock().unwrap_or_else(|p| p.into_inner());
         // One line per stage: counts summed over workers, the least watermark.
-        let all: Vec<StageStatus> = per_worker
-            .iter()
-            .map(|workers| {
-                workers
-                    .iter()
-                    .fold(StageStatus::default(), |a, w| a.merged(w))
-            })
-            .collect();
+        let all: Vec<StageStatus> = self.status.stages().into_iter().map(|s| s.status).collect();
         let waiting: Vec<String> = all
             .iter()
             .enumerate()
@@ -154,8 +259,8 @@ impl JobContext {
 
     /// Elements waiting for a bundle in all SDK stages, as last reported.
     pub(crate) fn pending_elements(&self) -> usize {
-        let all = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        all.iter().flatten().map(|s| s.pending).sum()
+        let all = self.status.cells();
+        all.status.iter().flatten().map(|s| s.pending).sum()
     }
 
     /// Whether the job is held without work to do: some stage holds
@@ -167,8 +272,8 @@ impl JobContext {
     /// holds a stage's output watermark below the stream's current time
     /// until the timer fires, which may take the stream's later events.
     pub(crate) fn idle_but_held(&self) -> bool {
-        let all = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        let stages = all.iter().flatten();
+        let all = self.status.cells();
+        let stages = all.status.iter().flatten();
         stages.clone().any(|s| s.held_back > 0 || s.timers > 0)
             && stages
                 .clone()
@@ -189,6 +294,9 @@ impl JobContext {
         self.stop.load(Ordering::SeqCst)
     }
 }
+
+/// How often each worker copies its stages' output watermarks into [`Progress`].
+const OUTPUT_WATERMARKS_EVERY: Duration = Duration::from_millis(200);
 
 /// Runs `graph` to completion on `config.workers` timely worker threads,
 /// executing SDK stages through `processor`. Blocks the calling thread.
@@ -223,10 +331,10 @@ pub fn run_job(
         config: config.clone(),
         failure: Arc::new(Mutex::new(None)),
         stop: Arc::new(AtomicBool::new(false)),
-        status: Arc::new(Mutex::new(vec![
-            vec![StageStatus::default(); workers];
-            stage_count
-        ])),
+        status: {
+            config.progress.start(stage_count, workers);
+            config.progress.clone()
+        },
         activity: Arc::default(),
         clock: if graph_has_test_stream {
             Clock::Test(Arc::new(std::sync::atomic::AtomicI64::new(wall_millis())))
@@ -240,7 +348,9 @@ pub fn run_job(
         let probe = ProbeHandle::<Time>::new();
         let peers = worker.peers();
         let index = worker.index();
-        worker.dataflow::<Time, _, _>(|scope| build(scope, &ctx, &probe, index, peers));
+        let stage_probes =
+            worker.dataflow::<Time, _, _>(|scope| build(scope, &ctx, &probe, index, peers));
+        let mut outputs_reported = std::time::Instant::now();
         let mut last_activity = (
             ctx.activity.load(Ordering::Relaxed),
             std::time::Instant::now(),
@@ -272,7 +382,12 @@ pub fn run_job(
                 break;
             }
             worker.step_or_park(Some(Duration::from_millis(20)));
+            if outputs_reported.elapsed() >= OUTPUT_WATERMARKS_EVERY {
+                ctx.report_outputs(index, &stage_probes);
+                outputs_reported = std::time::Instant::now();
+            }
         }
+        ctx.report_outputs(index, &stage_probes);
     })
     .map_err(EngineError::Internal)?;
     for r in guards.join() {
@@ -292,15 +407,18 @@ pub fn run_job(
 /// Builds `ctx.graph` on timely worker `index` (of `_peers`): one stream
 /// per PCollection, made stage by stage in topological order; the outputs
 /// of GroupByKey and SDK stages are probed by `probe` (the job is done when
-/// its frontier empties).
+/// its frontier empties). Returns one probe per stage on its output (its
+/// output watermark).
 fn build<'s>(
     scope: Scope<'s, Time>,
     ctx: &JobContext,
     probe: &ProbeHandle<Time>,
     index: usize,
     _peers: usize,
-) {
+) -> Vec<ProbeHandle<Time>> {
     let graph = ctx.graph.clone();
+    let stage_probes: Vec<ProbeHandle<Time>> =
+        graph.stages.iter().map(|_| ProbeHandle::new()).collect();
     let mut streams: Vec<Option<Elements<'s>>> = vec![None; graph.pcollections.len()];
     let get = |streams: &Vec<Option<Elements<'s>>>, pc: usize| -> Elements<'s> {
         streams[pc]
@@ -315,10 +433,11 @@ fn build<'s>(
                 } else {
                     vec![]
                 };
-                streams[*output] = Some(data.to_stream(scope));
+                streams[*output] = Some(data.to_stream(scope).probe_with(&stage_probes[stage_index]));
             }
             StageKind::TestStream { outputs, events } => {
-                let tagged = test_stream(scope, ctx, probe, index, outputs.len(), events);
+                let tagged = test_stream(scope, ctx, probe, index, outputs.len(), events)
+                    .probe_with(&stage_probes[stage_index]);
                 let parts = tagged.partition(outputs.len().max(1) as u64, |(port, e)| {
                     (u64::from(port), e)
                 });
@@ -331,16 +450,16 @@ fn build<'s>(
             StageKind::Flatten { inputs, output } => {
                 let s =
                     scope.concatenate(inputs.iter().map(|&i| get(&streams, i)).collect::<Vec<_>>());
-                streams[*output] = Some(s);
+                streams[*output] = Some(s.probe_with(&stage_probes[stage_index]));
             }
             StageKind::Reshuffle { input, output } => {
                 // SDK stages already spread their input over workers; a
                 // reshuffle only needs to break fusion, which planning did.
-                streams[*output] = Some(get(&streams, *input));
+                streams[*output] = Some(get(&streams, *input).probe_with(&stage_probes[stage_index]));
             }
             StageKind::GroupByKey { input, output, .. } => {
                 let s = group_by_key(get(&streams, *input), ctx, stage_index, *input, *output);
-                let s = s.probe_with(probe);
+                let s = s.probe_with(probe).probe_with(&stage_probes[stage_index]);
                 streams[*output] = Some(s);
             }
             StageKind::Sdk(sdk) => {
@@ -356,7 +475,9 @@ fn build<'s>(
                 } else {
                     scope.concatenate(sides).broadcast()
                 };
-                let tagged = sdk_stage(scope, main, sides, ctx, stage_index, sdk).probe_with(probe);
+                let tagged = sdk_stage(scope, main, sides, ctx, stage_index, sdk)
+                    .probe_with(probe)
+                    .probe_with(&stage_probes[stage_index]);
                 let parts = tagged.partition(sdk.outputs.len().max(1) as u64, |(port, e)| {
                     (u64::from(port), e)
                 });
@@ -368,6 +489,7 @@ fn build<'s>(
             }
         }
     }
+    stage_probes
 }
 
 #[cfg(test)]

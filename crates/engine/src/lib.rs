@@ -40,7 +40,7 @@ pub mod timers;
 pub mod triggers;
 
 pub use bundle::{BundleProcessor, BundleRequest, BundleResult, Completion};
-pub use dataflow::run_job;
+pub use dataflow::{run_job, Progress, StageCounts, StageProgress, StageStatus};
 pub use error::{EngineError, Result};
 
 /// How a job is run.
@@ -76,6 +76,9 @@ pub struct EngineConfig {
     /// Where GroupByKeys spill: one subfolder per stage and worker, removed
     /// when the job ends.
     pub spill_dir: std::path::PathBuf,
+    /// Where the engine publishes each stage's watermarks and counts while
+    /// the job runs (a shared handle: keep a clone to read it).
+    pub progress: Progress,
 }
 
 /// A sink for engine notices (e.g. hot keys), shown in the job's messages.
@@ -116,6 +119,7 @@ impl Default for EngineConfig {
             drain: Default::default(),
             gbk_memory_budget: None,
             spill_dir: std::env::temp_dir().join("weir-spill"),
+            progress: Progress::default(),
         }
     }
 }

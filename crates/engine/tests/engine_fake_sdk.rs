@@ -519,6 +519,14 @@ const KEYS: i64 = 7;
 /// Impulse → Seeds (0..50) → FanOut (20 KVs each, 7 keys) → GroupByKey → Sum.
 /// Returns the sums the Sum stage saw, one entry per group, and the fake.
 fn fan_out_group_sum(workers: usize) -> (Vec<(String, i64, usize)>, FakeSdk, Arc<StageGraph>) {
+    fan_out_group_sum_with(workers, weir_engine::Progress::default())
+}
+
+/// [`fan_out_group_sum`], publishing the job's progress into `progress`.
+fn fan_out_group_sum_with(
+    workers: usize,
+    progress: weir_engine::Progress,
+) -> (Vec<(String, i64, usize)>, FakeSdk, Arc<StageGraph>) {
     let mut g = GraphBuilder::default();
     let imp = g.impulse();
     let seeds = g.pc("seeds", Coder::VarInt);
@@ -587,7 +595,11 @@ fn fan_out_group_sum(workers: usize) -> (Vec<(String, i64, usize)>, FakeSdk, Arc
         ),
     ];
     let sdk = FakeSdk::new(graph.clone(), functions);
-    run(graph.clone(), sdk.clone(), config(workers, 3), no_cancel()).expect("job succeeds");
+    let config = EngineConfig {
+        progress,
+        ..config(workers, 3)
+    };
+    run(graph.clone(), sdk.clone(), config, no_cancel()).expect("job succeeds");
     let mut out = sums.lock().unwrap().clone();
     out.sort();
     (out, sdk, graph)
@@ -633,6 +645,30 @@ fn group_and_sum_one_worker() {
     );
     assert!(sum_bundles.len() >= 3, "Sum bundles {sum_bundles:?}");
     assert_eq!(sdk.0.stats.running.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn progress_of_a_finished_job_shows_every_stage_done() {
+    let progress = weir_engine::Progress::default();
+    let (sums, sdk, graph) = fan_out_group_sum_with(2, progress.clone());
+    assert_eq!(sums, expected_sums());
+    let stages = progress.stages();
+    assert_eq!(stages.len(), graph.stages.len());
+    for (stage, p) in graph.stages.iter().zip(&stages) {
+        assert_eq!(p.output_watermark, None, "{}: output done", stage.name);
+        assert_eq!(p.status.in_flight + p.status.pending, 0, "{}: nothing left", stage.name);
+        // Runner stages without an operator of their own (Impulse) never report.
+        let reports = !matches!(stage.kind, StageKind::Impulse { .. });
+        assert_eq!(p.reported, reports, "{}", stage.name);
+        if reports {
+            assert_eq!(p.status.watermark, None, "{}: input done", stage.name);
+        }
+    }
+    // Impulse, Seeds, FanOut, Group, Sum: 1 seed call, 50 seeds, 1000 pairs, 7 groups.
+    let counts: Vec<(u64, u64)> = stages.iter().map(|p| (p.counts.elements_in, p.counts.elements_out)).collect();
+    assert_eq!(counts, vec![(0, 0), (1, 50), (50, 1000), (1000, 7), (7, 0)]);
+    let fan_bundles = sdk.0.stats.bundle_sizes(2).len() as u64;
+    assert_eq!(stages[2].counts.bundles, fan_bundles, "the FanOut bundles the SDK ran");
 }
 
 #[test]

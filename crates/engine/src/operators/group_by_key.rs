@@ -89,6 +89,7 @@ pub(crate) fn group_by_key<'s>(
                 if held.as_ref().map(|h| t < *h.time()).unwrap_or(true) {
                     held = cap.retain_least(0);
                 }
+                ctx.count(stage_index, data.len(), 0, 0);
                 for e in data.drain(..) {
                     let inserted = match &mut groups {
                         Groups::Batch(b) => b.insert(&e),
@@ -203,6 +204,7 @@ pub(crate) fn group_by_key<'s>(
             }
             if let Some(cap) = held.as_ref() {
                 if !ready.is_empty() {
+                    ctx.count(stage_index, 0, ready.len(), 0);
                     output.session(cap).give_iterator(ready.into_iter());
                 }
             }

@@ -114,6 +114,7 @@ pub(crate) fn sdk_stage<'s>(
             let side_input_generation = st.side_generation.for_bundle();
             let id = st.next_bundle;
             st.next_bundle += 1;
+            ctx.count(stage_index, elements.len(), 0, 0);
             st.in_flight.insert(id, cap);
             if let Some((family, info)) = &expiration {
                 set_expiration_timers(&mut st.timers, *family, info, &elements);
@@ -261,15 +262,20 @@ pub(crate) fn sdk_stage<'s>(
                 match result {
                     Ok(r) => {
                         let mut session = output.session(&cap);
+                        let mut emitted = 0;
                         for (port, bytes) in r.outputs.iter().enumerate() {
                             let Some(&pc) = sdk.outputs.get(port) else { continue };
                             let info = &ctx.graph.pcollections[pc];
                             match split_elements(&info.value_coder, &info.window_coder, bytes) {
-                                Ok(elements) => session.give_iterator(elements.into_iter().map(|e| (port as u32, e))),
+                                Ok(elements) => {
+                                    emitted += elements.len();
+                                    session.give_iterator(elements.into_iter().map(|e| (port as u32, e)))
+                                }
                                 Err(message) => ctx.fail(EngineError::BadData { stage: name.clone(), pcollection: info.id.clone(), message }),
                             }
                         }
                         drop(session);
+                        ctx.count(stage_index, 0, emitted, 1);
                         tracing::debug!(stage = %name, timers = ?r.timers.iter().map(|t| t.iter().map(|b| format!("{b:02x}")).collect::<String>()).collect::<Vec<_>>(), outputs = ?r.outputs.iter().map(|o| o.len()).collect::<Vec<_>>(), "bundle done");
                         for (family, bytes) in r.timers.iter().enumerate() {
                             if let Err(message) = st.timers.apply(family, bytes) {
