@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepares a checkout of Weir: builds the release binary, the Python venv,
+# Prepares a checkout of Weir: the web UI's npm packages (ui/), builds the
+# release binary, the Python venv,
 # the Java runner (scripts/setup_java.sh) and the Go test drivers
 # (scripts/setup_go.sh; needs Go 1.26+). Idempotent: a second run only
 # re-runs `cargo build` (a no-op when nothing changed), skips pip while
@@ -10,6 +11,7 @@
 #   WEIR_SKIP_BUILD=1   don't run cargo build (use the binary that is there)
 #   WEIR_SKIP_JAVA=1    don't build the Java runner
 #   WEIR_SKIP_GO=1      don't build the Go test drivers
+#   WEIR_SKIP_BROWSER=1 don't install Debian's chromium (the web UI's browser test)
 #   PYTHON=python3.x    interpreter used to create .venv (default: python3)
 set -euo pipefail
 
@@ -33,6 +35,29 @@ if ! command -v cargo >/dev/null 2>&1; then
   fi
 fi
 command -v cargo >/dev/null 2>&1 || die "cargo still not found after rustup"
+
+# --- Web UI: front-end libraries (embedded by crates/web) and the browser ----
+# test's driver, from ui/package-lock.json; Debian's chromium for that test.
+UI_STAMP="$REPO/ui/node_modules/.weir-lock.sha256"
+ui_want="$(sha256sum "$REPO/ui/package-lock.json" | cut -d' ' -f1)"
+if [ "$(cat "$UI_STAMP" 2>/dev/null || true)" = "$ui_want" ]; then
+  say "ui/node_modules up to date"
+else
+  command -v npm >/dev/null 2>&1 || die "npm not found; install Node.js 20+ (the web UI embeds ui/node_modules)"
+  say "npm ci --prefix ui"
+  npm ci --prefix "$REPO/ui" --no-audit --no-fund --loglevel=error
+  printf '%s\n' "$ui_want" > "$UI_STAMP"
+fi
+if [ ! -x "${WEIR_CHROMIUM:-/usr/bin/chromium}" ] && [ "${WEIR_SKIP_BROWSER:-0}" != "1" ]; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    say "apt-get install chromium (the web UI's browser test)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null \
+      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; } \
+      || say "WARNING: could not install chromium; tests/e2e/test_ui.py's browser test will fail"
+  else
+    say "WARNING: no chromium at /usr/bin/chromium (Debian: apt-get install chromium); the browser test will fail"
+  fi
+fi
 
 if [ "${WEIR_SKIP_BUILD:-0}" = "1" ]; then
   say "WEIR_SKIP_BUILD=1: skipping cargo build"

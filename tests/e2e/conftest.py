@@ -124,12 +124,14 @@ def weir_server(tmp_path_factory):
   log_path = tmp_path_factory.mktemp('weir') / 'weir.log'
   staging_root = log_path.parent / 'staging'
   port = free_port()
+  ui_port = free_port()
   env = dict(os.environ)
   env.setdefault('RUST_LOG', 'info')
   env.setdefault('NO_COLOR', '1')  # plain text in the log file
   with open(log_path, 'wb') as log:
     proc = subprocess.Popen(
         [str(WEIR_BIN), 'serve', '--job_port', str(port), '--bind', '127.0.0.1',
+         '--ui_port', str(ui_port),
          '--python_for_docker_images', sys.executable, '--staging_dir', str(staging_root),
          # Beyond Weir's own `weir boot`: Beam's Go boot program (test_go.py)
          # and the tests' own scripts under pytest's temporary folder.
@@ -143,6 +145,7 @@ def weir_server(tmp_path_factory):
         env=env)
   server = WeirServer(proc, port, log_path)
   server.staging_root = staging_root
+  server.ui = 'http://127.0.0.1:%d' % ui_port
   try:
     _wait_for_job_api(server)
     yield server

@@ -429,6 +429,7 @@ fn build<'s>(
         match &stage.kind {
             StageKind::Impulse { output } => {
                 let data = if index == 0 {
+                    ctx.count(stage_index, 0, 1, 0);
                     vec![impulse_element(&graph.pcollections[*output].value_coder)]
                 } else {
                     vec![]

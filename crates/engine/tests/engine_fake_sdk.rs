@@ -666,7 +666,7 @@ fn progress_of_a_finished_job_shows_every_stage_done() {
     }
     // Impulse, Seeds, FanOut, Group, Sum: 1 seed call, 50 seeds, 1000 pairs, 7 groups.
     let counts: Vec<(u64, u64)> = stages.iter().map(|p| (p.counts.elements_in, p.counts.elements_out)).collect();
-    assert_eq!(counts, vec![(0, 0), (1, 50), (50, 1000), (1000, 7), (7, 0)]);
+    assert_eq!(counts, vec![(0, 1), (1, 50), (50, 1000), (1000, 7), (7, 0)]);
     let fan_bundles = sdk.0.stats.bundle_sizes(2).len() as u64;
     assert_eq!(stages[2].counts.bundles, fan_bundles, "the FanOut bundles the SDK ran");
 }

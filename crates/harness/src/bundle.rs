@@ -465,6 +465,7 @@ impl Inner {
                     {
                         break e;
                     }
+                    self.metrics.bundle_retried(request.stage);
                     let pause = self.policy.backoff(attempts);
                     if self.policy.streaming && attempts >= MAX_ATTEMPTS {
                         tracing::warn!(job = %self.job_id, stage = %request.stage_name, "streaming: retrying a bundle that failed {attempts} times in {}", human_duration(pause));

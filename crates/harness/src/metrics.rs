@@ -11,10 +11,12 @@ use weir_proto::{beam, urns::monitoring as m};
 
 type Key = (String, String, BTreeMap<String, String>);
 
-/// Aggregated MonitoringInfos of one job.
+/// Aggregated MonitoringInfos of one job, and its failed bundle attempts.
 #[derive(Default)]
 pub struct JobMetrics {
     cells: Mutex<HashMap<Key, beam::MonitoringInfo>>,
+    /// Bundle attempts that failed and were retried, per stage index.
+    retries: Mutex<BTreeMap<usize, u64>>,
 }
 
 fn varints(payload: &[u8], n: usize) -> Option<Vec<i64>> {
@@ -106,6 +108,16 @@ impl JobMetrics {
                 }
             }
         }
+    }
+
+    /// Counts one retried bundle attempt of stage `stage` (its index in the graph).
+    pub fn bundle_retried(&self, stage: usize) {
+        *self.retries.lock().unwrap_or_else(|p| p.into_inner()).entry(stage).or_default() += 1;
+    }
+
+    /// Retried bundle attempts per stage index (stages without retries absent).
+    pub fn retries(&self) -> BTreeMap<usize, u64> {
+        self.retries.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Every aggregated MonitoringInfo.

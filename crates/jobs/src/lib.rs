@@ -216,6 +216,19 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     config: ServerConfig,
 ) -> Result<(), tonic::transport::Error> {
+    serve_with(listener, config, |_| {}).await
+}
+
+/// [`serve`], first handing the server's [`JobRegistry`] to `with` (e.g. to
+/// serve the web UI beside the Job API).
+///
+/// # Errors
+/// The transport error when the server cannot run.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    config: ServerConfig,
+    with: impl FnOnce(Arc<JobRegistry>),
+) -> Result<(), tonic::transport::Error> {
     let addr: SocketAddr = listener.local_addr().expect("bound listener");
     let host = if addr.ip().is_unspecified() {
         "localhost".to_string()
@@ -228,6 +241,7 @@ pub async fn serve(
     // itself is checked in Prepare, where the refusal can name its flag).
     let job_api_max = MAX.max(config.limits.max_pipeline_bytes.saturating_add(64 << 20));
     let registry = JobRegistry::new(fn_api.clone(), config.clone(), url);
+    with(registry.clone());
     let expiring = registry.clone();
     tokio::spawn(async move {
         loop {

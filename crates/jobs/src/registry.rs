@@ -182,6 +182,8 @@ pub struct Job {
     pub metrics: Arc<weir_harness::JobMetrics>,
     /// CPU and memory of the runner and the job's SDK processes.
     pub resources: JobResources,
+    /// Each stage's watermarks and counts, published by the engine while the job runs.
+    pub progress: weir_engine::Progress,
     /// When Prepare created the job.
     pub created: SystemTime,
     times: Mutex<Times>,
@@ -476,6 +478,11 @@ pub struct JobRegistry {
 }
 
 impl JobRegistry {
+    /// The server's access policy (Job API token, allowlists).
+    pub fn security(&self) -> &Arc<crate::security::Security> {
+        &self.config.security
+    }
+
     /// An empty registry.
     pub fn new(fn_api: Arc<FnApi>, config: ServerConfig, url: String) -> Arc<JobRegistry> {
         Arc::new(JobRegistry {
@@ -554,6 +561,7 @@ impl JobRegistry {
             drain: Arc::new(AtomicBool::new(false)),
             metrics: Arc::default(),
             resources: JobResources::default(),
+            progress: weir_engine::Progress::default(),
             created: SystemTime::now(),
             times: Mutex::default(),
             state: Mutex::new(JobState::Stopped),

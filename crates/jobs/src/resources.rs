@@ -54,10 +54,28 @@ pub const URNS: &[(&str, &str)] = &[
 /// How often a running job is sampled.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
+/// Samples a job keeps for charts: 20 minutes at one a second.
+pub const HISTORY_SAMPLES: usize = 1200;
+
 /// One job's resource figures, updated by [`Sampler::sample`].
 #[derive(Default)]
 pub struct JobResources {
     inner: Mutex<Usage>,
+    /// The last [`HISTORY_SAMPLES`] samples, oldest first.
+    history: Mutex<std::collections::VecDeque<Sample>>,
+}
+
+/// One sample of a job's figures, for charts over time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sample {
+    /// When, ms since the Unix epoch.
+    pub at_ms: u64,
+    /// Server CPU ms since the job started, and its resident memory (bytes).
+    pub runner_cpu_ms: u64,
+    pub runner_memory: u64,
+    /// CPU ms of the job's SDK processes, and their summed resident memory (bytes).
+    pub sdk_cpu_ms: u64,
+    pub sdk_memory: u64,
 }
 
 #[derive(Default, Clone, Debug, PartialEq, Eq)]
@@ -96,6 +114,11 @@ fn varint(v: u64, out: &mut Vec<u8>) {
 }
 
 impl JobResources {
+    /// The samples kept so far, oldest first.
+    pub fn history(&self) -> Vec<Sample> {
+        self.history.lock().unwrap_or_else(|p| p.into_inner()).iter().copied().collect()
+    }
+
     /// A copy of the current figures.
     pub fn usage(&self) -> Usage {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -248,7 +271,21 @@ impl Sampler {
         }
         u.sdk_memory = memory;
         u.sdk_peak_memory = u.sdk_peak_memory.max(memory);
-        u.sampled_at = Some(SystemTime::now());
+        let now = SystemTime::now();
+        u.sampled_at = Some(now);
+        let sample = Sample {
+            at_ms: now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
+            runner_cpu_ms: u.runner_cpu_ms,
+            runner_memory: u.runner_memory,
+            sdk_cpu_ms: u.sdk_cpu_ms(),
+            sdk_memory: u.sdk_memory,
+        };
+        drop(u);
+        let mut history = resources.history.lock().unwrap_or_else(|p| p.into_inner());
+        if history.len() >= HISTORY_SAMPLES {
+            history.pop_front();
+        }
+        history.push_back(sample);
     }
 }
 

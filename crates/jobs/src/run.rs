@@ -167,6 +167,7 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         drain: job.drain.clone(),
         gbk_memory_budget: registry.config.gbk_memory_budget,
         spill_dir: registry.config.spill_root.join(&job.id),
+        progress: job.progress.clone(),
         ..EngineConfig::default()
     };
     let spill_dir = config.spill_dir.clone();

@@ -116,6 +116,17 @@ impl Security {
         }
     }
 
+    /// Whether `got` (a presented token, if any) lets a caller in: always
+    /// when no token is set; else only the token itself (compared in
+    /// constant time).
+    pub fn token_matches(&self, got: Option<&str>) -> bool {
+        match (&self.token, got) {
+            (None, _) => true,
+            (Some(want), Some(got)) => constant_time_eq(got.trim().as_bytes(), want.as_bytes()),
+            (Some(_), None) => false,
+        }
+    }
+
     /// Checks that an environment Weir is about to start (after
     /// `beam:env:anyof:v1` and DOCKER substitution) runs an allowed PROCESS
     /// command or DOCKER image. EXTERNAL environments start nothing here.

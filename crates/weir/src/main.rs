@@ -197,7 +197,12 @@ struct ServeArgs {
     /// Accepted for compatibility with Beam's Prism launcher.
     #[arg(long = "log_kind", hide = true)]
     log_kind: Option<String>,
-    /// Accepted for compatibility with Beam's Prism launcher (Weir serves no web UI yet).
+    /// HTTP port of the web UI and Prometheus `/metrics`, on the --bind
+    /// address and behind the same token as the Job API. Default: 8074 when
+    /// free (else a warning, and no UI); 0 picks a free port.
+    #[arg(long = "ui_port", alias = "ui-port")]
+    ui_port: Option<u16>,
+    /// `--serve_http=false` (as Beam's Prism launcher passes it) serves no web UI.
     #[arg(long = "serve_http", hide = true)]
     serve_http: Option<String>,
 }
@@ -465,6 +470,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot bind {addr}"))?;
     let local = listener.local_addr()?;
+    let ui = ui_listener(&args).await?;
     let config = weir_jobs::ServerConfig {
         staging_root: args
             .staging_dir
@@ -497,10 +503,45 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     tracing::info!("weir job service listening on {local}");
     eprintln!("weir: Beam Job API listening on {local}");
-    weir_jobs::serve(listener, config)
-        .await
-        .context("gRPC server failed")
+    weir_jobs::serve_with(listener, config, move |registry| {
+        if let Some(ui) = ui {
+            if let Ok(addr) = ui.local_addr() {
+                eprintln!("weir: web UI on http://{addr}/ (Prometheus: /metrics)");
+            }
+            tokio::spawn(async move {
+                if let Err(e) = weir_web::serve(ui, registry).await {
+                    tracing::error!("the web UI stopped: {e}");
+                }
+            });
+        }
+    })
+    .await
+    .context("gRPC server failed")
 }
+
+/// The web UI's listener (see `--ui_port`), or None when it is off or its
+/// default port is taken.
+async fn ui_listener(args: &ServeArgs) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    if args
+        .serve_http
+        .as_deref()
+        .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "false" | "0" | "no"))
+    {
+        return Ok(None);
+    }
+    let port = args.ui_port.unwrap_or(DEFAULT_UI_PORT);
+    match tokio::net::TcpListener::bind((args.bind.as_str(), port)).await {
+        Ok(l) => Ok(Some(l)),
+        Err(e) if args.ui_port.is_none() => {
+            tracing::warn!("no web UI: port {port} is taken ({e}); pass --ui_port N (0: any free port)");
+            Ok(None)
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot bind the web UI on {}:{port} (--ui_port)", args.bind)),
+    }
+}
+
+/// The web UI's port when `--ui_port` is not given (Prism's is 8074 too).
+const DEFAULT_UI_PORT: u16 = 8074;
 
 #[cfg(test)]
 mod tests {
