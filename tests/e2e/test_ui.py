@@ -17,12 +17,13 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import grpc
 import pytest
 
-from conftest import REPO
+from conftest import REPO, WEIR_BIN, free_port, weir_jobs
 from test_drain import start_job
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -115,6 +116,17 @@ def test_metrics_and_job_view_match_get_job_metrics(weir_server, tmp_path):
       {'kind': 'sum_int64', 'name': 'words', 'namespace': 'ui_test', 'step': view['user_metrics'][0]['step'], 'value': 3000}]
   pcs = {p['id']: p['elements'] for p in view['graph']['pcollections']}
   assert all(pcs[pc] == n for pc, n in counts.items() if pc in pcs), (pcs, counts)
+  # The same counts in `weir jobs describe` and in `weir jobs watch` (not
+  # on a terminal: the table once, and the job has ended).
+  described = weir_jobs(weir_server, 'describe', job)
+  table = described.split('stages:\n')[1].split('history:')[0].splitlines()[1:]
+  rows = [l.split() for l in table]
+  assert [r[0] for r in rows] == [stages[p['index']]['kind'] for p in view['progress']], described
+  ins_outs = [(int(r[-5]), int(r[-4])) for r in rows]
+  assert ins_outs == [(p['elements_in'], p['elements_out']) for p in view['progress']], described
+  watched = weir_jobs(weir_server, 'watch', job)
+  assert 'DONE' in watched.splitlines()[0] and len(watched.splitlines()) == 1 + len(rows), watched
+  assert all('wm done' in l or 'wm -' in l for l in watched.splitlines()[1:]), watched
   logs = json.loads(get(weir_server, '/api/jobs/%s/logs' % job))
   assert any('finished' in e['text'] for e in logs['entries']), logs
   later = json.loads(get(weir_server, '/api/jobs/%s/logs?after=%d' % (job, logs['last'])))
@@ -155,3 +167,39 @@ def test_browser_watches_a_streaming_job_and_drains_it(weir_server, tmp_path):
   for name in ('jobs.png', 'job-running.png', 'job-drained.png'):
     assert os.path.getsize(os.path.join(screenshots_dir(), name)) > 10_000, name
   assert weir_server.alive(), weir_server.log_tail()
+
+
+def test_the_ui_needs_the_job_api_token_when_the_server_has_one(tmp_path):
+  port, ui_port = free_port(), free_port()
+  proc = subprocess.Popen(
+      [str(WEIR_BIN), 'serve', '--job_port', str(port), '--ui_port', str(ui_port),
+       '--auth_token', 's3cret', '--staging_dir', str(tmp_path / 'staging')],
+      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  base = 'http://127.0.0.1:%d' % ui_port
+  try:
+    def status(path, headers=None):
+      request = urllib.request.Request(base + path, headers=headers or {})
+      try:
+        with urllib.request.urlopen(request, timeout=5) as r:
+          return r.status, {k.lower(): v for k, v in r.headers.items()}
+      except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}
+    deadline = time.time() + 30
+    while True:
+      try:
+        status('/')
+        break
+      except OSError:
+        assert time.time() < deadline and proc.poll() is None, 'the web UI never answered'
+        time.sleep(0.2)
+    for path in ('/', '/api/jobs', '/metrics', '/jobs/x', '/assets/app.js'):
+      assert status(path)[0] == 401, path
+      assert status(path, {'Authorization': 'Bearer wrong'})[0] == 401, path
+    assert status('/api/jobs', {'Authorization': 'Bearer s3cret'})[0] == 200
+    code, headers = status('/?token=s3cret')
+    assert code == 200 and headers.get('set-cookie', '').startswith('weir_token=s3cret;'), headers
+    assert status('/metrics', {'Cookie': 'weir_token=s3cret'})[0] == 200
+    assert status('/api/jobs', {'Cookie': 'weir_token=nope'})[0] == 401
+  finally:
+    proc.terminate()
+    proc.wait(timeout=10)

@@ -16,6 +16,7 @@ pub mod resources;
 mod run;
 pub mod security;
 pub mod service;
+pub mod stage_metrics;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

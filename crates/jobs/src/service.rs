@@ -517,6 +517,7 @@ impl beam::job_service_server::JobService for JobService {
         }
         let mut infos = job.metrics.snapshot();
         infos.extend(job.resources.monitoring_infos());
+        infos.extend(crate::stage_metrics::monitoring_infos(&job));
         // Batch bundles are committed when the runner accepts their outputs,
         // so attempted and committed agree.
         Ok(tonic::Response::new(beam::GetJobMetricsResponse {

@@ -72,17 +72,28 @@ async function jobsPage() {
       const labels = Object.entries(j.labels || {}).map(([k, v]) => `${k}=${v}`).join(" ");
       return [j.id, j.name, labels, (j.sdks || []).join(" ")].join(" ").toLowerCase().includes(q);
     });
+    // Rows are kept and updated in place (a row replaced under the pointer
+    // would swallow a click on its link).
     const body = document.querySelector("#jobs tbody");
-    body.replaceChildren(...shown.map((j) => el("tr", { "data-job": j.id },
-      el("td", {}, el("a", { href: `/jobs/${encodeURIComponent(j.id)}`, text: j.id })),
-      el("td", { text: j.name }),
-      el("td", {}, stateBadge(j.state)),
-      el("td", { text: time(j.start_ms) }),
-      el("td", { text: time(j.end_ms) }),
-      el("td", { text: duration(j.duration_ms) }),
-      el("td", { text: Object.entries(j.labels || {}).map(([k, v]) => `${k}=${v}`).join(", ") }),
-      el("td", { text: (j.sdks || []).join(", ") }),
-    )));
+    const rows = new Map([...body.children].map((tr) => [tr.dataset.job, tr]));
+    const wanted = shown.map((j) => {
+      const tr = rows.get(j.id) || el("tr", { "data-job": j.id },
+        el("td", {}, el("a", { href: `/jobs/${encodeURIComponent(j.id)}`, text: j.id })),
+        ...Array.from({ length: 7 }, () => el("td", {})));
+      const cells = [j.name, null, time(j.start_ms), time(j.end_ms), duration(j.duration_ms),
+        Object.entries(j.labels || {}).map(([k, v]) => `${k}=${v}`).join(", "), (j.sdks || []).join(", ")];
+      cells.forEach((text, i) => {
+        const td = tr.children[i + 1];
+        if (text === null) {
+          if (td.textContent !== j.state) td.replaceChildren(stateBadge(j.state));
+        } else if (td.textContent !== text) {
+          td.textContent = text;
+        }
+      });
+      return tr;
+    });
+    for (const [id, tr] of rows) if (!shown.some((j) => j.id === id)) tr.remove();
+    wanted.forEach((tr, i) => { if (body.children[i] !== tr) body.insertBefore(tr, body.children[i] || null); });
     document.getElementById("count").textContent = `${shown.length} of ${jobs.length} job(s)`;
   };
   text.addEventListener("input", render);

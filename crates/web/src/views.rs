@@ -86,16 +86,7 @@ pub fn jobs(registry: &JobRegistry) -> Value {
 }
 
 /// The kind of a stage as the UI shows it.
-pub fn kind_name(kind: &StageKind) -> &'static str {
-    match kind {
-        StageKind::Impulse { .. } => "Impulse",
-        StageKind::TestStream { .. } => "TestStream",
-        StageKind::GroupByKey { .. } => "GroupByKey",
-        StageKind::Flatten { .. } => "Flatten",
-        StageKind::Reshuffle { .. } => "Reshuffle",
-        StageKind::Sdk(_) => "SDK",
-    }
-}
+pub use weir_jobs::stage_metrics::kind_name;
 
 /// Element counts per PCollection id, from the SDKs' `beam:metric:element_count:v1`.
 fn element_counts(infos: &[beam::MonitoringInfo]) -> BTreeMap<String, i64> {

@@ -1,4 +1,4 @@
-//! `weir jobs list|describe|cancel|logs`: a small Job API client for a running server.
+//! `weir jobs list|describe|watch|cancel|drain|logs`: a small Job API client for a running server.
 //!
 //! Job times and logs come from the standard streams (GetStateStream,
 //! GetMessageStream); the client sends the metadata
@@ -215,6 +215,134 @@ fn importance_name(i: i32) -> &'static str {
 }
 
 /// Runs a `weir jobs` action against `args.endpoint`.
+/// One stage as GetJobMetrics reports it ([`weir_jobs::stage_metrics`]).
+#[derive(Default, Debug)]
+struct StageRow {
+    name: String,
+    kind: String,
+    elements_in: u64,
+    elements_out: u64,
+    bundles: u64,
+    retries: u64,
+    in_flight: u64,
+    input_watermark: Option<i64>,
+    output_watermark: Option<i64>,
+}
+
+/// The job's stages, in pipeline order (stage ids sort as they were planned).
+fn stage_rows(metrics: &[beam::MonitoringInfo]) -> Vec<StageRow> {
+    use weir_jobs::stage_metrics as sm;
+    let mut rows: BTreeMap<(usize, String), StageRow> = BTreeMap::new();
+    for m in metrics.iter().filter(|m| m.urn.starts_with("weir:metric:stage:")) {
+        let Some(id) = m.labels.get("STAGE") else { continue };
+        let latest = m.r#type == weir_proto::urns::monitoring::TYPE_LATEST_INT64;
+        let value = last_varint(&m.payload, usize::from(latest)).unwrap_or(0);
+        // Stage ids end in their number ("...-stage-12"): sort by it.
+        let number = id.rsplit(|c: char| !c.is_ascii_digit()).next().and_then(|n| n.parse().ok()).unwrap_or(usize::MAX);
+        let row = rows.entry((number, id.clone())).or_default();
+        row.name = m.labels.get("STAGE_NAME").cloned().unwrap_or_default();
+        row.kind = m.labels.get("STAGE_KIND").cloned().unwrap_or_default();
+        match m.urn.as_str() {
+            sm::ELEMENTS_IN => row.elements_in = value,
+            sm::ELEMENTS_OUT => row.elements_out = value,
+            sm::BUNDLES => row.bundles = value,
+            sm::RETRIES => row.retries = value,
+            sm::IN_FLIGHT => row.in_flight = value,
+            sm::INPUT_WATERMARK => row.input_watermark = Some(value as i64),
+            sm::OUTPUT_WATERMARK => row.output_watermark = Some(value as i64),
+            _ => {}
+        }
+    }
+    rows.into_values().collect()
+}
+
+/// A watermark in ms as text: `done`, `-inf`, `+inf` or a UTC time.
+fn watermark_text(w: Option<i64>) -> String {
+    match w {
+        None => "-".into(),
+        Some(i64::MAX) => "done".into(),
+        Some(ms) if ms <= weir_model::Timestamp::MIN.millis() => "-inf".into(),
+        Some(ms) if ms >= weir_model::Timestamp::END_OF_GLOBAL_WINDOW.millis() => "+inf".into(),
+        Some(ms) => when(&Timestamp { seconds: ms.div_euclid(1000), nanos: (ms.rem_euclid(1000) * 1_000_000) as i32 }),
+    }
+}
+
+fn clip(text: &str, n: usize) -> String {
+    if text.chars().count() <= n {
+        text.to_string()
+    } else {
+        format!("{}…", text.chars().take(n - 1).collect::<String>())
+    }
+}
+
+async fn job_metrics(client: &mut Client, job_id: &str) -> anyhow::Result<Vec<beam::MonitoringInfo>> {
+    Ok(client
+        .get_job_metrics(beam::GetJobMetricsRequest { job_id: job_id.to_string() })
+        .await?
+        .into_inner()
+        .metrics
+        .unwrap_or_default()
+        .attempted)
+}
+
+/// `weir jobs watch`: one line per stage (elements in and out, bundles in
+/// flight, input watermark), redrawn every second until the job ends; not
+/// on a terminal, the table is printed once a second instead.
+async fn watch(client: &mut Client, job_id: &str) -> anyhow::Result<()> {
+    use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+    use std::io::IsTerminal;
+    let tty = std::io::stdout().is_terminal();
+    let multi = MultiProgress::with_draw_target(if tty { ProgressDrawTarget::stdout_with_hz(4) } else { ProgressDrawTarget::hidden() });
+    let style = ProgressStyle::with_template("{spinner} {prefix:.bold} {msg}").expect("a valid template");
+    let header = multi.add(ProgressBar::new_spinner().with_style(ProgressStyle::with_template("{msg}").expect("a valid template")));
+    let mut bars: Vec<ProgressBar> = vec![];
+    loop {
+        let jobs = client.get_jobs(beam::GetJobsRequest {}).await?.into_inner().job_info;
+        let job = jobs
+            .into_iter()
+            .find(|j| j.job_id == job_id)
+            .with_context(|| format!("no job {job_id:?}"))?;
+        let state = beam::job_state::Enum::try_from(job.state).unwrap_or(beam::job_state::Enum::Unspecified);
+        let rows = stage_rows(&job_metrics(client, job_id).await?);
+        let title = format!("{} ({})  {}  {} stage(s)", job.job_name, job.job_id, state_name(job.state), rows.len());
+        let line = |row: &StageRow| {
+            format!(
+                "in {:>10}  out {:>10}  in flight {:>3}  retries {}  wm {}",
+                row.elements_in,
+                row.elements_out,
+                row.in_flight,
+                row.retries,
+                watermark_text(row.input_watermark)
+            )
+        };
+        if !tty {
+            // Not a terminal (a pipe, a log): the whole table once a second.
+            println!("{} {title}", when(&Timestamp::from(std::time::SystemTime::now())));
+            for row in &rows {
+                println!("  {:<10} {:<40} {}", row.kind, clip(&row.name, 40), line(row));
+            }
+        }
+        header.set_message(title);
+        while bars.len() < rows.len() {
+            let bar = multi.add(ProgressBar::new_spinner().with_style(style.clone()));
+            bar.enable_steady_tick(std::time::Duration::from_millis(250));
+            bars.push(bar);
+        }
+        for (bar, row) in bars.iter().zip(&rows) {
+            bar.set_prefix(format!("{:<10} {:<40}", row.kind, clip(&row.name, 40)));
+            bar.set_message(line(row));
+        }
+        if weir_jobs::registry::is_terminal(state) {
+            for bar in &bars {
+                bar.finish();
+            }
+            header.finish();
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
 pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
     let url = weir_proto::grpc_uri(&args.endpoint);
     let header = match token(&args)? {
@@ -324,6 +452,23 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
                     value(weir_harness::user_state::PEAK_LIVE_CELLS_URN).unwrap_or(cells)
                 );
             }
+            let rows = stage_rows(&metrics);
+            if !rows.is_empty() {
+                println!("stages:");
+                println!("  {:<10} {:<48} {:>10} {:>10} {:>8} {:>7}  INPUT WATERMARK", "KIND", "STAGE", "IN", "OUT", "BUNDLES", "RETRIES");
+                for r in &rows {
+                    println!(
+                        "  {:<10} {:<48} {:>10} {:>10} {:>8} {:>7}  {}",
+                        r.kind,
+                        clip(&r.name, 48),
+                        r.elements_in,
+                        r.elements_out,
+                        r.bundles,
+                        r.retries,
+                        watermark_text(r.input_watermark)
+                    );
+                }
+            }
             println!("history:");
             for (at, state) in history {
                 let at = at.as_ref().map(when).unwrap_or_default();
@@ -375,6 +520,7 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
                 }
             }
         }
+        JobsAction::Watch { job_id } => watch(&mut client, &job_id).await?,
         JobsAction::Drain { job_id } => {
             let state = client
                 .drain(beam::DrainJobRequest {

@@ -6,7 +6,7 @@
 //! - `weir boot --id ID --provision_endpoint HOST:PORT [--java]`: the boot
 //!   command of a `beam:env:process:v1` Python (or, with `--java`, Java) SDK
 //!   harness.
-//! - `weir jobs list|describe|cancel|logs`: a Job API client for a running server.
+//! - `weir jobs list|describe|watch|cancel|drain|logs`: a Job API client for a running server.
 //! - `weir expansion-service --port N [--sdk java|python] [--environment E]`:
 //!   Beam's Java or Python expansion service (and, for EXTERNAL, a worker
 //!   pool), emitting environments Weir starts locally.
@@ -95,8 +95,12 @@ enum JobsAction {
     /// One line per job (tab-separated, after a header): id, state, name,
     /// start and end time (UTC), labels.
     List,
-    /// A job's name, state, times, labels, state changes, CPU and memory, and options.
+    /// A job's name, state, times, labels, CPU and memory, per-stage counts
+    /// and watermarks, state changes and options.
     Describe { job_id: String },
+    /// Per-stage progress (elements in and out, bundles in flight,
+    /// watermarks), redrawn every second until the job ends.
+    Watch { job_id: String },
     /// Cancel a job.
     Cancel { job_id: String },
     /// Drain a job: its sources stop, work in flight finishes, windows fire,
