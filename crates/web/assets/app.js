@@ -161,7 +161,7 @@ function drawGraph(job, layoutCache) {
     group.append(svg("rect", { width: n.width, height: n.height, rx: 6 }));
     const name = s.transforms.length > 1 ? `${s.transforms[0]} +${s.transforms.length - 1}` : s.transforms[0];
     const t1 = svg("text", { x: 8, y: 18, class: "node-title" });
-    t1.textContent = clip(`${s.kind === "SDK" ? "" : s.kind + ": "}${name}`, 46);
+    t1.textContent = clip(`${s.kind === "SDK" ? "" : s.kind + ": "}${name}`, 42);
     const t2 = svg("text", { x: 8, y: 34, class: "node-counts" });
     t2.textContent = `in ${count(p.elements_in)} · out ${count(p.elements_out)}${p.in_flight ? ` · ${p.in_flight} in flight` : ""}`;
     const t3 = svg("text", { x: 8, y: 50, class: "node-wm" });
