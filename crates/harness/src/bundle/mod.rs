@@ -1,0 +1,309 @@
+//! The bundle client: runs the engine's bundles on a job's SDK workers
+//! (`ProcessBundleRequest` on Control, elements on Data, residuals back).
+//!
+//! Here: [`JobWorkers`] (the engine's [`BundleProcessor`]) and the attempt
+//! loop of one bundle. Beside it: `policy` (retries and backoff), `exchange`
+//! (the Fn API exchange of one attempt), `splits` (dynamic splits and the
+//! drain checkpoint), `residuals` (residual decoding) and `progress`
+//! (progress polls and stuck detection).
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use weir_engine::{BundleProcessor, BundleRequest, BundleResult, Completion};
+use weir_plan::{StageGraph, StageKind};
+use weir_proto::beam;
+
+use crate::environment::SdkHarnesses;
+use crate::metrics::JobMetrics;
+use crate::registry::{BundleState, BundleUserState, FnApi, UserState};
+
+mod exchange;
+mod policy;
+mod progress;
+mod residuals;
+mod splits;
+
+pub use policy::{human_duration, BundlePolicy, MAX_ATTEMPTS};
+pub use progress::Progress;
+
+use policy::{first_lines, MAX_RETRY_BACKOFF};
+
+/// A failed attempt: the message, and whether the attempt was stuck.
+enum Failure {
+    Error(String),
+    /// No progress for the element processing timeout; the message names
+    /// the transform.
+    Stuck(String),
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Self {
+        Failure::Error(e)
+    }
+}
+
+/// A job's SDK workers by environment; the engine's [`BundleProcessor`].
+#[derive(Clone)]
+pub struct JobWorkers {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    fn_api: Arc<FnApi>,
+    job_id: String,
+    graph: Arc<StageGraph>,
+    harnesses: Arc<SdkHarnesses>,
+    runtime: tokio::runtime::Handle,
+    metrics: Arc<JobMetrics>,
+    user_state: Arc<UserState>,
+    /// Serializes reports of the live user-state cell count, so the last
+    /// report is the last count; holds the timestamp (ms) of the last one.
+    state_report: Mutex<i64>,
+    policy: BundlePolicy,
+}
+
+impl JobWorkers {
+    /// Runs bundles on the job's started SDK harnesses under `policy`;
+    /// bundle MonitoringInfos are added to `metrics`. Descriptor ids
+    /// registered with `fn_api` must be `descriptor_id(job_id, stage_id)`.
+    pub fn new(
+        fn_api: Arc<FnApi>,
+        job_id: String,
+        graph: Arc<StageGraph>,
+        harnesses: Arc<SdkHarnesses>,
+        runtime: tokio::runtime::Handle,
+        metrics: Arc<JobMetrics>,
+        policy: BundlePolicy,
+    ) -> Self {
+        JobWorkers {
+            inner: Arc::new(Inner {
+                fn_api,
+                job_id,
+                graph,
+                harnesses,
+                runtime,
+                metrics,
+                user_state: Arc::default(),
+                state_report: Mutex::new(0),
+                policy,
+            }),
+        }
+    }
+
+    /// The descriptor id of stage `stage_id` of job `job_id`, unique across jobs.
+    pub fn descriptor_id(job_id: &str, stage_id: &str) -> String {
+        format!("{job_id}/{stage_id}")
+    }
+}
+
+impl BundleProcessor for JobWorkers {
+    fn process_bundle(&self, request: BundleRequest, done: Completion) {
+        let inner = self.inner.clone();
+        self.inner.runtime.spawn(async move {
+            let result = inner.run(request).await;
+            done(result);
+        });
+    }
+
+    /// Deletes the user state of the stage's expired windows (see
+    /// [`UserState::expire`]). Cells are those of the transforms reading the
+    /// stage input (`residual_transform_ids`): a stateful DoFn always starts
+    /// a stage (fusion), so they hold every stateful transform of the stage,
+    /// and the stage input's window coder and allowed lateness are theirs.
+    fn expire_user_state(&self, stage: usize, input_watermark: weir_model::Timestamp) {
+        let Some(StageKind::Sdk(s)) = self.inner.graph.stages.get(stage).map(|s| &s.kind) else {
+            return;
+        };
+        let Some(input) = self.inner.graph.pcollections.get(s.input) else {
+            return;
+        };
+        let removed = self.inner.user_state.expire(
+            &s.residual_transform_ids,
+            &input.window_coder,
+            input.windowing.allowed_lateness_ms,
+            input_watermark,
+        );
+        if removed > 0 {
+            tracing::debug!(job = %self.inner.job_id, stage = %self.inner.graph.stages[stage].name, removed, watermark = input_watermark.millis(), "expired user state");
+            self.inner.report_state_cells();
+        }
+    }
+}
+
+impl Inner {
+    /// Reports the job's live user-state cells and their peak as the
+    /// [`crate::user_state::LIVE_CELLS_URN`] and
+    /// [`crate::user_state::PEAK_LIVE_CELLS_URN`] gauges of its metrics.
+    fn report_state_cells(&self) {
+        let mut last = self.state_report.lock().unwrap_or_else(|p| p.into_inner());
+        // Gauges keep the report with the latest timestamp: never go back.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+            .max(*last);
+        *last = now;
+        let gauge = |urn: &str, value: usize| {
+            let mut payload = Vec::new();
+            weir_model::varint::encode_varint(now, &mut payload);
+            weir_model::varint::encode_varint(value as i64, &mut payload);
+            beam::MonitoringInfo {
+                urn: urn.to_string(),
+                r#type: weir_proto::urns::monitoring::TYPE_LATEST_INT64.to_string(),
+                payload,
+                ..Default::default()
+            }
+        };
+        self.metrics.add(&[
+            gauge(
+                crate::user_state::LIVE_CELLS_URN,
+                self.user_state.live_cells(),
+            ),
+            gauge(
+                crate::user_state::PEAK_LIVE_CELLS_URN,
+                self.user_state.peak_cells(),
+            ),
+        ]);
+    }
+}
+
+impl Inner {
+    /// Runs a bundle, retrying a failed attempt on the least busy SDK
+    /// worker (a fresh one when its worker died or was stuck): up to
+    /// [`MAX_ATTEMPTS`] attempts in batch, without a cap in streaming, as
+    /// Dataflow does. Outputs, timers, user state and metrics of a failed
+    /// attempt are discarded, so a retry duplicates nothing. A bundle that
+    /// already handed split-off work to the engine is not retried (the
+    /// retry would redo that work).
+    async fn run(&self, request: BundleRequest) -> Result<BundleResult, String> {
+        let mut attempts = 0;
+        let last = loop {
+            attempts += 1;
+            let started = std::time::Instant::now();
+            match self.attempt(&request).await {
+                Ok(r) => {
+                    tracing::debug!(stage = %request.stage_id, elements = request.input.len(), ms = started.elapsed().as_millis() as u64, "bundle done");
+                    return Ok(r);
+                }
+                Err((e, split_handed_over)) => {
+                    tracing::warn!(job = %self.job_id, stage = %request.stage_name, attempt = attempts, "bundle failed: {e}");
+                    if split_handed_over
+                        || !self.policy.retries_after(attempts)
+                        || self.harnesses.is_stopping()
+                    {
+                        break e;
+                    }
+                    self.metrics.bundle_retried(request.stage);
+                    let pause = self.policy.backoff(attempts);
+                    if self.policy.streaming && attempts >= MAX_ATTEMPTS {
+                        tracing::warn!(job = %self.job_id, stage = %request.stage_name, "streaming: retrying a bundle that failed {attempts} times in {}", human_duration(pause));
+                    }
+                    if self.policy.reports_failure(attempts) {
+                        self.harnesses.note(
+                            crate::WorkerLog::Warning,
+                            format!(
+                                "streaming: a bundle of stage {} keeps failing ({attempts} attempts so far; retrying in {}, backing off up to {}); last error: {}",
+                                request.stage_name,
+                                human_duration(pause),
+                                human_duration(MAX_RETRY_BACKOFF),
+                                first_lines(&e, 20)
+                            ),
+                        );
+                    }
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        };
+        Err(if attempts > 1 {
+            format!("bundle failed {attempts} times; last error: {last}")
+        } else {
+            last
+        })
+    }
+
+    /// One attempt; on failure also says whether split-off work was handed to the engine.
+    async fn attempt(&self, request: &BundleRequest) -> Result<BundleResult, (String, bool)> {
+        let stage = match &self.graph.stages[request.stage].kind {
+            StageKind::Sdk(stage) => stage,
+            StageKind::GroupByKey {
+                merge_windows: Some(stage),
+                ..
+            } => &**stage,
+            _ => {
+                return Err((
+                    format!("stage {} runs no SDK bundles", request.stage_name),
+                    false,
+                ))
+            }
+        };
+        let worker = self
+            .harnesses
+            .pick(&stage.environment_id)
+            .await
+            .map_err(|e| (e, false))?;
+        // Unguessable: state requests, data and results are accepted only
+        // for instructions issued to the worker that sends them.
+        let instruction_id = self.fn_api.fresh_id(&format!("{}-bundle-", self.job_id));
+        let sinks = stage.output_transform_ids.len();
+        let streams = sinks + stage.timer_families.len();
+        let bundle = Arc::new(BundleState {
+            worker_id: worker.id.clone(),
+            descriptor_id: JobWorkers::descriptor_id(&self.job_id, &request.stage_id),
+            side_inputs: request.side_inputs.clone(),
+            user_state: BundleUserState::new(self.user_state.clone()),
+            sink_index: stage
+                .output_transform_ids
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.clone(), i))
+                .collect(),
+            timer_index: stage
+                .timer_families
+                .iter()
+                .enumerate()
+                .map(|(i, f)| ((f.transform_id.clone(), f.family_id.clone()), sinks + i))
+                .collect(),
+            outputs: Mutex::new((vec![Vec::new(); streams], streams)),
+            all_last: tokio::sync::Notify::new(),
+            split_handed_over: std::sync::atomic::AtomicBool::new(false),
+        });
+        self.fn_api
+            .bundles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(instruction_id.clone(), bundle.clone());
+        let result = self
+            .exchange(&worker, &instruction_id, request, stage, &bundle, sinks)
+            .await;
+        self.harnesses.release(&worker);
+        let result = result.map_err(|f| match f {
+            Failure::Error(e) => e,
+            Failure::Stuck(what) => {
+                // Dataflow restarts the SDK harness of a stuck element.
+                self.harnesses.replace(
+                    &stage.environment_id,
+                    &worker,
+                    what.clone(),
+                    Duration::ZERO,
+                );
+                format!("SDK harness {} {what}; it was restarted", worker.id)
+            }
+        });
+        self.fn_api
+            .bundles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&instruction_id);
+        match result {
+            Ok(r) => {
+                bundle.user_state.commit();
+                if stage.stateful {
+                    self.report_state_cells();
+                }
+                Ok(r)
+            }
+            Err(e) => Err((e, bundle.split_handed_over.load(Ordering::Relaxed))),
+        }
+    }
+}
