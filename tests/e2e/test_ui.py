@@ -177,10 +177,14 @@ def test_the_ui_needs_the_job_api_token_when_the_server_has_one(tmp_path):
       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   base = 'http://127.0.0.1:%d' % ui_port
   try:
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+      def redirect_request(self, *args, **kwargs):
+        return None
+    opener = urllib.request.build_opener(NoRedirect)
     def status(path, headers=None):
       request = urllib.request.Request(base + path, headers=headers or {})
       try:
-        with urllib.request.urlopen(request, timeout=5) as r:
+        with opener.open(request, timeout=5) as r:
           return r.status, {k.lower(): v for k, v in r.headers.items()}
       except urllib.error.HTTPError as e:
         return e.code, {k.lower(): v for k, v in e.headers.items()}
@@ -196,10 +200,33 @@ def test_the_ui_needs_the_job_api_token_when_the_server_has_one(tmp_path):
       assert status(path)[0] == 401, path
       assert status(path, {'Authorization': 'Bearer wrong'})[0] == 401, path
     assert status('/api/jobs', {'Authorization': 'Bearer s3cret'})[0] == 200
-    code, headers = status('/?token=s3cret')
-    assert code == 200 and headers.get('set-cookie', '').startswith('weir_token=s3cret;'), headers
+    # ?token= sets the cookie and sends the browser on without the token in its URL.
+    code, headers = status('/jobs/x?token=s3cret&y=1')
+    assert code == 303 and headers.get('set-cookie', '').startswith('weir_token=s3cret;'), headers
+    assert headers['location'] == '/jobs/x?y=1' and headers['referrer-policy'] == 'no-referrer', headers
     assert status('/metrics', {'Cookie': 'weir_token=s3cret'})[0] == 200
     assert status('/api/jobs', {'Cookie': 'weir_token=nope'})[0] == 401
   finally:
     proc.terminate()
     proc.wait(timeout=10)
+
+
+def test_the_ui_refuses_rebound_host_names_and_cross_origin_posts(weir_server):
+  """Without a token: a Host that is a DNS name is refused (DNS rebinding),
+  and so is a POST from another origin (CSRF); a same-origin POST works."""
+  def call(path, method='GET', headers=None):
+    request = urllib.request.Request(weir_server.ui + path, method=method, headers=headers or {})
+    try:
+      with urllib.request.urlopen(request, timeout=5) as r:
+        return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+      return e.code, e.read().decode()
+  port = weir_server.ui.rsplit(':', 1)[1]
+  assert call('/api/jobs')[0] == 200
+  assert call('/api/jobs', headers={'Host': 'localhost:' + port})[0] == 200
+  code, text = call('/api/jobs', headers={'Host': 'attacker.example:' + port})
+  assert code == 403 and 'DNS name' in text, text
+  code, text = call('/api/jobs/nope/cancel', 'POST', {'Origin': 'http://127.0.0.1:1'})
+  assert code == 403 and 'cross-origin' in text, text
+  code, text = call('/api/jobs/nope/cancel', 'POST', {'Origin': weir_server.ui})
+  assert code == 404 and 'no job nope' in text, text

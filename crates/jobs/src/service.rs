@@ -163,9 +163,6 @@ type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send
 
 /// Streams a job's events through `map` (None = skip) until a terminal state has been sent.
 /// With `live` false, ends after the history.
-/// Asks `job` to stop (CancelJob, DrainJob): a job not started yet is
-/// cancelled, a finished one keeps its state, a running one gets `signal`
-/// set (its run watches it) and moves to `stopping`. Returns the job's state.
 /// Cancels (`drain` false) or drains a job as CancelJob and DrainJob do;
 /// returns its state after the request.
 pub fn stop_job(job: &Job, drain: bool) -> JobState {
@@ -176,6 +173,9 @@ pub fn stop_job(job: &Job, drain: bool) -> JobState {
     }
 }
 
+/// Asks `job` to stop (CancelJob, DrainJob): a job not started yet is
+/// cancelled, a finished one keeps its state, a running one gets `signal`
+/// set (its run watches it) and moves to `stopping`. Returns the job's state.
 fn stop(job: &Job, signal: &std::sync::atomic::AtomicBool, stopping: JobState) -> JobState {
     match job.state() {
         JobState::Stopped => job.set_state(JobState::Cancelled),

@@ -1,8 +1,10 @@
 //! Each stage's progress as MonitoringInfos with Weir's own URNs, added to
 //! GetJobMetrics (what `weir jobs describe` and `weir jobs watch` show).
 //! Labels: `STAGE` (the stage id), `STAGE_NAME` (its fused transforms,
-//! joined with `+`) and `STAGE_KIND`. No PTRANSFORM label, so Beam SDKs'
-//! metric queries by step never match them.
+//! joined with `+`, cut to [`MAX_NAME_CHARS`]) and `STAGE_KIND`. No
+//! PTRANSFORM label, so Beam SDKs' metric queries by step never match them
+//! (Beam Python lists each URN once, under namespace `weir`, with no step;
+//! Go's and Weir's Java runner's metric results skip them).
 
 use weir_proto::beam;
 use weir_proto::urns::monitoring as m;
@@ -24,6 +26,10 @@ pub const IN_FLIGHT: &str = "weir:metric:stage:bundles_in_flight:v1";
 pub const INPUT_WATERMARK: &str = "weir:metric:stage:input_watermark_ms:v1";
 /// A stage's output watermark, ms since the epoch (`latest_int64`), `i64::MAX` once done.
 pub const OUTPUT_WATERMARK: &str = "weir:metric:stage:output_watermark_ms:v1";
+
+/// Longest `STAGE_NAME` label, in characters: the response repeats it on
+/// every info of the stage, and gRPC clients refuse responses over 4 MiB.
+pub const MAX_NAME_CHARS: usize = 200;
 
 /// The watermark value of a MonitoringInfo: `i64::MAX` for done.
 fn millis(w: Option<weir_model::Timestamp>) -> i64 {
@@ -68,7 +74,8 @@ pub fn monitoring_infos(job: &Job) -> Vec<beam::MonitoringInfo> {
     let mut out = vec![];
     for (i, p) in job.progress.stages().iter().enumerate() {
         let Some(stage) = plan.graph.stages.get(i) else { continue };
-        let labels = [("STAGE", stage.id.as_str()), ("STAGE_NAME", stage.name.as_str()), ("STAGE_KIND", kind_name(&stage.kind))];
+        let name: String = stage.name.chars().take(MAX_NAME_CHARS).collect();
+        let labels = [("STAGE", stage.id.as_str()), ("STAGE_NAME", name.as_str()), ("STAGE_KIND", kind_name(&stage.kind))];
         let sum = |urn, v: u64| info(urn, m::TYPE_SUM_INT64, &labels, at, v as i64);
         out.push(sum(ELEMENTS_IN, p.counts.elements_in));
         out.push(sum(ELEMENTS_OUT, p.counts.elements_out));

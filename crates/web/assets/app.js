@@ -324,7 +324,8 @@ async function jobPage() {
   for (;;) {
     try {
       const job = await getJSON(`/api/jobs/${encodeURIComponent(id)}`);
-      const now = JSON.stringify(job.progress);
+      // (The lag behind the wall clock grows by itself: not progress.)
+      const now = JSON.stringify(job.progress.map(({ watermark_lag_ms, ...p }) => p));
       if (now !== fingerprint) { fingerprint = now; changed = Date.now(); }
       job.idle_ms = Date.now() - changed;
       job.stuck_at = job.state === "RUNNING" && job.idle_ms >= STUCK_AFTER_MS ? job.waits_at : null;

@@ -56,13 +56,51 @@ pub async fn serve(listener: tokio::net::TcpListener, registry: Arc<JobRegistry>
     axum::serve(listener, router(registry)).await
 }
 
+/// `%XX` escapes decoded (as in a query string or our cookie); None when
+/// the result is not UTF-8.
+fn percent_decode(text: &str) -> Option<String> {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = (b[i] == b'%')
+            .then(|| b.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(x) => {
+                out.push(x);
+                i += 3;
+            }
+            None => {
+                out.push(if b[i] == b'+' { b' ' } else { b[i] });
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Every byte but ASCII letters, digits and `-._~` as `%XX` (a cookie value).
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|c| match c {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (c as char).to_string(),
+            _ => format!("%{c:02X}"),
+        })
+        .collect()
+}
+
+/// The `token=` query parameter, decoded.
+fn query_token(query: Option<&str>) -> Option<String> {
+    query?.split('&').find_map(|kv| kv.strip_prefix("token=")).and_then(percent_decode)
+}
+
+/// The token a request presents: `?token=`, `Authorization: Bearer`, or the cookie.
 fn presented_token(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
-    if let Some(t) = query
-        .into_iter()
-        .flat_map(|q| q.split('&'))
-        .find_map(|kv| kv.strip_prefix("token="))
-    {
-        return Some(t.to_string());
+    if let Some(t) = query_token(query) {
+        return Some(t);
     }
     if let Some(v) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
         return Some(v.strip_prefix("Bearer ").unwrap_or(v).to_string());
@@ -72,14 +110,50 @@ fn presented_token(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .find_map(|c| c.trim().strip_prefix(&format!("{TOKEN_COOKIE}=")).map(str::to_string))
+        .find_map(|c| c.trim().strip_prefix(&format!("{TOKEN_COOKIE}=")).and_then(percent_decode))
 }
 
-/// The access policy: the Job API token when the server has one. A valid
-/// `?token=` also sets the cookie, so links inside the UI need no token.
+/// The host name of a `Host` header value (`name:port`, `[v6]:port`).
+fn host_name(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or("");
+    }
+    host.rsplit_once(':').map_or(host, |(name, port)| if port.chars().all(|c| c.is_ascii_digit()) { name } else { host })
+}
+
+/// Whether a `Host` names this machine directly (an IP address, `localhost`
+/// or `*.localhost`), not a DNS name that could be rebound to it.
+fn direct_host(host: &str) -> bool {
+    let name = host_name(host).trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost" || name.ends_with(".localhost") || name.parse::<std::net::IpAddr>().is_ok()
+}
+
+/// Why a request is refused before the token is even looked at: without a
+/// token, a `Host` that is a DNS name (a page could rebind its own name to
+/// 127.0.0.1 and read the UI); always, a cross-origin state change (a POST
+/// whose `Origin` is not this server, e.g. another localhost port's page).
+fn refused_origin(request: &Request, token_set: bool) -> Option<&'static str> {
+    let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !token_set && !host.is_empty() && !direct_host(host) {
+        return Some("this Weir server has no Job API token, so its web UI answers only to an IP address or localhost in the Host header (not a DNS name that could point anywhere)");
+    }
+    let origin = request.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
+    let same = |o: &str| o.split_once("://").is_some_and(|(_, rest)| rest.trim_end_matches('/') == host);
+    if request.method() != axum::http::Method::GET && request.method() != axum::http::Method::HEAD && origin.is_some_and(|o| !same(o)) {
+        return Some("cross-origin request refused (its Origin is not this server)");
+    }
+    None
+}
+
+/// The access policy: the Job API token when the server has one (see
+/// [`refused_origin`] for what is refused first). A valid `?token=` sets
+/// the cookie and redirects to the same page without the token in its URL.
 async fn access(State(registry): State<Arc<JobRegistry>>, request: Request, next: Next) -> Response {
     let security = registry.security();
-    let from_query = request.uri().query().is_some_and(|q| q.split('&').any(|kv| kv.starts_with("token=")));
+    if let Some(why) = refused_origin(&request, security.token.is_some()) {
+        return (StatusCode::FORBIDDEN, why).into_response();
+    }
+    let from_query = query_token(request.uri().query());
     let got = presented_token(request.headers(), request.uri().query());
     if !security.token_matches(got.as_deref()) {
         let why = if got.is_some() {
@@ -89,12 +163,30 @@ async fn access(State(registry): State<Arc<JobRegistry>>, request: Request, next
         };
         return (StatusCode::UNAUTHORIZED, why).into_response();
     }
-    let mut response = next.run(request).await;
-    if let (true, Some(t), Some(_)) = (from_query, got, &security.token) {
-        if let Ok(v) = format!("{TOKEN_COOKIE}={t}; Path=/; HttpOnly; SameSite=Strict").parse() {
-            response.headers_mut().insert(header::SET_COOKIE, v);
-        }
+    if let (Some(t), Some(_)) = (from_query, &security.token) {
+        let rest: Vec<&str> = request
+            .uri()
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .filter(|kv| !kv.is_empty() && !kv.starts_with("token="))
+            .collect();
+        let location = if rest.is_empty() {
+            request.uri().path().to_string()
+        } else {
+            format!("{}?{}", request.uri().path(), rest.join("&"))
+        };
+        let cookie = format!("{TOKEN_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", percent_encode(&t));
+        return (
+            StatusCode::SEE_OTHER,
+            [(header::LOCATION, location), (header::SET_COOKIE, cookie), (header::REFERRER_POLICY, "no-referrer".to_string())],
+        )
+            .into_response();
     }
+    let mut response = next.run(request).await;
+    response
+        .headers_mut()
+        .insert(header::REFERRER_POLICY, axum::http::HeaderValue::from_static("no-referrer"));
     response
 }
 
@@ -162,5 +254,28 @@ async fn prometheus_text(State(registry): State<Arc<JobRegistry>>) -> Response {
     match metrics::render(&registry) {
         Ok(text) => ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], text).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the metrics: {e}")).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip_through_query_and_cookie() {
+        assert_eq!(query_token(Some("a=1&token=s%3Bx%20y")), Some("s;x y".into()));
+        assert_eq!(percent_decode(&percent_encode("s;x y,é")), Some("s;x y,é".into()));
+        assert_eq!(percent_encode("ab-9_~."), "ab-9_~.");
+        assert_eq!(query_token(Some("a=1")), None);
+    }
+
+    #[test]
+    fn only_direct_hosts_are_trusted_without_a_token() {
+        for host in ["127.0.0.1:8074", "localhost:8074", "LOCALHOST", "app.localhost:1", "[::1]:8074", "10.0.0.5"] {
+            assert!(direct_host(host), "{host}");
+        }
+        for host in ["evil.example.com:8074", "example.com", "127.0.0.1.nip.io:8074"] {
+            assert!(!direct_host(host), "{host}");
+        }
     }
 }

@@ -15,8 +15,7 @@ use prometheus::{Encoder, GaugeVec, IntCounterVec, IntGaugeVec, Opts, Registry, 
 use weir_jobs::JobRegistry;
 use weir_proto::urns::monitoring as m;
 
-/// Longest stage name in a label; longer names are cut.
-const MAX_NAME_CHARS: usize = 200;
+use weir_jobs::stage_metrics::MAX_NAME_CHARS;
 
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<IntCounterVec> {
     let c = IntCounterVec::new(Opts::new(name, help), labels)?;

@@ -214,7 +214,6 @@ fn importance_name(i: i32) -> &'static str {
     }
 }
 
-/// Runs a `weir jobs` action against `args.endpoint`.
 /// One stage as GetJobMetrics reports it ([`weir_jobs::stage_metrics`]).
 #[derive(Default, Debug)]
 struct StageRow {
@@ -343,6 +342,7 @@ async fn watch(client: &mut Client, job_id: &str) -> anyhow::Result<()> {
     }
 }
 
+/// Runs a `weir jobs` action against `args.endpoint`.
 pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
     let url = weir_proto::grpc_uri(&args.endpoint);
     let header = match token(&args)? {
