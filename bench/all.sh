@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark and collects their results:
 #   wordcount   bench/wordcount_bench.py (bench/run.sh): Python wordcount, Weir PROCESS vs DirectRunner
-#   load_tests  bench/load_tests.py: Beam's Python load tests, Weir PROCESS vs DirectRunner
+#   load_tests  bench/load_tests.py: Beam's Python load tests, Weir PROCESS vs DirectRunner, Weir vs Prism LOOPBACK
 #   gbk         bench/gbk_bench.py: GroupByKey scaling, Weir vs Prism vs DirectRunner
 #   polyglot    bench/polyglot_bench.py: Go and Java wordcount, Weir vs Prism
 #   latency     bench/latency.py: streaming GroupByKey element-to-pane latency, Weir vs Prism
@@ -140,7 +140,7 @@ run() {
 
 B="$REPO/bench"
 run wordcount "$B/wordcount_bench.py" --weir-bin "$WEIR" "${WORDCOUNT[@]}"
-run load_tests "$B/load_tests.py" --weir-bin "$WEIR" "${LOAD[@]}"
+run load_tests "$B/load_tests.py" --weir-bin "$WEIR" --prism-bin "$PRISM" "${LOAD[@]}"
 run gbk "$B/gbk_bench.py" --weir-bin "$WEIR" --prism-bin "$PRISM" "${GBK[@]}"
 run polyglot "$B/polyglot_bench.py" --weir-bin "$WEIR" --prism-bin "$PRISM" "${POLY[@]}"
 run latency "$B/latency.py" --weir-bin "$WEIR" --prism-bin "$PRISM" "${LAT[@]}"

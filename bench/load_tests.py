@@ -1,4 +1,4 @@
-"""Beam's own Python load tests: Weir vs Beam's DirectRunner.
+"""Beam's own Python load tests: Weir vs Beam's DirectRunner and Prism.
 
 Runs the load tests shipped in the apache-beam wheel
 (apache_beam.testing.load_tests: group_by_key_test, combine_test, pardo_test,
@@ -8,6 +8,9 @@ fixed configuration, each one
     PortableRunner and the PROCESS environment (`weir boot`), and
   * under DirectRunner with --direct_num_workers=2
     --direct_running_mode=multi_processing,
+  * under Prism (--prism-bin, a fresh `prism --job_port N` per test) and, to
+    compare in the same environment, under Weir again, both with LOOPBACK
+    (runners `prism` and `weir_loopback`; Prism is skipped when no binary),
 and prints per test the wall time of the client process on each runner, their
 ratio, whether it succeeded on each, and the load test's own `runtime` metric
 (max - min of the MeasureTime distribution, whole seconds; '-' when the runner
@@ -25,7 +28,8 @@ already configured the root logger). Nothing is published: no
 A test that fails (or times out) is reported as FAILED with the first line of
 its error; the full logs are kept under bench/data/out/load_tests/<test>/.
 
-    bench/load_tests.sh [--records N] [--only weir|direct] [--tests gbk,combine,...]
+    bench/load_tests.sh [--records N] [--runners weir,direct,weir_loopback,prism]
+                        [--prism-bin PATH] [--tests gbk,combine,...]
                         [--extra=--opt=value ...] [--timeout S]
 """
 
@@ -43,7 +47,8 @@ BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH)
 
 from wordcount_bench import (  # noqa: E402
-    REPO, free_port, log, process_environment_config, stop_server, wait_for_job_api)
+    REPO, free_port, log, process_environment_config, start_job_server, stop_server,
+    wait_for_job_api)
 
 
 # name -> (module, test-specific options). input_options are added by main().
@@ -185,6 +190,26 @@ def run_weir(py, weir_bin, module, opts, out_dir, timeout):
   return r
 
 
+def run_loopback(name, py, weir_bin, prism_bin, module, opts, out_dir, timeout):
+  """The test against a fresh `weir serve` (name 'weir') or Prism, LOOPBACK."""
+  try:
+    proc, port, logf = start_job_server(name, weir_bin, prism_bin, out_dir)
+  except BaseException as e:  # noqa: BLE001  (SystemExit from wait_for_job_api)
+    return dict(wall=0.0, ok=False, log=os.path.join(out_dir, '%s.log' % name), metrics={},
+                error='%s did not start: %s' % (name, e))
+  try:
+    runner_opts = ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port,
+                   '--environment_type=LOOPBACK']
+    r = run_client(py, module, runner_opts + opts, out_dir, timeout)
+  finally:
+    stop_server(proc)
+    logf.close()
+  r['server_log'] = os.path.join(out_dir, '%s.log' % name)
+  if not r['ok']:
+    r['server_errors'] = server_errors(read(r['server_log']))
+  return r
+
+
 def run_direct(py, module, opts, out_dir, workers, timeout):
   runner_opts = ['--runner=DirectRunner', '--direct_num_workers=%d' % workers,
                  '--direct_running_mode=multi_processing']
@@ -210,7 +235,10 @@ def main():
                   'sideinput_iter, sideinput_dict, cogbk')
   ap.add_argument('--weir-bin', default=os.path.join(REPO, 'target', 'release', 'weir'))
   ap.add_argument('--direct-workers', type=int, default=2)
-  ap.add_argument('--only', choices=['weir', 'direct'])
+  ap.add_argument('--only', choices=['weir', 'direct'], help='(old spelling of --runners)')
+  ap.add_argument('--runners', default='weir,direct,weir_loopback,prism',
+                  help='comma-separated: weir (PROCESS), direct, weir_loopback, prism (LOOPBACK)')
+  ap.add_argument('--prism-bin', default=os.environ.get('PRISM_BIN', os.path.join(BENCH, 'bin', 'prism')))
   ap.add_argument('--out-dir', default=os.path.join(BENCH, 'data', 'out', 'load_tests'))
   ap.add_argument('--timeout', type=float, default=300, help='per run, s')
   ap.add_argument('--extra', action='append', default=[], metavar='OPT',
@@ -234,7 +262,14 @@ def main():
     if unknown:
       raise SystemExit('unknown tests: %s' % ', '.join(sorted(unknown)))
     tests = [t for t in tests if t[0] in wanted]
-  runners = [n for n in ('weir', 'direct') if args.only in (None, n)]
+  runners = [args.only] if args.only else [n for n in args.runners.split(',') if n]
+  unknown = set(runners) - {'weir', 'direct', 'weir_loopback', 'prism'}
+  if unknown:
+    raise SystemExit('unknown runners: %s' % ', '.join(sorted(unknown)))
+  prism_bin = os.path.abspath(args.prism_bin)
+  if 'prism' in runners and not os.access(prism_bin, os.X_OK):
+    log('no Prism binary at %s: prism skipped (--prism-bin)' % prism_bin)
+    runners = [r for r in runners if r != 'prism']
 
   results = {}
   for name, module, opts in tests:
@@ -245,6 +280,9 @@ def main():
       log('%s: %s %s' % (runner, module, ' '.join(opts)))
       if runner == 'weir':
         r = run_weir(py, weir_bin, module, opts + common, out_dir, args.timeout)
+      elif runner in ('weir_loopback', 'prism'):
+        r = run_loopback('weir' if runner == 'weir_loopback' else 'prism', py, weir_bin,
+                         prism_bin, module, opts + common, out_dir, args.timeout)
       else:
         r = run_direct(py, module, opts + common, out_dir, args.direct_workers,
                        args.timeout)
@@ -256,8 +294,9 @@ def main():
   print('Beam load tests (apache_beam.testing.load_tests), synthetic source %s; '
         'weir PROCESS env vs direct (multi_processing, %d workers)' %
         (json.dumps(input_options), args.direct_workers))
-  print('%-15s %9s %9s %7s  %-7s %-7s %15s' % (
-      'test', 'weir s', 'direct s', 'w/d', 'weir', 'direct', 'runtime w/d s'))
+  print('%-15s %9s %9s %7s  %-7s %-7s %15s %10s %9s %7s' % (
+      'test', 'weir s', 'direct s', 'w/d', 'weir', 'direct', 'runtime w/d s',
+      'weir LB s', 'prism s', 'wLB/p'))
 
   def cell(r, fmt):
     return fmt(r) if r else '-'
@@ -268,16 +307,22 @@ def main():
     ratio = '%.2f' % (w['wall'] / d['wall']) if w and d and w['ok'] and d['ok'] else '-'
     rt = '%s/%s' % (cell(w, lambda r: str(r['metrics'].get('runtime', '-'))),
                     cell(d, lambda r: str(r['metrics'].get('runtime', '-'))))
-    print('%-15s %9s %9s %7s  %-7s %-7s %15s' % (
+    wl, p = results.get((name, 'weir_loopback')), results.get((name, 'prism'))
+    lb_ratio = '%.2f' % (wl['wall'] / p['wall']) if wl and p and wl['ok'] and p['ok'] else '-'
+    wall = lambda r: ('%.2f' % r['wall']) if r['ok'] else 'FAILED'
+    print('%-15s %9s %9s %7s  %-7s %-7s %15s %10s %9s %7s' % (
         name, cell(w, lambda r: '%.2f' % r['wall']), cell(d, lambda r: '%.2f' % r['wall']),
         ratio, cell(w, lambda r: 'ok' if r['ok'] else 'FAILED'),
-        cell(d, lambda r: 'ok' if r['ok'] else 'FAILED'), rt))
-    failed += sum(1 for r in (w, d) if r and not r['ok'])
+        cell(d, lambda r: 'ok' if r['ok'] else 'FAILED'), rt,
+        cell(wl, wall), cell(p, wall), lb_ratio))
+    failed += sum(1 for r in (w, d, wl, p) if r and not r['ok'])
 
   if args.json:
+    envs = dict(weir='PROCESS', weir_loopback='LOOPBACK', prism='LOOPBACK',
+                direct='multi_processing x%d' % args.direct_workers)
     rows = [dict(benchmark='load test %s' % name, case='load test %s %d records' % (
-                     name, args.records), runner=runner,
-                 env='PROCESS' if runner == 'weir' else 'multi_processing x%d' % args.direct_workers,
+                     name, args.records), runner='weir' if runner == 'weir_loopback' else runner,
+                 env=envs[runner],
                  wall=r['wall'] if r['ok'] else None, runner_cpu=None, sdk_cpu=None, rss_mib=None,
                  ok=r['ok'])
             for (name, runner), r in results.items()]
@@ -296,7 +341,7 @@ def main():
           continue
         print('  %s under %s: FAILED: %s' % (name, runner, r['error']))
         print('    client log: %s' % shown(r['log']))
-        if runner == 'weir' and r.get('server_log'):
+        if runner != 'direct' and r.get('server_log'):
           print('    server log: %s' % shown(r['server_log']))
           for line in r.get('server_errors', []):
             print('      %s' % line[:300])
