@@ -274,6 +274,19 @@ fn clip(text: &str, n: usize) -> String {
     }
 }
 
+/// The job `job_id` as GetJobs lists it.
+async fn job_info(client: &mut Client, job_id: &str) -> anyhow::Result<beam::JobInfo> {
+    client
+        .get_jobs(beam::GetJobsRequest {})
+        .await?
+        .into_inner()
+        .job_info
+        .into_iter()
+        .find(|j| j.job_id == job_id)
+        .with_context(|| format!("no job {job_id:?}"))
+}
+
+/// The job's attempted MonitoringInfos (GetJobMetrics).
 async fn job_metrics(client: &mut Client, job_id: &str) -> anyhow::Result<Vec<beam::MonitoringInfo>> {
     Ok(client
         .get_job_metrics(beam::GetJobMetricsRequest { job_id: job_id.to_string() })
@@ -296,11 +309,7 @@ async fn watch(client: &mut Client, job_id: &str) -> anyhow::Result<()> {
     let header = multi.add(ProgressBar::new_spinner().with_style(ProgressStyle::with_template("{msg}").expect("a valid template")));
     let mut bars: Vec<ProgressBar> = vec![];
     loop {
-        let jobs = client.get_jobs(beam::GetJobsRequest {}).await?.into_inner().job_info;
-        let job = jobs
-            .into_iter()
-            .find(|j| j.job_id == job_id)
-            .with_context(|| format!("no job {job_id:?}"))?;
+        let job = job_info(client, job_id).await?;
         let state = beam::job_state::Enum::try_from(job.state).unwrap_or(beam::job_state::Enum::Unspecified);
         let rows = stage_rows(&job_metrics(client, job_id).await?);
         let title = format!("{} ({})  {}  {} stage(s)", job.job_name, job.job_id, state_name(job.state), rows.len());
@@ -384,15 +393,7 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
             }
         }
         JobsAction::Describe { job_id } => {
-            let jobs = client
-                .get_jobs(beam::GetJobsRequest {})
-                .await?
-                .into_inner()
-                .job_info;
-            let job = jobs
-                .into_iter()
-                .find(|j| j.job_id == job_id)
-                .with_context(|| format!("no job {job_id:?}"))?;
+            let job = job_info(&mut client, &job_id).await?;
             println!("id:    {}", job.job_id);
             println!("name:  {}", job.job_name);
             println!("state: {}", state_name(job.state));
@@ -401,15 +402,7 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
             println!("start: {start}");
             println!("end:   {end}");
             println!("labels: {}", show_labels(&labels(&job.pipeline_options)));
-            let metrics = client
-                .get_job_metrics(beam::GetJobMetricsRequest {
-                    job_id: job_id.clone(),
-                })
-                .await?
-                .into_inner()
-                .metrics
-                .unwrap_or_default()
-                .attempted;
+            let metrics = job_metrics(&mut client, &job_id).await?;
             let value = |urn: &str| {
                 metrics.iter().find(|m| m.urn == urn).and_then(|m| {
                     let skip =
