@@ -90,13 +90,9 @@ where
 /// limit"), and a refusal that quotes a client's value can be any size.
 const MAX_STATUS_MESSAGE: usize = 2048;
 
-/// `grpc-message` (percent-encoded, as gRPC's HTTP/2 protocol spells it)
-/// cut to [`MAX_STATUS_MESSAGE`] bytes of text on a character boundary,
-/// saying how much was left out; None when it is short enough.
-fn shorten_status_message(encoded: &str) -> Option<String> {
-    if encoded.len() <= MAX_STATUS_MESSAGE {
-        return None;
-    }
+/// The bytes of `encoded` with every `%XX` escape decoded (as gRPC's
+/// `grpc-message` and URL query strings spell them); other bytes as they are.
+pub fn percent_decode(encoded: &str) -> Vec<u8> {
     let b = encoded.as_bytes();
     let mut bytes = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -116,6 +112,17 @@ fn shorten_status_message(encoded: &str) -> Option<String> {
             }
         }
     }
+    bytes
+}
+
+/// `grpc-message` (percent-encoded, as gRPC's HTTP/2 protocol spells it)
+/// cut to [`MAX_STATUS_MESSAGE`] bytes of text on a character boundary,
+/// saying how much was left out; None when it is short enough.
+fn shorten_status_message(encoded: &str) -> Option<String> {
+    if encoded.len() <= MAX_STATUS_MESSAGE {
+        return None;
+    }
+    let bytes = percent_decode(encoded);
     let text = String::from_utf8_lossy(&bytes);
     if text.len() <= MAX_STATUS_MESSAGE {
         return None;

@@ -56,30 +56,10 @@ pub async fn serve(listener: tokio::net::TcpListener, registry: Arc<JobRegistry>
     axum::serve(listener, router(registry)).await
 }
 
-/// `%XX` escapes decoded (as in a query string or our cookie); None when
-/// the result is not UTF-8.
+/// `%XX` escapes decoded and `+` read as a space (as in a query string or
+/// our cookie); None when the result is not UTF-8.
 fn percent_decode(text: &str) -> Option<String> {
-    let b = text.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = (b[i] == b'%')
-            .then(|| b.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match hex {
-            Some(x) => {
-                out.push(x);
-                i += 3;
-            }
-            None => {
-                out.push(if b[i] == b'+' { b' ' } else { b[i] });
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
+    String::from_utf8(weir_jobs::percent_decode(&text.replace('+', "%20"))).ok()
 }
 
 /// Every byte but ASCII letters, digits and `-._~` as `%XX` (a cookie value).
