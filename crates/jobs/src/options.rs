@@ -453,9 +453,10 @@ pub fn validate(options: &Struct) -> Result<JobOptions, OptionError> {
         }
         o.flexrs_goal = Some(goal);
     }
+    // 0 is Dataflow Java's default (`@Default.Integer(0)`): the service decides.
     o.number_of_worker_harness_threads = to_u32(
         "number_of_worker_harness_threads",
-        count("number_of_worker_harness_threads", 1)?,
+        count("number_of_worker_harness_threads", 0)?.filter(|&n| n > 0),
     )?;
     o.max_cache_memory_usage_mb = count("max_cache_memory_usage_mb", 0)?.map(|n| n as u64);
 

@@ -583,10 +583,19 @@ fn worker_counts() {
             "max_num_workers",
             "must be a positive integer",
         );
-        refused(
-            one("number_of_worker_harness_threads", bad),
-            "number_of_worker_harness_threads",
-            "must be a positive integer",
+        if bad.as_i64().or_else(|| bad.as_str().and_then(|s| s.parse().ok())) != Some(0) {
+            refused(
+                one("number_of_worker_harness_threads", bad),
+                "number_of_worker_harness_threads",
+                "must be 0 or more",
+            );
+        }
+    }
+    // 0 is Dataflow Java's default for numberOfWorkerHarnessThreads: Weir decides.
+    for zero in [serde_json::json!(0), serde_json::json!("0")] {
+        assert_eq!(
+            ok(one("number_of_worker_harness_threads", zero)).number_of_worker_harness_threads,
+            None
         );
     }
     refused(

@@ -43,6 +43,14 @@ public interface WeirPipelineOptions extends PortablePipelineOptions {
   void setWeirJavaHarnessClasspath(@Nullable String classpath);
 
   @Description(
+      "Bundles Weir sends one SDK harness at a time (Dataflow's numberOfWorkerHarnessThreads,"
+          + " declared as Dataflow declares it). 0, the default: Weir decides (16 for Java).")
+  @Default.Integer(0)
+  int getNumberOfWorkerHarnessThreads();
+
+  void setNumberOfWorkerHarnessThreads(int threads);
+
+  @Description(
       "Seconds to wait for a `weir serve` started by the runner to report its port.")
   @Default.Integer(60)
   int getWeirStartupTimeoutSeconds();
