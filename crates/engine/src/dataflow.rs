@@ -40,6 +40,9 @@ pub(crate) struct JobContext {
     pub(crate) status: Progress,
     /// Bumped whenever any stage makes progress.
     pub(crate) activity: Arc<std::sync::atomic::AtomicU64>,
+    /// Timely workers in this process: a worker's global index (over every
+    /// process of a cluster job) modulo this is its slot in `status`.
+    pub(crate) local_workers: usize,
 }
 
 /// A stage's state as last seen by its operator, on one timely worker or
@@ -177,7 +180,7 @@ impl JobContext {
     pub(crate) fn report(&self, stage: usize, worker: usize, status: StageStatus) {
         let mut all = self.status.cells();
         all.reported[stage] = true;
-        let slot = &mut all.status[stage][worker];
+        let slot = &mut all.status[stage][worker % self.local_workers];
         if *slot != status {
             *slot = status;
             self.activity.fetch_add(1, Ordering::Relaxed);
@@ -199,7 +202,7 @@ impl JobContext {
     fn report_outputs(&self, worker: usize, probes: &[ProbeHandle<Time>]) {
         let mut all = self.status.cells();
         for (stage, probe) in probes.iter().enumerate() {
-            all.output[stage][worker] = probe.with_frontier(|f| {
+            all.output[stage][worker % self.local_workers] = probe.with_frontier(|f| {
                 (!f.is_empty()).then(|| watermark_of(f.as_ref()))
             });
         }
@@ -336,6 +339,7 @@ pub fn run_job(
             config.progress.clone()
         },
         activity: Arc::default(),
+        local_workers: workers,
         clock: if graph_has_test_stream {
             Clock::Test(Arc::new(std::sync::atomic::AtomicI64::new(wall_millis())))
         } else {
@@ -343,7 +347,20 @@ pub fn run_job(
         },
     };
     let worker_ctx = ctx.clone();
-    let guards = timely::execute(timely::Config::process(workers), move |worker| {
+    let timely_config = match &config.cluster {
+        None => timely::Config::process(workers),
+        Some(peers) => timely::Config {
+            communication: timely::CommunicationConfig::Cluster {
+                threads: workers,
+                process: peers.process,
+                addresses: peers.addresses.clone(),
+                report: false,
+                zerocopy: false,
+            },
+            worker: timely::WorkerConfig::default(),
+        },
+    };
+    let guards = timely::execute(timely_config, move |worker| {
         let ctx = worker_ctx.clone();
         let probe = ProbeHandle::<Time>::new();
         let peers = worker.peers();
@@ -356,8 +373,8 @@ pub fn run_job(
             std::time::Instant::now(),
         );
         while !probe.done() {
-            if index == 0 {
-                // Stuck-job watchdog: report (once per period) where a
+            if index % workers == 0 {
+                // Stuck-job watchdog (one per process): report (once per period) where a
                 // job that stopped making progress waits.
                 let activity = ctx.activity.load(Ordering::Relaxed);
                 if activity != last_activity.0 {

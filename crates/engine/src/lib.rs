@@ -79,6 +79,22 @@ pub struct EngineConfig {
     /// Where the engine publishes each stage's watermarks and counts while
     /// the job runs (a shared handle: keep a clone to read it).
     pub progress: Progress,
+    /// Set when this process is one of several running the job as one
+    /// timely computation (cluster mode); None: the job runs in this
+    /// process alone.
+    pub cluster: Option<ClusterPeers>,
+}
+
+/// This process's place in a job that runs across several processes
+/// (`weir worker`s): one timely computation whose processes connect to each
+/// other over TCP (timely's own transport).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterPeers {
+    /// This process's index in `addresses`.
+    pub process: usize,
+    /// `host:port` of every process's timely listener, in process order;
+    /// the same list in every process.
+    pub addresses: Vec<String>,
 }
 
 /// A sink for engine notices (e.g. hot keys), shown in the job's messages.
@@ -120,6 +136,7 @@ impl Default for EngineConfig {
             gbk_memory_budget: None,
             spill_dir: std::env::temp_dir().join("weir-spill"),
             progress: Progress::default(),
+            cluster: None,
         }
     }
 }

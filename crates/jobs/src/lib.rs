@@ -8,6 +8,7 @@
 //! service on one gRPC port.
 
 pub mod artifacts;
+pub mod cluster;
 pub mod limits;
 pub mod locations;
 pub mod options;

@@ -475,6 +475,9 @@ pub struct JobRegistry {
     pub(crate) config: ServerConfig,
     /// `host:port` of this server (artifact staging endpoint).
     pub(crate) url: String,
+    /// Set in cluster mode (`weir serve --cluster_port`): jobs run on the
+    /// coordinator's worker processes instead of in this one.
+    coordinator: std::sync::OnceLock<Arc<crate::cluster::Coordinator>>,
 }
 
 impl JobRegistry {
@@ -493,7 +496,19 @@ impl JobRegistry {
             fn_api,
             config,
             url,
+            coordinator: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Makes this server a cluster coordinator: from now on its jobs run on
+    /// `coordinator`'s workers. Returns false when it already was one.
+    pub fn set_coordinator(&self, coordinator: Arc<crate::cluster::Coordinator>) -> bool {
+        self.coordinator.set(coordinator).is_ok()
+    }
+
+    /// The cluster coordinator, in cluster mode.
+    pub fn coordinator(&self) -> Option<&Arc<crate::cluster::Coordinator>> {
+        self.coordinator.get()
     }
 
     /// A fresh job id (`job-<uuid>`).

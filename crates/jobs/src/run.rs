@@ -14,7 +14,11 @@ use crate::registry::{Job, JobRegistry};
 
 /// Runs `job` to a terminal state; never panics the server.
 pub(crate) async fn run(registry: Arc<JobRegistry>, job: Arc<Job>) {
-    match execute(&registry, &job).await {
+    let result = match registry.coordinator() {
+        Some(c) => crate::cluster::coordinator::run_job(c, &job).await,
+        None => execute(&registry, &job, None).await,
+    };
+    match result {
         Ok(()) => {
             job.message(
                 Importance::JobMessageBasic,
@@ -42,7 +46,41 @@ pub(crate) async fn run(registry: Arc<JobRegistry>, job: Arc<Job>) {
     let _ = tokio::fs::remove_dir_all(&job.staging_dir).await;
 }
 
-async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState, String)> {
+/// Runs this worker's part of one attempt of a cluster job (`weir
+/// worker`): returns the state it ended in (DONE, DRAINED, FAILED,
+/// CANCELLED) and, unless DONE or DRAINED, why.
+pub(crate) async fn run_attempt(
+    registry: Arc<JobRegistry>,
+    job: Arc<Job>,
+    peers: weir_engine::ClusterPeers,
+) -> (JobState, String) {
+    job.set_state(JobState::Starting);
+    let result = execute(&registry, &job, Some(peers)).await;
+    let _ = tokio::fs::remove_dir_all(&job.staging_dir).await;
+    match result {
+        Ok(()) if job.drain.load(std::sync::atomic::Ordering::SeqCst) => {
+            job.set_state(JobState::Drained);
+            (JobState::Drained, String::new())
+        }
+        Ok(()) => {
+            job.set_state(JobState::Done);
+            (JobState::Done, String::new())
+        }
+        Err((state, message)) => {
+            job.message(Importance::JobMessageError, message.clone());
+            job.set_state(state);
+            (state, message)
+        }
+    }
+}
+
+/// Runs `job` in this process, or as process `peers.process` of a cluster
+/// attempt.
+async fn execute(
+    registry: &JobRegistry,
+    job: &Arc<Job>,
+    peers: Option<weir_engine::ClusterPeers>,
+) -> Result<(), (JobState, String)> {
     let fail = |m: String| (JobState::Failed, m);
     let plan = job.plan_to_run().map_err(fail)?;
     let prefix = format!("{}/", job.id);
@@ -74,7 +112,19 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         retrieval_token: job.id.clone(),
         ..Default::default()
     };
-    let sizing = crate::options::sdk_harness_plan(&job.validated, &job.options);
+    // In a cluster, num_workers counts worker processes, each with its own
+    // SDK harnesses: size them as for one worker.
+    let sizing = if peers.is_some() {
+        let one = crate::options::JobOptions {
+            num_workers: None,
+            max_num_workers: None,
+            autoscaling_algorithm: None,
+            ..job.validated.clone()
+        };
+        crate::options::sdk_harness_plan(&one, &job.options)
+    } else {
+        crate::options::sdk_harness_plan(&job.validated, &job.options)
+    };
     job.message(
         Importance::JobMessageBasic,
         format!(
@@ -168,6 +218,7 @@ async fn execute(registry: &JobRegistry, job: &Arc<Job>) -> Result<(), (JobState
         gbk_memory_budget: registry.config.gbk_memory_budget,
         spill_dir: registry.config.spill_root.join(&job.id),
         progress: job.progress.clone(),
+        cluster: peers,
         ..EngineConfig::default()
     };
     let spill_dir = config.spill_dir.clone();

@@ -39,9 +39,48 @@ enum Command {
     Boot(BootArgs),
     /// List, describe, cancel the jobs of a running Weir server, or show their logs.
     Jobs(JobsArgs),
+    /// Run jobs for a cluster coordinator (`weir serve --cluster_port`): this
+    /// process registers with it and runs its part of each job it is given.
+    Worker(WorkerArgs),
     /// Serve Beam's Java (default) or Python expansion service for cross-language
     /// transforms, with environments Weir can start here.
     ExpansionService(ExpansionArgs),
+}
+
+#[derive(Args)]
+struct WorkerArgs {
+    /// `host:port` of the coordinator's --cluster_port.
+    #[arg(long)]
+    coordinator: String,
+    /// The coordinator's Job API token (default: $WEIR_AUTH_TOKEN).
+    #[arg(long = "auth_token")]
+    auth_token: Option<String>,
+    /// File holding the coordinator's token (first line).
+    #[arg(long = "auth_token_file", conflicts_with = "auth_token")]
+    auth_token_file: Option<PathBuf>,
+    /// Address the job's other workers reach this one's timely port at
+    /// (default: this machine's address toward the coordinator).
+    #[arg(long = "advertise_host")]
+    advertise_host: Option<String>,
+    /// Port of this worker's timely listener; 0 (default) picks a free one per job.
+    #[arg(long = "timely_port", default_value_t = 0)]
+    timely_port: u16,
+    /// Name in job messages (default: host name and process id).
+    #[arg(long)]
+    name: Option<String>,
+    /// Timely worker threads per job in this process (default: cores).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Port of this worker's Fn API, which its SDK harnesses dial (0, the
+    /// default: any free port).
+    #[arg(long = "fn_api_port", default_value_t = 0)]
+    fn_api_port: u16,
+    /// Address of this worker's Fn API (a non-loopback one needs a token).
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: String,
+    /// Folder for this worker's own files (default: <tmp>/weir-staging).
+    #[arg(long = "staging_dir")]
+    staging_dir: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -121,6 +160,11 @@ struct ServeArgs {
     /// gRPC port of the Job API (and every other service). 0 picks a free port.
     #[arg(long = "job_port", alias = "job-port", default_value_t = 8099)]
     job_port: u16,
+    /// Cluster mode: accept `weir worker --coordinator` processes on this
+    /// port (0: any free port) and run each job on `num_workers` of them
+    /// (default 1) instead of in this process.
+    #[arg(long = "cluster_port")]
+    cluster_port: Option<u16>,
     /// Address to bind.
     #[arg(long, default_value = "127.0.0.1")]
     bind: String,
@@ -285,10 +329,11 @@ fn main() -> anyhow::Result<()> {
             let err = runtime.block_on(weir_harness::boot::boot(cfg)).unwrap_err();
             anyhow::bail!("weir boot: {err}")
         }
-        Some(Command::Serve(s)) => runtime.block_on(serve(s)),
+        Some(Command::Serve(s)) => runtime.block_on(serve(s, None)),
+        Some(Command::Worker(w)) => runtime.block_on(worker(w)),
         Some(Command::Jobs(j)) => runtime.block_on(jobs::run(j)),
         Some(Command::ExpansionService(e)) => runtime.block_on(expansion_service(e)),
-        None => runtime.block_on(serve(cli.serve)),
+        None => runtime.block_on(serve(cli.serve, None)),
     }
 }
 
@@ -449,7 +494,58 @@ fn default_gbk_memory_budget() -> Option<usize> {
     Some(kib * 1024 / 4)
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+/// `weir worker`: a local server (Fn API for this worker's SDK harnesses,
+/// loopback by default) whose jobs come from the coordinator.
+async fn worker(w: WorkerArgs) -> anyhow::Result<()> {
+    let token = match (&w.auth_token, &w.auth_token_file) {
+        (Some(t), _) => Some(t.trim().to_string()),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("cannot read --auth_token_file {}", f.display()))?
+            .lines()
+            .next()
+            .map(|l| l.trim().to_string()),
+        (None, None) => std::env::var("WEIR_AUTH_TOKEN").ok().map(|t| t.trim().to_string()),
+    }
+    .filter(|t| !t.is_empty());
+    let mut argv: Vec<String> = vec![
+        "serve".into(),
+        "--job_port".into(),
+        w.fn_api_port.to_string(),
+        "--bind".into(),
+        w.bind.clone(),
+        "--serve_http=false".into(),
+    ];
+    if let Some(n) = w.workers {
+        argv.extend(["--workers".into(), n.to_string()]);
+    }
+    if let Some(d) = &w.staging_dir {
+        argv.extend(["--staging_dir".into(), d.display().to_string()]);
+    }
+    if let Some(t) = &token {
+        argv.extend(["--auth_token".into(), t.clone()]);
+    }
+    let matches = ServeArgs::augment_args(clap::Command::new("serve")).try_get_matches_from(&argv)?;
+    let args = <ServeArgs as clap::FromArgMatches>::from_arg_matches(&matches)?;
+    let name = w.name.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "worker".into());
+        format!("{host}:{}", std::process::id())
+    });
+    serve(
+        args,
+        Some(weir_jobs::cluster::WorkerConfig {
+            coordinator: w.coordinator,
+            token,
+            name,
+            advertise_host: w.advertise_host,
+            timely_port: w.timely_port,
+        }),
+    )
+    .await
+}
+
+async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>) -> anyhow::Result<()> {
     let security = weir_jobs::security::Security {
         token: auth_token(&args)?.map(Into::into),
         process_commands: args.allow_process_command.clone(),
@@ -475,6 +571,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot bind {addr}"))?;
     let local = listener.local_addr()?;
     let ui = ui_listener(&args).await?;
+    let cluster = match args.cluster_port {
+        Some(port) => {
+            let l = tokio::net::TcpListener::bind((args.bind.as_str(), port))
+                .await
+                .with_context(|| format!("cannot bind the cluster port {}:{port} (--cluster_port)", args.bind))?;
+            let at = l.local_addr()?;
+            tracing::info!("cluster coordinator: workers register on {at}");
+            eprintln!("weir: cluster port listening on {at} (weir worker --coordinator {at})");
+            Some(l)
+        }
+        None => None,
+    };
     let config = weir_jobs::ServerConfig {
         staging_root: args
             .staging_dir
@@ -505,9 +613,28 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .spill_dir
             .unwrap_or_else(|| std::env::temp_dir().join("weir-spill")),
     };
-    tracing::info!("weir job service listening on {local}");
-    eprintln!("weir: Beam Job API listening on {local}");
+    if worker.is_some() {
+        tracing::info!("weir worker: Fn API for this worker's SDK harnesses on {local}");
+    } else {
+        tracing::info!("weir job service listening on {local}");
+        eprintln!("weir: Beam Job API listening on {local}");
+    }
     weir_jobs::serve_with(listener, config, move |registry| {
+        if let Some(l) = cluster {
+            let c = weir_jobs::cluster::Coordinator::new(registry.security().clone());
+            registry.set_coordinator(c.clone());
+            tokio::spawn(c.listen(l));
+        }
+        if let Some(w) = worker {
+            let registry = registry.clone();
+            tokio::spawn(async move {
+                if let Err(why) = weir_jobs::cluster::worker::run(registry, w).await {
+                    tracing::error!("{why}");
+                    eprintln!("weir worker: {why}");
+                    std::process::exit(2);
+                }
+            });
+        }
         if let Some(ui) = ui {
             if let Ok(addr) = ui.local_addr() {
                 eprintln!("weir: web UI on http://{addr}/ (Prometheus: /metrics)");

@@ -1,0 +1,194 @@
+//! The coordinator ↔ worker protocol of cluster mode: frames over one TCP
+//! connection per worker, each a JSON header ([`ToWorker`] or
+//! [`ToCoordinator`]) and a binary body (a serialized proto, or empty).
+//!
+//! Frame: `u32` big-endian header length, the header, `u32` big-endian body
+//! length, the body. Either side refuses a frame past [`MAX_FRAME_BYTES`].
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Largest header or body accepted, in bytes: a pipeline at Weir's
+/// `--max_pipeline_bytes` ceiling fits.
+pub const MAX_FRAME_BYTES: usize = 1 << 30;
+
+/// What the coordinator sends a worker.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ToWorker {
+    /// The worker is registered under `worker_id`.
+    Welcome { worker_id: String },
+    /// The worker is refused (bad token, other version); the connection ends.
+    Refused { why: String },
+    /// Plan the job for attempt `attempt` and reserve a timely port. Body:
+    /// a `PrepareJobRequest` (pipeline after staging, options, job name).
+    Prepare {
+        attempt: String,
+        job_id: String,
+        workers: usize,
+    },
+    /// Join the attempt's timely computation as process `process` of
+    /// `addresses` and run it. No body.
+    Start {
+        attempt: String,
+        process: usize,
+        addresses: Vec<String>,
+    },
+    /// Cancel the attempt (the job was cancelled, or another worker failed).
+    Cancel { attempt: String },
+    /// Drain the attempt (Dataflow's drain).
+    Drain { attempt: String },
+}
+
+/// What a worker sends the coordinator.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ToCoordinator {
+    /// First frame: who the worker is. `token` must match the coordinator's
+    /// `--auth_token` when it has one.
+    Hello {
+        token: Option<String>,
+        name: String,
+        version: String,
+    },
+    /// Attempt planned; the worker's timely listener will be at `address`.
+    /// `fingerprint` names the stage graph planned, equal on every worker.
+    Reserved {
+        attempt: String,
+        address: String,
+        fingerprint: String,
+    },
+    /// A job message (stream view) at `importance`
+    /// (`JobMessage.MessageImportance`).
+    Message {
+        attempt: String,
+        importance: i32,
+        text: String,
+    },
+    /// An SDK log entry that only the job's logs carry.
+    Log {
+        attempt: String,
+        importance: i32,
+        text: String,
+    },
+    /// The attempt ended on this worker: `state` is the `JobState.Enum` it
+    /// reached (DONE, DRAINED, FAILED, CANCELLED), `error` why it failed.
+    /// Body: a `MetricResults` with the worker's aggregated metrics in
+    /// `attempted`.
+    Finished {
+        attempt: String,
+        state: i32,
+        error: String,
+    },
+}
+
+/// Writes one frame.
+///
+/// # Errors
+/// The I/O error of the connection.
+pub async fn write_frame<W: AsyncWrite + Unpin, M: Serialize>(
+    w: &mut W,
+    header: &M,
+    body: &[u8],
+) -> std::io::Result<()> {
+    let head = serde_json::to_vec(header).map_err(std::io::Error::other)?;
+    let mut buf = Vec::with_capacity(8 + head.len() + body.len());
+    buf.extend_from_slice(&(head.len() as u32).to_be_bytes());
+    buf.extend_from_slice(&head);
+    buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    buf.extend_from_slice(body);
+    w.write_all(&buf).await?;
+    w.flush().await
+}
+
+/// Largest first frame (a worker's Hello) the coordinator reads before it
+/// knows the worker holds the token.
+pub const MAX_HELLO_BYTES: usize = 64 << 10;
+
+async fn read_part<R: AsyncRead + Unpin>(r: &mut R, what: &str, max: usize) -> std::io::Result<Vec<u8>> {
+    let len = r.read_u32().await? as usize;
+    if len > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("cluster frame {what} of {len} bytes is over the {max}-byte limit"),
+        ));
+    }
+    let mut buf = vec![0; len];
+    r.read_exact(&mut buf).await?;
+    Ok(buf)
+}
+
+/// Reads one frame: its header and body.
+///
+/// # Errors
+/// The I/O error, or InvalidData for an oversized part or a header that is
+/// not a message of this protocol (the message says which).
+pub async fn read_frame<R: AsyncRead + Unpin, M: for<'de> Deserialize<'de>>(
+    r: &mut R,
+) -> std::io::Result<(M, Vec<u8>)> {
+    read_frame_within(r, MAX_FRAME_BYTES).await
+}
+
+/// [`read_frame`] with parts of at most `max` bytes.
+///
+/// # Errors
+/// As [`read_frame`].
+pub async fn read_frame_within<R: AsyncRead + Unpin, M: for<'de> Deserialize<'de>>(
+    r: &mut R,
+    max: usize,
+) -> std::io::Result<(M, Vec<u8>)> {
+    let head = read_part(r, "header", max).await?;
+    let header = serde_json::from_slice(&head).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not a Weir cluster message: {e}"),
+        )
+    })?;
+    let body = read_part(r, "body", max).await?;
+    Ok((header, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_round_trip_header_and_body() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        let sent = ToWorker::Start {
+            attempt: "job-1-a1".into(),
+            process: 2,
+            addresses: vec!["10.0.0.1:2101".into(), "10.0.0.2:2101".into(), "10.0.0.3:2101".into()],
+        };
+        write_frame(&mut a, &sent, b"\x00\x01body").await.unwrap();
+        let (got, body): (ToWorker, Vec<u8>) = read_frame(&mut b).await.unwrap();
+        assert_eq!(got, sent);
+        assert_eq!(body, b"\x00\x01body");
+    }
+
+    #[tokio::test]
+    async fn headers_are_tagged_json() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        write_frame(&mut a, &ToWorker::Cancel { attempt: "x".into() }, &[]).await.unwrap();
+        let head = read_part(&mut b, "header", MAX_FRAME_BYTES).await.unwrap();
+        assert_eq!(
+            String::from_utf8(head).unwrap(),
+            r#"{"kind":"cancel","attempt":"x"}"#
+        );
+    }
+
+    #[tokio::test]
+    async fn oversized_and_foreign_frames_are_refused() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        a.write_all(&(u32::MAX).to_be_bytes()).await.unwrap();
+        let e = read_frame::<_, ToWorker>(&mut b).await.unwrap_err();
+        assert!(e.to_string().contains("over the"), "{e}");
+
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        write_frame(&mut a, &serde_json::json!({"kind": "launch_missiles"}), &[])
+            .await
+            .unwrap();
+        let e = read_frame::<_, ToWorker>(&mut b).await.unwrap_err();
+        assert!(e.to_string().contains("not a Weir cluster message"), "{e}");
+    }
+}
