@@ -165,6 +165,15 @@ struct ServeArgs {
     /// (default 1) instead of in this process.
     #[arg(long = "cluster_port")]
     cluster_port: Option<u16>,
+    /// With --cluster_port: start this many `weir worker` processes on this
+    /// machine, restart any that exits, and stop them with this server (a
+    /// local cluster: the same engine as several processes).
+    #[arg(long = "local_workers", requires = "cluster_port")]
+    local_workers: Option<usize>,
+    /// With --cluster_port: how long a job waits for the worker processes it
+    /// needs (num_workers) before it fails, in seconds.
+    #[arg(long = "worker_wait_secs", default_value_t = 60)]
+    worker_wait_secs: u64,
     /// Address to bind.
     #[arg(long, default_value = "127.0.0.1")]
     bind: String,
@@ -494,6 +503,41 @@ fn default_gbk_memory_budget() -> Option<usize> {
     Some(kib * 1024 / 4)
 }
 
+/// Runs `weir worker --coordinator at` as local worker `i` for as long as
+/// this server lives: restarted a second after it exits, and sent SIGTERM
+/// when this process dies (PR_SET_PDEATHSIG).
+async fn supervise_local_worker(i: usize, at: std::net::SocketAddr, token: Option<String>) {
+    let Ok(exe) = std::env::current_exe() else {
+        tracing::error!("cannot start local workers: this binary's path is unknown");
+        return;
+    };
+    loop {
+        let mut cmd = tokio::process::Command::new(&exe);
+        cmd.args(["worker", "--coordinator", &at.to_string(), "--name", &format!("local-{i}")])
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        if let Some(t) = &token {
+            // Not in argv, where `ps` would show it.
+            cmd.env("WEIR_AUTH_TOKEN", t);
+        }
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        match cmd.spawn() {
+            Ok(mut child) => {
+                let status = child.wait().await;
+                tracing::warn!(worker = i, "local worker exited ({status:?}); restarting it in 1 s");
+            }
+            Err(e) => tracing::error!(worker = i, "cannot start local worker: {e}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
 /// `weir worker`: a local server (Fn API for this worker's SDK harnesses,
 /// loopback by default) whose jobs come from the coordinator.
 async fn worker(w: WorkerArgs) -> anyhow::Result<()> {
@@ -571,6 +615,7 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
         .with_context(|| format!("cannot bind {addr}"))?;
     let local = listener.local_addr()?;
     let ui = ui_listener(&args).await?;
+    let worker_wait = std::time::Duration::from_secs(args.worker_wait_secs);
     let cluster = match args.cluster_port {
         Some(port) => {
             let l = tokio::net::TcpListener::bind((args.bind.as_str(), port))
@@ -579,6 +624,9 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
             let at = l.local_addr()?;
             tracing::info!("cluster coordinator: workers register on {at}");
             eprintln!("weir: cluster port listening on {at} (weir worker --coordinator {at})");
+            for i in 1..=args.local_workers.unwrap_or(0) {
+                tokio::spawn(supervise_local_worker(i, at, auth_token(&args)?));
+            }
             Some(l)
         }
         None => None,
@@ -621,7 +669,7 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
     }
     weir_jobs::serve_with(listener, config, move |registry| {
         if let Some(l) = cluster {
-            let c = weir_jobs::cluster::Coordinator::new(registry.security().clone());
+            let c = weir_jobs::cluster::Coordinator::new(registry.security().clone(), worker_wait);
             registry.set_coordinator(c.clone());
             tokio::spawn(c.listen(l));
         }

@@ -20,7 +20,8 @@ use crate::registry::Job;
 /// Attempts of a batch job whose worker process is lost (Dataflow: 4).
 pub const MAX_ATTEMPTS: u32 = 4;
 
-/// How long a job waits for enough idle workers before it fails.
+/// How long a job waits for enough idle workers before it fails, by
+/// default (`weir serve --worker_wait_secs`).
 pub const WORKER_WAIT: Duration = Duration::from_secs(60);
 
 /// How long workers get to plan an attempt and reserve their ports.
@@ -53,17 +54,20 @@ pub struct Coordinator {
     workers: Mutex<Vec<Arc<Worker>>>,
     changed: Notify,
     security: Arc<crate::security::Security>,
+    wait: Duration,
     next_id: AtomicU64,
 }
 
 impl Coordinator {
     /// A coordinator with no workers; workers must send the Job API token
     /// of `security` when it has one.
-    pub fn new(security: Arc<crate::security::Security>) -> Arc<Coordinator> {
+    /// A job waits up to `wait` for the workers it needs.
+    pub fn new(security: Arc<crate::security::Security>, wait: Duration) -> Arc<Coordinator> {
         Arc::new(Coordinator {
             workers: Mutex::default(),
             changed: Notify::new(),
             security,
+            wait,
             next_id: AtomicU64::new(1),
         })
     }
@@ -204,14 +208,14 @@ impl Coordinator {
                     }
                     return Ok(taken);
                 }
-                if started.elapsed() >= WORKER_WAIT {
+                if started.elapsed() >= self.wait {
                     let busy = workers.iter().filter(|w| w.busy.load(Ordering::SeqCst)).count();
                     return Err((
                         JobState::Failed,
                         format!(
                             "job {} needs {min} worker process(es) (--num_workers), but after {} s the coordinator has {} registered ({busy} busy with other jobs); start more with `weir worker --coordinator`",
                             job.name,
-                            WORKER_WAIT.as_secs(),
+                            self.wait.as_secs(),
                             workers.len()
                         ),
                     ));
