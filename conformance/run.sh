@@ -94,15 +94,18 @@ case "$mode" in
     declare -A is_known=()
     for k in "${known[@]}"; do is_known[$k]=1; done
     for n in "${names[@]}"; do
-      case "$n" in WeirRunnerTest::*) continue ;; esac
+      case "$n" in WeirRunnerTest::*|WeirClusterRunnerTest::*) continue ;; esac
       [ -n "${is_known[$n]:-}" ] || die "ledger names an unknown test: $n"
     done
     # `WeirRunnerTest::NAME` lines are tests Beam's suite skips only because
-    # Prism lacks the feature, re-enabled in conformance/weir_runner_test.py.
+    # Prism lacks the feature, re-enabled in conformance/weir_runner_test.py;
+    # `WeirClusterRunnerTest::NAME` ones run on three worker processes
+    # (conformance/weir_cluster_test.py).
     ids=()
     for n in "${names[@]}"; do
       case "$n" in
         WeirRunnerTest::*) ids+=("$HERE/weir_runner_test.py::$n") ;;
+        WeirClusterRunnerTest::*) ids+=("$HERE/weir_cluster_test.py::$n") ;;
         *) ids+=("$CLASS::$n") ;;
       esac
     done
@@ -123,6 +126,7 @@ case "$mode" in
     for n in "$@"; do
       case "$n" in
         WeirRunnerTest::*) ids+=("$HERE/weir_runner_test.py::$n") ;;
+        WeirClusterRunnerTest::*) ids+=("$HERE/weir_cluster_test.py::$n") ;;
         *) ids+=("$CLASS::${n##*::}") ;;
       esac
     done

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use timely::dataflow::operators::vec::{Broadcast, Map, Partition, ToStream};
-use timely::dataflow::operators::{Concatenate, Probe};
+use timely::dataflow::operators::{Concatenate, Exchange, Probe};
 use timely::dataflow::{ProbeHandle, Scope};
 use weir_graph::{StageGraph, StageKind};
 use weir_model::Timestamp;
@@ -107,7 +107,7 @@ struct ProgressCells {
 /// runs, read by anyone holding a clone (the web UI, `/metrics`). Stage `i`
 /// is `StageGraph::stages[i]`. Empty until [`run_job`] starts.
 #[derive(Clone, Default)]
-pub struct Progress(Arc<Mutex<ProgressCells>>);
+pub struct Progress(Arc<Mutex<ProgressCells>>, Arc<std::sync::atomic::AtomicU64>);
 
 impl std::fmt::Debug for Progress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -127,6 +127,17 @@ impl Progress {
         c.counts = vec![StageCounts::default(); stages];
         c.reported = vec![false; stages];
         c.output = vec![vec![Some(Timestamp::MIN); workers]; stages];
+    }
+
+    /// Bytes of encoded elements this process's timely workers sent to
+    /// workers in other processes (cluster mode; 0 otherwise).
+    pub fn exchanged_bytes(&self) -> u64 {
+        self.1.load(Ordering::Relaxed)
+    }
+
+    /// Counts `bytes` sent to another process.
+    pub(crate) fn exchanged(&self, bytes: u64) {
+        self.1.fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// Every stage, merged over workers: counts summed, the least watermarks.
@@ -175,6 +186,11 @@ impl StageStatus {
 }
 
 impl JobContext {
+    /// Whether timely worker `target` runs in another process than `from`.
+    pub(crate) fn remote(&self, from: usize, target: usize) -> bool {
+        self.config.cluster.is_some() && from / self.local_workers != target / self.local_workers
+    }
+
     /// Records what stage `stage` does on timely worker `worker` now, and
     /// counts a change as progress.
     pub(crate) fn report(&self, stage: usize, worker: usize, status: StageStatus) {
@@ -431,7 +447,7 @@ fn build<'s>(
     ctx: &JobContext,
     probe: &ProbeHandle<Time>,
     index: usize,
-    _peers: usize,
+    peers: usize,
 ) -> Vec<ProbeHandle<Time>> {
     let graph = ctx.graph.clone();
     let stage_probes: Vec<ProbeHandle<Time>> =
@@ -471,9 +487,25 @@ fn build<'s>(
                 streams[*output] = Some(s.probe_with(&stage_probes[stage_index]));
             }
             StageKind::Reshuffle { input, output } => {
-                // SDK stages already spread their input over workers; a
-                // reshuffle only needs to break fusion, which planning did.
-                streams[*output] = Some(get(&streams, *input).probe_with(&stage_probes[stage_index]));
+                // In one process SDK stages already spread their input over
+                // workers, and a reshuffle only breaks fusion (planning did).
+                // In a cluster SDK stages spread over their own process's
+                // workers, so a reshuffle spreads over every process.
+                let s = get(&streams, *input);
+                let s = if ctx.config.cluster.is_some() {
+                    let (ctx, mut next) = (ctx.clone(), index as u64);
+                    s.exchange(move |e: &Element| {
+                        next = next.wrapping_add(1);
+                        let target = (next % peers as u64) as usize;
+                        if ctx.remote(index, target) {
+                            ctx.status.exchanged(e.len() as u64);
+                        }
+                        next % peers as u64
+                    })
+                } else {
+                    s
+                };
+                streams[*output] = Some(s.probe_with(&stage_probes[stage_index]));
             }
             StageKind::GroupByKey { input, output, .. } => {
                 let s = group_by_key(get(&streams, *input), ctx, stage_index, *input, *output);
@@ -486,7 +518,21 @@ fn build<'s>(
                     .side_inputs
                     .iter()
                     .enumerate()
-                    .map(|(i, si)| get(&streams, si.pcollection).map(move |e| (i as u32, e)))
+                    .map(|(i, si)| {
+                        let ctx = ctx.clone();
+                        // Broadcast: every element goes to each other process's workers.
+                        let remote = if ctx.config.cluster.is_some() {
+                            (peers - ctx.local_workers) as u64
+                        } else {
+                            0
+                        };
+                        get(&streams, si.pcollection).map(move |e| {
+                            if remote > 0 {
+                                ctx.status.exchanged(e.len() as u64 * remote);
+                            }
+                            (i as u32, e)
+                        })
+                    })
                     .collect();
                 let sides = if sides.is_empty() {
                     Vec::<(u32, Element)>::new().to_stream(scope)

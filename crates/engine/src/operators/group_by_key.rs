@@ -38,11 +38,21 @@ pub(crate) fn group_by_key<'s>(
     let graph = ctx.graph.clone();
     let info = &graph.pcollections[input_pc];
     let (vc, wc) = (info.value_coder.clone(), info.window_coder.clone());
-    let route = move |e: &Element| GroupByKeyBuffer::route_hash(&vc, &wc, e).unwrap_or(0);
     let ctx = ctx.clone();
     let name = graph.stages[stage_index].name.clone();
     let worker = input.scope().worker().clone();
     let worker_index = worker.index();
+    let (route_ctx, peers) = (ctx.clone(), worker.peers() as u64);
+    let route = move |e: &Element| {
+        let hash = GroupByKeyBuffer::route_hash(&vc, &wc, e).unwrap_or(0);
+        if route_ctx.config.cluster.is_some() {
+            let target = if peers.is_power_of_two() { hash & (peers - 1) } else { hash % peers };
+            if route_ctx.remote(worker_index, target as usize) {
+                route_ctx.status.exchanged(e.len() as u64);
+            }
+        }
+        hash
+    };
     input.unary_frontier(Exchange::new(route), &name.clone(), move |cap, op_info| {
         drop(cap);
         let info = &ctx.graph.pcollections[input_pc];

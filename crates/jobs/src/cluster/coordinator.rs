@@ -4,7 +4,7 @@
 //! lost (up to [`MAX_ATTEMPTS`], as Dataflow retries).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,8 +36,9 @@ struct Worker {
     name: String,
     /// Frames to send: header and body.
     tx: mpsc::UnboundedSender<(ToWorker, Vec<u8>)>,
-    /// Runs an attempt (one at a time per worker, as a Dataflow VM serves one job).
-    busy: AtomicBool,
+    /// Attempts it runs now (jobs share workers; each attempt has its own
+    /// SDK harnesses and timely computation on it).
+    load: AtomicUsize,
     /// Where this worker's events for each attempt go.
     attempts: Mutex<HashMap<String, mpsc::UnboundedSender<Event>>>,
 }
@@ -76,11 +77,11 @@ impl Coordinator {
         self.workers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registered workers: (id, name, busy).
-    pub fn list(&self) -> Vec<(String, String, bool)> {
+    /// Registered workers: (id, name, attempts running on it).
+    pub fn list(&self) -> Vec<(String, String, usize)> {
         self.workers()
             .iter()
-            .map(|w| (w.id.clone(), w.name.clone(), w.busy.load(Ordering::SeqCst)))
+            .map(|w| (w.id.clone(), w.name.clone(), w.load.load(Ordering::SeqCst)))
             .collect()
     }
 
@@ -138,7 +139,7 @@ impl Coordinator {
             id: id.clone(),
             name: name.clone(),
             tx,
-            busy: AtomicBool::new(false),
+            load: AtomicUsize::new(0),
             attempts: Mutex::default(),
         });
         self.workers().push(worker.clone());
@@ -192,28 +193,28 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Takes `min..=max` idle workers (as many as are idle, at most `max`),
-    /// waiting up to [`WORKER_WAIT`] for at least `min`.
+    /// Takes `min..=max` workers (the least loaded, at most `max`), waiting
+    /// up to the coordinator's wait for at least `min` to be registered.
     async fn acquire(&self, min: usize, max: usize, job: &Job) -> Result<Vec<Arc<Worker>>, (JobState, String)> {
         let started = Instant::now();
         loop {
             let changed = self.changed.notified();
             {
                 let workers = self.workers();
-                let idle: Vec<_> = workers.iter().filter(|w| !w.busy.load(Ordering::SeqCst)).collect();
-                if idle.len() >= min {
-                    let taken: Vec<Arc<Worker>> = idle.into_iter().take(max).cloned().collect();
-                    for w in &taken {
-                        w.busy.store(true, Ordering::SeqCst);
+                if workers.len() >= min {
+                    let mut by_load: Vec<Arc<Worker>> = workers.clone();
+                    by_load.sort_by_key(|w| w.load.load(Ordering::SeqCst));
+                    by_load.truncate(max);
+                    for w in &by_load {
+                        w.load.fetch_add(1, Ordering::SeqCst);
                     }
-                    return Ok(taken);
+                    return Ok(by_load);
                 }
                 if started.elapsed() >= self.wait {
-                    let busy = workers.iter().filter(|w| w.busy.load(Ordering::SeqCst)).count();
                     return Err((
                         JobState::Failed,
                         format!(
-                            "job {} needs {min} worker process(es) (--num_workers), but after {} s the coordinator has {} registered ({busy} busy with other jobs); start more with `weir worker --coordinator`",
+                            "job {} needs {min} worker process(es) (--num_workers), but after {} s the coordinator has {} registered; start more with `weir worker --coordinator`",
                             job.name,
                             self.wait.as_secs(),
                             workers.len()
@@ -236,7 +237,7 @@ fn release(workers: &[Arc<Worker>], attempt: &str) {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(attempt);
-        w.busy.store(false, Ordering::SeqCst);
+        let _ = w.load.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
     }
 }
 
@@ -407,6 +408,7 @@ async fn run_attempt(job: &Arc<Job>, workers: &[Arc<Worker>], attempt: &str, req
     let mut failure: Option<Outcome> = None;
     let mut cancelled_at: Option<Instant> = None;
     let mut drained = false;
+    let mut exchanged = 0u64;
     while finished.iter().any(Option::is_none) {
         if failure.is_none() && job.cancel.load(Ordering::SeqCst) {
             failure = Some(Outcome::Failed(JobState::Cancelled, "job cancelled".into()));
@@ -437,7 +439,8 @@ async fn run_attempt(job: &Arc<Job>, workers: &[Arc<Worker>], attempt: &str, req
                     )));
                 }
             }
-            Some(Event::From(i, ToCoordinator::Finished { state, error, .. }, body)) => {
+            Some(Event::From(i, ToCoordinator::Finished { state, error, exchanged_bytes, .. }, body)) => {
+                exchanged += exchanged_bytes;
                 let ok = state == JobState::Done as i32 || state == JobState::Drained as i32;
                 if !ok && failure.is_none() {
                     failure = Some(if state == JobState::Cancelled as i32 && !job.cancel.load(Ordering::SeqCst) {
@@ -456,6 +459,14 @@ async fn run_attempt(job: &Arc<Job>, workers: &[Arc<Worker>], attempt: &str, req
     if let Some(f) = failure {
         return f;
     }
+    job.message(
+        Importance::JobMessageBasic,
+        format!(
+            "{attempt}: the {} worker processes exchanged {exchanged} bytes of encoded elements ({:.1} MiB)",
+            workers.len(),
+            exchanged as f64 / (1 << 20) as f64
+        ),
+    );
     for (_, _, body) in finished.into_iter().flatten() {
         if let Ok(m) = beam::MetricResults::decode(body.as_slice()) {
             job.metrics.add(&m.attempted);

@@ -79,6 +79,10 @@ pub enum ToCoordinator {
         attempt: String,
         state: i32,
         error: String,
+        /// Bytes of encoded elements this worker sent to the attempt's other
+        /// workers (GroupByKey and stateful inputs, reshuffles, side inputs).
+        #[serde(default)]
+        exchanged_bytes: u64,
     },
 }
 

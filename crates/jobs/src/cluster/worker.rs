@@ -38,7 +38,8 @@ pub struct WorkerConfig {
     /// The address other workers reach this one's timely listener at;
     /// None: the local address of the connection to the coordinator.
     pub advertise_host: Option<String>,
-    /// Port of the timely listener; 0 picks a free port per attempt.
+    /// First port of the timely listeners (one per job this worker runs at
+    /// once: this port, the next, ...); 0 picks a free port per attempt.
     pub timely_port: u16,
 }
 
@@ -150,7 +151,12 @@ async fn serve(registry: &Arc<JobRegistry>, config: &WorkerConfig, stream: tokio
                     }
                     Err(error) => {
                         let _ = out_tx.send((
-                            ToCoordinator::Finished { attempt, state: JobState::Failed as i32, error },
+                            ToCoordinator::Finished {
+                                attempt,
+                                state: JobState::Failed as i32,
+                                error,
+                                exchanged_bytes: 0,
+                            },
                             vec![],
                         ));
                     }
@@ -281,12 +287,43 @@ fn fingerprint(plan: &weir_plan::Plan) -> String {
     format!("{:016x}", h.finish())
 }
 
-/// A free port on `host` (or `port` itself when it is not 0), checked by binding it.
-fn reserve(host: &str, port: u16) -> Result<String, String> {
-    let l = std::net::TcpListener::bind((host, port))
-        .map_err(|e| format!("cannot listen on {host}:{port} for timely: {e}"))?;
-    let port = l.local_addr().map_err(|e| e.to_string())?.port();
-    Ok(if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") })
+/// Ports of timely listeners this process's attempts hold.
+static PORTS_IN_USE: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+
+/// How many ports past `--timely_port` a worker tries for concurrent jobs.
+const PORT_RANGE: u16 = 64;
+
+/// A port on `host` for an attempt's timely listener, checked by binding
+/// it: any free one when `first` is 0, else the first free one from
+/// `first` on that no other attempt here holds. Returns the address and
+/// the port (give it back with [`release_port`]).
+fn reserve(host: &str, first: u16) -> Result<(String, u16), String> {
+    let mut held = PORTS_IN_USE.lock().unwrap_or_else(|p| p.into_inner());
+    let candidates: Vec<u16> = if first == 0 {
+        vec![0]
+    } else {
+        (0..PORT_RANGE).filter_map(|i| first.checked_add(i)).collect()
+    };
+    let mut last = String::new();
+    for port in candidates {
+        if port != 0 && held.contains(&port) {
+            continue;
+        }
+        match std::net::TcpListener::bind((host, port)) {
+            Ok(l) => {
+                let port = l.local_addr().map_err(|e| e.to_string())?.port();
+                held.push(port);
+                let address = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+                return Ok((address, port));
+            }
+            Err(e) => last = format!("cannot listen on {host}:{port} for timely: {e}"),
+        }
+    }
+    Err(last)
+}
+
+fn release_port(port: u16) {
+    PORTS_IN_USE.lock().unwrap_or_else(|p| p.into_inner()).retain(|&p| p != port);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -332,13 +369,18 @@ async fn run_attempt(
     let finish = |state: JobState, error: String| {
         let metrics = beam::MetricResults { attempted: job.metrics.snapshot(), committed: vec![] };
         let _ = out.send((
-            ToCoordinator::Finished { attempt: attempt.clone(), state: state as i32, error },
+            ToCoordinator::Finished {
+                attempt: attempt.clone(),
+                state: state as i32,
+                error,
+                exchanged_bytes: job.progress.exchanged_bytes(),
+            },
             metrics.encode_to_vec(),
         ));
     };
     let plan = job.plan.as_ref().expect("prepared with a plan");
     match reserve(&host, timely_port) {
-        Ok(address) => {
+        Ok((address, port)) => {
             let _ = out.send((
                 ToCoordinator::Reserved { attempt: attempt.clone(), address, fingerprint: fingerprint(plan) },
                 vec![],
@@ -357,6 +399,7 @@ async fn run_attempt(
                 }
                 None => finish(JobState::Cancelled, "cancelled before it started".into()),
             }
+            release_port(port);
         }
         Err(e) => finish(JobState::Failed, e),
     }

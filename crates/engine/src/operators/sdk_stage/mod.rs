@@ -83,8 +83,24 @@ pub(crate) fn sdk_stage<'s>(
         let info = &ctx.graph.pcollections[sdk.input];
         (info.value_coder.clone(), info.window_coder.clone())
     });
+    // In a cluster, round-robin stays within this process (a Reshuffle
+    // spreads over processes); keyed elements go wherever their key lives.
+    let (local, peers) = (ctx.local_workers as u64, worker.peers() as u64);
+    let base = (worker_index as u64 / local) * local;
+    let route_ctx = ctx.clone();
     let route = move |e: &Element| match &keyed {
-        Some((vc, wc)) => GroupByKeyBuffer::route_hash(vc, wc, e).unwrap_or(0),
+        Some((vc, wc)) => {
+            let hash = GroupByKeyBuffer::route_hash(vc, wc, e).unwrap_or(0);
+            let target = if peers.is_power_of_two() { hash & (peers - 1) } else { hash % peers };
+            if route_ctx.remote(worker_index, target as usize) {
+                route_ctx.status.exchanged(e.len() as u64);
+            }
+            hash
+        }
+        None if route_ctx.config.cluster.is_some() => {
+            round_robin = round_robin.wrapping_add(1);
+            base + round_robin % local
+        }
         None => {
             round_robin = round_robin.wrapping_add(1);
             round_robin
