@@ -206,12 +206,48 @@ def test_a_worker_with_the_wrong_token_is_refused(tmp_path):
     c.stop()
 
 
+def coordinator_args(token_file, staging):
+  """`weir serve` as the Kubernetes coordinator runs it (deploy/k8s/coordinator.yaml)."""
+  return ['serve', '--bind', '0.0.0.0', '--job_port', '8099', '--cluster_port', '8097',
+          '--ui_port', '8074', '--auth_token_file', str(token_file), '--staging_dir', str(staging)]
+
+
+def worker_args(coordinator_host, token_file, advertise_host):
+  """`weir worker` as the Kubernetes StatefulSet runs it (deploy/k8s/workers.yaml)."""
+  return ['worker', '--coordinator', '%s:8097' % coordinator_host, '--auth_token_file',
+          str(token_file), '--advertise_host', advertise_host, '--timely_port', '2101']
+
+
+def test_kubernetes_manifests_run_the_command_lines_tested_here():
+  import yaml
+
+  def container_args(path, kind):
+    for doc in yaml.safe_load_all((REPO / 'deploy' / 'k8s' / path).read_text()):
+      if doc and doc.get('kind') == kind:
+        return doc['spec']['template']['spec']['containers'][0]['args']
+    raise AssertionError('no %s in %s' % (kind, path))
+
+  token, staging = '/etc/weir/token/token', '/var/lib/weir/staging'
+  assert container_args('coordinator.yaml', 'Deployment') == coordinator_args(token, staging)
+  assert container_args('workers.yaml', 'StatefulSet') == worker_args(
+      'weir-coordinator', token, '$(POD_IP)')
+
+
 def _ns(*args):
   subprocess.run(['ip'] + list(args), check=True, capture_output=True)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which('ip'),
-                    reason='network namespaces need root and iproute2')
+def _can_make_namespaces():
+  if os.geteuid() != 0 or not shutil.which('ip'):
+    return False
+  probe = 'weir-test-probe-%d' % os.getpid()
+  made = subprocess.run(['ip', 'netns', 'add', probe], capture_output=True).returncode == 0
+  subprocess.run(['ip', 'netns', 'del', probe], capture_output=True)
+  return made
+
+
+@pytest.mark.skipif(not _can_make_namespaces(),
+                    reason='network namespaces need root, iproute2 and CAP_SYS_ADMIN')
 def test_two_machines_in_network_namespaces(tmp_path):
   """A coordinator and a worker in namespace A (10.77.0.1), a second worker
   in namespace B (10.77.0.2), joined by a veth pair: the job's timely
@@ -230,25 +266,28 @@ def test_two_machines_in_network_namespaces(tmp_path):
       _ns('-n', ns, 'link', 'set', dev, 'up')
       _ns('-n', ns, 'link', 'set', 'lo', 'up')
     token = 'two-machines-token'
-    env = dict(os.environ, RUST_LOG='info', NO_COLOR='1', WEIR_AUTH_TOKEN=token)
+    token_file = tmp_path / 'token'
+    token_file.write_text(token + '\n')
+    env = dict(os.environ, RUST_LOG='info', NO_COLOR='1')
     log = open(tmp_path / 'coordinator.log', 'wb')
+    # The command lines of deploy/k8s, with these machines' addresses.
     procs.append(subprocess.Popen(
-        ['ip', 'netns', 'exec', a, str(WEIR_BIN), 'serve', '--bind', '10.77.0.1',
-         '--job_port', '8099', '--cluster_port', '8097', '--serve_http=false',
-         '--auth_token', token, '--staging_dir', str(tmp_path / 'staging')],
+        ['ip', 'netns', 'exec', a, str(WEIR_BIN)] +
+        coordinator_args(token_file, tmp_path / 'staging'),
         stdout=log, stderr=subprocess.STDOUT, env=env))
-    for ns, name in ((a, 'machine-a'), (b, 'machine-b')):
+    for ns, name, ip in ((a, 'machine-a', '10.77.0.1'), (b, 'machine-b', '10.77.0.2')):
       wlog = open(tmp_path / ('%s.log' % name), 'wb')
       procs.append(subprocess.Popen(
-          ['ip', 'netns', 'exec', ns, str(WEIR_BIN), 'worker', '--coordinator', '10.77.0.1:8097',
-           '--name', name, '--timely_port', '2101'],
+          ['ip', 'netns', 'exec', ns, str(WEIR_BIN)] + worker_args('10.77.0.1', token_file, ip) +
+          ['--name', name],
           stdout=wlog, stderr=subprocess.STDOUT, env=env))
     deadline = time.time() + 60
     while (tmp_path / 'coordinator.log').read_text().count('worker registered') < 2:
       assert time.time() < deadline, (tmp_path / 'coordinator.log').read_text()[-4000:]
       time.sleep(0.2)
     prefix = tmp_path / 'out' / 'counts'
-    client_env = dict(env, PYTHONPATH=os.pathsep.join([str(REPO / 'python'), str(HERE)]))
+    client_env = dict(env, WEIR_AUTH_TOKEN=token,
+                      PYTHONPATH=os.pathsep.join([str(REPO / 'python'), str(HERE)]))
     out = subprocess.run(
         ['ip', 'netns', 'exec', a, sys.executable, '-m', 'weir_auth', '-m',
          'apache_beam.examples.wordcount', '--input', king_lear_path(), '--output', str(prefix),
@@ -259,8 +298,10 @@ def test_two_machines_in_network_namespaces(tmp_path):
     lines = read_output(prefix)[1]
     assert len(lines) == 4865 and lines['the: 786'] == 1
     assert '[machine-a]' in out.stderr and '[machine-b]' in out.stderr, out.stderr[-3000:]
-    # machine-b's timely listener was on its own address.
+    # machine-b's timely listener was on its own address, and elements crossed the link.
     assert '10.77.0.2' in (tmp_path / 'machine-b.log').read_text()
+    crossed = re.search(r'exchanged (\d+) bytes', out.stderr)
+    assert crossed and int(crossed.group(1)) > 0, out.stderr[-3000:]
   finally:
     for p in procs:
       p.terminate()

@@ -527,6 +527,22 @@ fn fan_out_group_sum_with(
     workers: usize,
     progress: weir_engine::Progress,
 ) -> (Vec<(String, i64, usize)>, FakeSdk, Arc<StageGraph>) {
+    let sums: Arc<Mutex<Vec<(String, i64, usize)>>> = Arc::default();
+    let (graph, functions) = fan_out_job(sums.clone());
+    let sdk = FakeSdk::new(graph.clone(), functions);
+    let config = EngineConfig {
+        progress,
+        ..config(workers, 3)
+    };
+    run(graph.clone(), sdk.clone(), config, no_cancel()).expect("job succeeds");
+    let mut out = sums.lock().unwrap().clone();
+    out.sort();
+    (out, sdk, graph)
+}
+
+/// The graph of [`fan_out_group_sum`] and its stage functions; the Sum
+/// stage pushes each group's (key, sum, count) into `sums`.
+fn fan_out_job(sums: Arc<Mutex<Vec<(String, i64, usize)>>>) -> (Arc<StageGraph>, Vec<(usize, StageFn)>) {
     let mut g = GraphBuilder::default();
     let imp = g.impulse();
     let seeds = g.pc("seeds", Coder::VarInt);
@@ -545,8 +561,7 @@ fn fan_out_group_sum_with(
     let s_sum = g.sdk("Sum", grouped, vec![], vec![]);
     let graph = g.build();
 
-    let sums: Arc<Mutex<Vec<(String, i64, usize)>>> = Arc::default();
-    let sums2 = sums.clone();
+    let sums2 = sums;
     let functions: Vec<(usize, StageFn)> = vec![
         (
             s_seeds,
@@ -594,15 +609,7 @@ fn fan_out_group_sum_with(
             }),
         ),
     ];
-    let sdk = FakeSdk::new(graph.clone(), functions);
-    let config = EngineConfig {
-        progress,
-        ..config(workers, 3)
-    };
-    run(graph.clone(), sdk.clone(), config, no_cancel()).expect("job succeeds");
-    let mut out = sums.lock().unwrap().clone();
-    out.sort();
-    (out, sdk, graph)
+    (graph, functions)
 }
 
 fn expected_sums() -> Vec<(String, i64, usize)> {
@@ -669,6 +676,55 @@ fn progress_of_a_finished_job_shows_every_stage_done() {
     assert_eq!(counts, vec![(0, 1), (1, 50), (50, 1000), (1000, 7), (7, 0)]);
     let fan_bundles = sdk.0.stats.bundle_sizes(2).len() as u64;
     assert_eq!(stages[2].counts.bundles, fan_bundles, "the FanOut bundles the SDK ran");
+}
+
+/// Cluster mode in one test: three "processes" (each its own `run_job`,
+/// fake SDK and two timely workers) form one timely computation over
+/// localhost TCP. The groups come out exactly once, across processes, and
+/// the GroupByKey's elements cross between them.
+#[test]
+fn group_and_sum_across_three_processes_same_result() {
+    let ports: Vec<u16> = (0..3)
+        .map(|_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        })
+        .collect();
+    let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let sums: Arc<Mutex<Vec<(String, i64, usize)>>> = Arc::default();
+    let runs: Vec<_> = (0..3)
+        .map(|process| {
+            let (graph, functions) = fan_out_job(sums.clone());
+            let sdk = FakeSdk::new(graph.clone(), functions);
+            let progress = weir_engine::Progress::default();
+            let config = EngineConfig {
+                progress: progress.clone(),
+                cluster: Some(weir_engine::ClusterPeers {
+                    process,
+                    addresses: addresses.clone(),
+                }),
+                ..config(2, 3)
+            };
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(run_job(graph, Arc::new(sdk.clone()), config, no_cancel()));
+            });
+            (rx, progress)
+        })
+        .collect();
+    let mut exchanged = Vec::new();
+    for (rx, progress) in runs {
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("every process finishes within a minute")
+            .expect("job succeeds");
+        exchanged.push(progress.exchanged_bytes());
+    }
+    let mut got = sums.lock().unwrap().clone();
+    got.sort();
+    assert_eq!(got, expected_sums());
+    // The Impulse is on process 0, and FanOut's round-robin stays in its
+    // process: the pairs reach the other processes' GroupByKeys over TCP.
+    assert!(exchanged[0] > 0, "bytes sent by each process: {exchanged:?}");
 }
 
 #[test]
