@@ -378,6 +378,31 @@ pub fn run_job(
     };
     let guards = timely::execute(timely_config, move |worker| {
         let ctx = worker_ctx.clone();
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_worker(worker, &ctx, &cancel, workers)
+        }));
+        if let Err(panic) = caught {
+            let text = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            ctx.fail(EngineError::Internal(format!("a timely worker panicked: {text}")));
+        }
+    })
+    .map_err(EngineError::Internal)?;
+    finish(ctx, guards)
+}
+
+/// Builds and steps the job's dataflow on one timely worker until it is
+/// done or stopped.
+fn run_worker(
+    worker: &mut timely::worker::Worker,
+    ctx: &JobContext,
+    cancel: &AtomicBool,
+    workers: usize,
+) {
+        let ctx = ctx.clone();
         let probe = ProbeHandle::<Time>::new();
         let peers = worker.peers();
         let index = worker.index();
@@ -421,13 +446,31 @@ pub fn run_job(
             }
         }
         ctx.report_outputs(index, &stage_probes);
-    })
-    .map_err(EngineError::Internal)?;
-    for r in guards.join() {
-        if let Err(panic) = r {
-            ctx.fail(EngineError::Internal(format!(
-                "a timely worker panicked: {panic}"
-            )));
+}
+
+/// Waits for the worker threads of `guards` and returns the job's result.
+fn finish(ctx: JobContext, guards: timely::communication::initialize::WorkerGuards<()>) -> Result<()> {
+    if ctx.config.cluster.is_some() {
+        // Joining would also join timely's network threads, which end only
+        // once every other process has ended its part too: a process whose
+        // part failed must report that first (its coordinator then cancels
+        // the others). So wait for the worker threads alone, and leave the
+        // network threads to a thread of their own.
+        while !guards.guards().iter().all(|g| g.is_finished()) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // (A worker's panic was caught and recorded as the job's failure
+        // by the worker itself.)
+        std::thread::spawn(move || {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| guards.join()));
+        });
+    } else {
+        for r in guards.join() {
+            if let Err(panic) = r {
+                ctx.fail(EngineError::Internal(format!(
+                    "a timely worker panicked: {panic}"
+                )));
+            }
         }
     }
     let failure = ctx.failure.lock().unwrap_or_else(|p| p.into_inner()).take();
