@@ -8,6 +8,8 @@
   keys: every key's running count and its sorted values.
 * `side_input`: each of 200 numbers joined with a dict side input and a
   singleton side input computed upstream.
+* `unbounded`: a two-minute streaming job (PeriodicImpulse), for a test to
+  kill a worker of.
 """
 
 import argparse
@@ -22,7 +24,10 @@ from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateS
 
 
 def keyed(p, sleep_ms):
+  napped = beam.metrics.Metrics.counter('cluster', 'napped')
+
   def nap(x):
+    napped.inc()
     if sleep_ms:
       time.sleep(sleep_ms / 1000.0)
     return x
@@ -71,7 +76,22 @@ def side_input(p, sleep_ms):
                      d=beam.pvalue.AsDict(names), t=beam.pvalue.AsSingleton(total)))
 
 
-PIPELINES = {f.__name__: f for f in (keyed, stateful, side_input)}
+def unbounded(p, sleep_ms):
+  """A streaming job that runs for two minutes: PeriodicImpulse every 0.2 s,
+  keyed, in 2 s fixed windows, counted per key."""
+  del sleep_ms
+  from apache_beam.transforms import window
+  from apache_beam.transforms.periodicsequence import PeriodicImpulse
+  now = time.time()
+  return (p
+          | PeriodicImpulse(start_timestamp=now, stop_timestamp=now + 120, fire_interval=0.2)
+          | beam.Map(lambda t: ('k%d' % (int(t * 5) % 4), 1))
+          | beam.WindowInto(window.FixedWindows(2))
+          | beam.CombinePerKey(sum)
+          | beam.MapTuple(lambda k, n: '%s:%d' % (k, n)))
+
+
+PIPELINES = {f.__name__: f for f in (keyed, stateful, side_input, unbounded)}
 
 
 def main(argv):
@@ -84,8 +104,13 @@ def main(argv):
   logging.getLogger().setLevel(logging.INFO)
   p = beam.Pipeline(options=PipelineOptions(beam_args))
   _ = PIPELINES[args.name](p, args.sleep_ms) | beam.io.WriteToText(args.output)
-  state = p.run().wait_until_finish()
+  result = p.run()
+  state = result.wait_until_finish()
   print('PIPELINE STATE: %s' % state)
+  # User counters, summed over every worker (the tests read these lines).
+  from apache_beam.metrics.metric import MetricsFilter
+  for c in result.metrics().query(MetricsFilter().with_namespace('cluster'))['counters']:
+    print('COUNTER %s=%s' % (c.key.metric.name, c.committed if c.committed is not None else c.attempted))
   return 0 if str(state).split('.')[-1] == 'DONE' else 4
 
 

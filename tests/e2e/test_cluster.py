@@ -139,6 +139,28 @@ def test_keyed_stateful_and_side_input_stages_across_processes(cluster, tmp_path
   assert lines == direct(tmp_path, name)
   # The coordinator ran it on three workers and relayed their messages.
   assert 'running on 3 worker process(es)' in out.stderr, out.stderr[-3000:]
+  if name == 'keyed':
+    # A user counter incremented on every worker, summed by the coordinator.
+    assert 'COUNTER napped=600' in out.stdout, out.stdout[-2000:]
+
+
+E2E_PIPELINES = HERE / 'pipelines.py'
+
+
+@pytest.mark.parametrize('name', ['gbk', 'flatten', 'side_input', 'combine_per_key', 'windowed',
+                                  'custom_merging', 'multimap_side_input', 'sdf_split',
+                                  'large_elements'])
+def test_batch_e2e_pipelines_on_three_workers_equal_direct_runner(cluster, tmp_path, name):
+  got = {}
+  for runner, opts in (('direct', ['--runner=DirectRunner']),
+                       ('cluster', ['--runner=PortableRunner', '--job_endpoint=%s' % cluster.endpoint,
+                                    '--num_workers=3'] + environment('LOOPBACK'))):
+    prefix = tmp_path / runner / 'out'
+    out = run([E2E_PIPELINES, name, '--output', prefix] + opts, tmp_path)
+    assert out.returncode == 0, out.stderr[-5000:] + cluster.text()[-3000:]
+    got[runner] = read_output(prefix)[1]
+  assert got['cluster'] == got['direct']
+  assert got['cluster'], 'no output'
 
 
 def test_every_worker_takes_part(cluster, tmp_path):
@@ -187,6 +209,28 @@ def test_a_killed_worker_restarts_the_batch_job_with_exact_output(tmp_path):
     assert read_output(prefix)[1] == direct(tmp_path, 'keyed')
     # The supervisor replaced the killed worker.
     c.wait_for_workers(4)
+  finally:
+    c.stop()
+
+
+def test_a_streaming_job_whose_worker_dies_fails_naming_it(tmp_path):
+  c = Cluster(tmp_path, 3)
+  try:
+    client = subprocess.Popen(
+        [sys.executable, str(PIPELINES), 'unbounded', '--output', str(tmp_path / 'out' / 'o'),
+         '--runner=PortableRunner', '--job_endpoint=%s' % c.endpoint, '--num_workers=3',
+         '--streaming'] + environment('LOOPBACK'),
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while 'RUNNING' not in c.text():
+      assert time.time() < deadline, c.text()[-4000:]
+      time.sleep(0.2)
+    time.sleep(4)
+    os.kill(c.worker_pids()[2], signal.SIGKILL)
+    _, stderr = client.communicate(timeout=TIMEOUT)
+    assert client.returncode != 0
+    assert 'was lost' in stderr and 'a streaming job is not restarted' in stderr, stderr[-4000:]
+    assert 'FAILED' in stderr, stderr[-3000:]
   finally:
     c.stop()
 

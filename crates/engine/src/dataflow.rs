@@ -140,6 +140,29 @@ impl Progress {
         self.1.fetch_add(bytes, Ordering::Relaxed);
     }
 
+    /// Publishes stages whose progress was measured elsewhere: `parts` holds
+    /// one [`Progress::stages`] per process of a cluster job (stage `i` of
+    /// each is the same stage), read back merged as if from local workers.
+    pub fn publish_parts(&self, parts: &[Vec<StageProgress>]) {
+        let stages = parts.iter().map(Vec::len).max().unwrap_or(0);
+        let mut c = self.cells();
+        c.status = vec![vec![StageStatus::default(); parts.len()]; stages];
+        c.output = vec![vec![None; parts.len()]; stages];
+        c.counts = vec![StageCounts::default(); stages];
+        c.reported = vec![false; stages];
+        for (w, part) in parts.iter().enumerate() {
+            for (i, p) in part.iter().enumerate() {
+                c.status[i][w] = p.status.clone();
+                c.output[i][w] = p.output_watermark;
+                c.reported[i] |= p.reported;
+                let n = &mut c.counts[i];
+                n.elements_in += p.counts.elements_in;
+                n.elements_out += p.counts.elements_out;
+                n.bundles += p.counts.bundles;
+            }
+        }
+    }
+
     /// Every stage, merged over workers: counts summed, the least watermarks.
     pub fn stages(&self) -> Vec<StageProgress> {
         let c = self.cells();

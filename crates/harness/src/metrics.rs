@@ -110,6 +110,15 @@ impl JobMetrics {
         }
     }
 
+    /// Replaces every aggregate with the sum of `parts` (each a set of
+    /// MonitoringInfos aggregated elsewhere, e.g. one cluster worker's).
+    pub fn replace_with(&self, parts: &[Vec<beam::MonitoringInfo>]) {
+        self.cells.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        for part in parts {
+            self.add(part);
+        }
+    }
+
     /// Counts one retried bundle attempt of stage `stage` (its index in the graph).
     pub fn bundle_retried(&self, stage: usize) {
         *self.retries.lock().unwrap_or_else(|p| p.into_inner()).entry(stage).or_default() += 1;

@@ -159,6 +159,7 @@ impl Coordinator {
                         ToCoordinator::Reserved { attempt, .. }
                         | ToCoordinator::Message { attempt, .. }
                         | ToCoordinator::Log { attempt, .. }
+                        | ToCoordinator::Metrics { attempt, .. }
                         | ToCoordinator::Finished { attempt, .. } => attempt.clone(),
                         ToCoordinator::Hello { .. } => continue,
                     };
@@ -409,6 +410,10 @@ async fn run_attempt(job: &Arc<Job>, workers: &[Arc<Worker>], attempt: &str, req
     let mut cancelled_at: Option<Instant> = None;
     let mut drained = false;
     let mut exchanged = 0u64;
+    // Each worker's latest metrics; the job's are their sum.
+    let mut metrics: Vec<Vec<beam::MonitoringInfo>> = vec![vec![]; workers.len()];
+    let mut stages: Vec<Vec<weir_engine::StageProgress>> = vec![vec![]; workers.len()];
+    let same_plan = job.plan.as_ref().map(super::worker::fingerprint) == fingerprint;
     while finished.iter().any(Option::is_none) {
         if failure.is_none() && job.cancel.load(Ordering::SeqCst) {
             failure = Some(Outcome::Failed(JobState::Cancelled, "job cancelled".into()));
@@ -453,6 +458,17 @@ async fn run_attempt(job: &Arc<Job>, workers: &[Arc<Worker>], attempt: &str, req
                 }
                 finished[i] = Some((state, error, body));
             }
+            Some(Event::From(i, ToCoordinator::Metrics { stages: s, .. }, body)) => {
+                if let Ok(m) = beam::MetricResults::decode(body.as_slice()) {
+                    metrics[i] = m.attempted;
+                    job.metrics.replace_with(&metrics);
+                }
+                // Stage progress, when the workers' stages are this job's.
+                if same_plan {
+                    stages[i] = s.iter().map(Into::into).collect();
+                    job.progress.publish_parts(&stages);
+                }
+            }
             Some(Event::From(i, m, _)) => relay(job, &lost_name(i), m),
         }
     }
@@ -467,11 +483,14 @@ async fn run_attempt(job: &Arc<Job>, workers: &[Arc<Worker>], attempt: &str, req
             exchanged as f64 / (1 << 20) as f64
         ),
     );
-    for (_, _, body) in finished.into_iter().flatten() {
+    for (i, (_, _, body)) in finished.into_iter().enumerate().filter_map(|(i, f)| f.map(|f| (i, f))) {
         if let Ok(m) = beam::MetricResults::decode(body.as_slice()) {
-            job.metrics.add(&m.attempted);
+            metrics[i] = m.attempted;
         }
     }
+    // The completed attempt's metrics only (committed, as Dataflow reports
+    // them); a failed attempt's are replaced.
+    job.metrics.replace_with(&metrics);
     Outcome::Ok
 }
 

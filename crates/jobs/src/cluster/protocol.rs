@@ -71,6 +71,14 @@ pub enum ToCoordinator {
         importance: i32,
         text: String,
     },
+    /// The worker's metrics and stage progress so far (sent every few
+    /// seconds while the attempt runs). Body: a `MetricResults` with the
+    /// metrics in `attempted`.
+    Metrics {
+        attempt: String,
+        #[serde(default)]
+        stages: Vec<WireStage>,
+    },
     /// The attempt ended on this worker: `state` is the `JobState.Enum` it
     /// reached (DONE, DRAINED, FAILED, CANCELLED), `error` why it failed.
     /// Body: a `MetricResults` with the worker's aggregated metrics in
@@ -84,6 +92,70 @@ pub enum ToCoordinator {
         #[serde(default)]
         exchanged_bytes: u64,
     },
+}
+
+/// One stage's progress on one worker (`weir_engine::StageProgress`);
+/// watermarks in milliseconds, `None` once done.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WireStage {
+    pub watermark: Option<i64>,
+    pub output_watermark: Option<i64>,
+    pub in_flight: usize,
+    pub pending: usize,
+    pub delayed: usize,
+    pub timers: usize,
+    pub windows: usize,
+    pub waiting_for_side_inputs: bool,
+    pub held_back: usize,
+    pub elements_in: u64,
+    pub elements_out: u64,
+    pub bundles: u64,
+    pub reported: bool,
+}
+
+impl From<&weir_engine::StageProgress> for WireStage {
+    fn from(p: &weir_engine::StageProgress) -> WireStage {
+        WireStage {
+            watermark: p.status.watermark.map(|t| t.0),
+            output_watermark: p.output_watermark.map(|t| t.0),
+            in_flight: p.status.in_flight,
+            pending: p.status.pending,
+            delayed: p.status.delayed,
+            timers: p.status.timers,
+            windows: p.status.windows,
+            waiting_for_side_inputs: p.status.waiting_for_side_inputs,
+            held_back: p.status.held_back,
+            elements_in: p.counts.elements_in,
+            elements_out: p.counts.elements_out,
+            bundles: p.counts.bundles,
+            reported: p.reported,
+        }
+    }
+}
+
+impl From<&WireStage> for weir_engine::StageProgress {
+    fn from(w: &WireStage) -> weir_engine::StageProgress {
+        use weir_model::Timestamp;
+        weir_engine::StageProgress {
+            status: weir_engine::StageStatus {
+                watermark: w.watermark.map(Timestamp),
+                in_flight: w.in_flight,
+                pending: w.pending,
+                delayed: w.delayed,
+                timers: w.timers,
+                windows: w.windows,
+                waiting_for_side_inputs: w.waiting_for_side_inputs,
+                held_back: w.held_back,
+            },
+            counts: weir_engine::StageCounts {
+                elements_in: w.elements_in,
+                elements_out: w.elements_out,
+                bundles: w.bundles,
+            },
+            output_watermark: w.output_watermark.map(Timestamp),
+            reported: w.reported,
+        }
+    }
 }
 
 /// Writes one frame.

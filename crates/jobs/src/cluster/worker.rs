@@ -23,6 +23,9 @@ use crate::registry::{Job, JobRegistry, View};
 /// never return.
 const STOP_GRACE: Duration = Duration::from_secs(30);
 
+/// How often a worker sends the coordinator its metrics while an attempt runs.
+const METRICS_EVERY: Duration = Duration::from_secs(2);
+
 /// Exit status of a worker that had to abandon a computation that would not stop.
 pub const EXIT_STUCK: i32 = 3;
 
@@ -273,7 +276,7 @@ fn staged_artifact(job_id: &str, path: &str) -> Result<crate::registry::StagedAr
 
 /// A short stable name of the stage graph `plan` makes: equal on every
 /// worker of an attempt, or the workers would build different dataflows.
-fn fingerprint(plan: &weir_plan::Plan) -> String {
+pub(crate) fn fingerprint(plan: &weir_plan::Plan) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for s in &plan.graph.stages {
@@ -368,6 +371,12 @@ async fn run_attempt(
     });
     let finish = |state: JobState, error: String| {
         let metrics = beam::MetricResults { attempted: job.metrics.snapshot(), committed: vec![] };
+        // The stages' final progress first, then the end.
+        let stages = job.progress.stages().iter().map(Into::into).collect();
+        let _ = out.send((
+            ToCoordinator::Metrics { attempt: attempt.clone(), stages },
+            metrics.encode_to_vec(),
+        ));
         let _ = out.send((
             ToCoordinator::Finished {
                 attempt: attempt.clone(),
@@ -392,7 +401,24 @@ async fn run_attempt(
             };
             match peers {
                 Some(peers) => {
+                    // The coordinator's GetJobMetrics sees this worker's metrics while it runs.
+                    let (ticker_job, ticker_out, ticker_attempt) = (job.clone(), out.clone(), attempt.clone());
+                    let ticker = tokio::spawn(async move {
+                        loop {
+                            tokio::time::sleep(METRICS_EVERY).await;
+                            let m = beam::MetricResults { attempted: ticker_job.metrics.snapshot(), committed: vec![] };
+                            let stages = ticker_job.progress.stages().iter().map(Into::into).collect();
+                            let frame = (
+                                ToCoordinator::Metrics { attempt: ticker_attempt.clone(), stages },
+                                m.encode_to_vec(),
+                            );
+                            if ticker_out.send(frame).is_err() {
+                                break;
+                            }
+                        }
+                    });
                     let (state, error) = crate::run::run_attempt(registry.clone(), job.clone(), peers).await;
+                    ticker.abort();
                     // Give the forwarder the last messages before Finished.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     finish(state, error);
