@@ -138,7 +138,7 @@ def main():
   args = ap.parse_args()
   benches = [args.only] if args.only else ['wordcount', 'gbk']
   if 'wordcount' in benches:
-    args.input = wb.build_input(args.data_dir, args.copies)
+    args.input, _ = wb.build_input(args.data_dir, args.copies)
   out_root = os.path.join(args.data_dir, 'out', 'cluster')
   import shutil
   shutil.rmtree(out_root, ignore_errors=True)
