@@ -6,6 +6,7 @@
 #   polyglot    bench/polyglot_bench.py: Go and Java wordcount, Weir vs Prism
 #   latency     bench/latency.py: streaming GroupByKey element-to-pane latency, Weir vs Prism
 #   trivial     bench/trivial.py: Create|Map fixed cost, Weir LOOPBACK/PROCESS vs Prism vs DirectRunner
+#   cluster     bench/cluster_bench.py: wordcount and GroupByKey, 1 Weir process vs 3 worker processes
 # each with --json bench/out/NAME.json (its printed table in bench/out/NAME.txt,
 # its progress log in bench/out/NAME.log), then writes bench/out/summary.md
 # and bench/out/ratios.png (bench/summary.py). A benchmark that fails is
@@ -98,6 +99,7 @@ if [ "$QUICK" = 1 ]; then
   POLY=(--copies 1 --rounds 1)
   LAT=(--seconds 5)
   TRIV=(--rounds 3)
+  CLUSTER=(--copies 1 --gbk-records 20000 --rounds 1)
 else
   WORDCOUNT=()
   LOAD=()
@@ -105,6 +107,7 @@ else
   POLY=()
   LAT=(--seconds 20 --rounds 2)
   TRIV=(--rounds 5)
+  CLUSTER=(--rounds 2)
 fi
 
 mkdir -p "$OUT"
@@ -145,6 +148,7 @@ run gbk "$B/gbk_bench.py" --weir-bin "$WEIR" --prism-bin "$PRISM" "${GBK[@]}"
 run polyglot "$B/polyglot_bench.py" --weir-bin "$WEIR" --prism-bin "$PRISM" "${POLY[@]}"
 run latency "$B/latency.py" --weir-bin "$WEIR" --prism-bin "$PRISM" "${LAT[@]}"
 run trivial "$B/trivial.py" --weir-bin "$WEIR" --prism-bin "$PRISM" "${TRIV[@]}"
+run cluster "$B/cluster_bench.py" --weir-bin "$WEIR" "${CLUSTER[@]}"
 
 NOTE="$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; weir $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')"
 [ "$QUICK" = 1 ] && NOTE="$NOTE; --quick sizes (tiny inputs: fixed costs dominate)"

@@ -659,6 +659,34 @@ mod tests {
     }
 
     #[test]
+    fn published_parts_read_back_merged_over_processes() {
+        let stage = |wm: Option<i64>, out: Option<i64>, n: u64| StageProgress {
+            status: StageStatus {
+                watermark: wm.map(Timestamp),
+                in_flight: 1,
+                ..StageStatus::default()
+            },
+            counts: StageCounts { elements_in: n, elements_out: 2 * n, bundles: 1 },
+            output_watermark: out.map(Timestamp),
+            reported: true,
+        };
+        let p = Progress::default();
+        p.publish_parts(&[
+            vec![stage(Some(10), Some(5), 3), stage(None, None, 1)],
+            vec![stage(Some(7), Some(9), 4), stage(Some(2), Some(1), 1)],
+        ]);
+        let got = p.stages();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].status.watermark, Some(Timestamp(7)));
+        assert_eq!(got[0].status.in_flight, 2);
+        assert_eq!(got[0].output_watermark, Some(Timestamp(5)));
+        assert_eq!((got[0].counts.elements_in, got[0].counts.elements_out, got[0].counts.bundles), (7, 14, 2));
+        // A process that is done does not hide the other's watermark.
+        assert_eq!(got[1].status.watermark, Some(Timestamp(2)));
+        assert_eq!(got[1].output_watermark, Some(Timestamp(1)));
+    }
+
+    #[test]
     fn a_done_worker_does_not_hide_another_workers_watermark() {
         let done = StageStatus::default();
         let at = StageStatus {

@@ -154,6 +154,19 @@ mod tests {
     }
 
     #[test]
+    fn replacing_sums_the_parts_and_forgets_what_was_there() {
+        let metrics = JobMetrics::default();
+        metrics.add(&[info(m::TYPE_SUM_INT64, encode(&[100]))]);
+        let part = |n| vec![info(m::TYPE_SUM_INT64, encode(&[n]))];
+        metrics.replace_with(&[part(2), part(5)]);
+        assert_eq!(metrics.snapshot(), part(7));
+        metrics.replace_with(&[part(3)]);
+        assert_eq!(metrics.snapshot(), part(3));
+        metrics.replace_with(&[]);
+        assert!(metrics.snapshot().is_empty());
+    }
+
+    #[test]
     fn aggregates_by_type() {
         let metrics = JobMetrics::default();
         metrics.add(&[
