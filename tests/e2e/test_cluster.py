@@ -191,16 +191,17 @@ def test_a_killed_worker_restarts_the_batch_job_with_exact_output(tmp_path):
   try:
     prefix = tmp_path / 'killed' / 'out'
     client = subprocess.Popen(
-        [sys.executable, str(PIPELINES), 'keyed', '--sleep_ms', '30', '--output', str(prefix),
+        [sys.executable, str(PIPELINES), 'keyed', '--sleep_ms', '60', '--output', str(prefix),
          '--runner=PortableRunner', '--job_endpoint=%s' % c.endpoint, '--num_workers=3'] +
         environment('LOOPBACK'),
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # Kill a worker once the attempt runs (its SDK harnesses are busy napping).
+    # Kill a worker once the attempt runs (its SDK harnesses are busy napping:
+    # 600 elements of 60 ms over six harnesses, about 6 s).
     deadline = time.time() + 120
     while 'job state' not in c.text() or 'RUNNING' not in c.text():
       assert time.time() < deadline, c.text()[-4000:]
       time.sleep(0.2)
-    time.sleep(3)
+    time.sleep(2)
     victim = c.worker_pids()[1]
     os.kill(victim, signal.SIGKILL)
     _, stderr = client.communicate(timeout=TIMEOUT)
