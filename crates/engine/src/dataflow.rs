@@ -47,7 +47,7 @@ pub(crate) struct JobContext {
 
 /// A stage's state as last seen by its operator, on one timely worker or
 /// (from [`Progress::stages`]) merged over all of them.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StageStatus {
     /// Its input watermark; `None` once its input is done (or before its
     /// operator first reported: see [`StageProgress::reported`]).
@@ -69,7 +69,7 @@ pub struct StageStatus {
 }
 
 /// What a stage has done so far, summed over timely workers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StageCounts {
     /// Main-input elements it took (sent to SDK harnesses, or buffered by a GroupByKey).
     pub elements_in: u64,
@@ -80,7 +80,8 @@ pub struct StageCounts {
 }
 
 /// One stage of a running (or finished) job, merged over timely workers.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// Serializable: cluster workers send theirs to the coordinator.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StageProgress {
     /// What its operator last reported.
     pub status: StageStatus,
@@ -209,9 +210,18 @@ impl StageStatus {
 }
 
 impl JobContext {
-    /// Whether timely worker `target` runs in another process than `from`.
-    pub(crate) fn remote(&self, from: usize, target: usize) -> bool {
-        self.config.cluster.is_some() && from / self.local_workers != target / self.local_workers
+    /// Counts `bytes` as exchanged when timely worker `from` routes an
+    /// element by `hash` over `peers` workers and the worker timely picks
+    /// (`hash & (peers - 1)` for a power of two, else `hash % peers`, as its
+    /// `Exchange` pact does) runs in another process. No-op outside cluster mode.
+    pub(crate) fn count_exchange(&self, from: usize, hash: u64, peers: u64, bytes: usize) {
+        if self.config.cluster.is_none() || peers == 0 {
+            return;
+        }
+        let target = if peers.is_power_of_two() { hash & (peers - 1) } else { hash % peers };
+        if from / self.local_workers != target as usize / self.local_workers {
+            self.status.exchanged(bytes as u64);
+        }
     }
 
     /// Records what stage `stage` does on timely worker `worker` now, and
@@ -402,7 +412,7 @@ pub fn run_job(
     let guards = timely::execute(timely_config, move |worker| {
         let ctx = worker_ctx.clone();
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            run_worker(worker, &ctx, &cancel, workers)
+            run_worker(worker, &ctx, &cancel)
         }));
         if let Err(panic) = caught {
             let text = panic
@@ -419,56 +429,51 @@ pub fn run_job(
 
 /// Builds and steps the job's dataflow on one timely worker until it is
 /// done or stopped.
-fn run_worker(
-    worker: &mut timely::worker::Worker,
-    ctx: &JobContext,
-    cancel: &AtomicBool,
-    workers: usize,
-) {
-        let ctx = ctx.clone();
-        let probe = ProbeHandle::<Time>::new();
-        let peers = worker.peers();
-        let index = worker.index();
-        let stage_probes =
-            worker.dataflow::<Time, _, _>(|scope| build(scope, &ctx, &probe, index, peers));
-        let mut outputs_reported = std::time::Instant::now();
-        let mut last_activity = (
-            ctx.activity.load(Ordering::Relaxed),
-            std::time::Instant::now(),
-        );
-        while !probe.done() {
-            if index % workers == 0 {
-                // Stuck-job watchdog (one per process): report (once per period) where a
-                // job that stopped making progress waits.
-                let activity = ctx.activity.load(Ordering::Relaxed);
-                if activity != last_activity.0 {
-                    last_activity = (activity, std::time::Instant::now());
-                } else if last_activity.1.elapsed() >= ctx.config.stuck_after {
-                    ctx.config
-                        .notices
-                        .send(ctx.stuck_notice(last_activity.1.elapsed()));
-                    last_activity.1 = std::time::Instant::now();
-                }
-            }
-            if cancel.load(Ordering::SeqCst) {
-                ctx.fail(EngineError::Cancelled);
-            }
-            if ctx.stopped() {
-                // A failed or cancelled job may still hold capabilities
-                // (bundles that will never complete): drop the dataflow
-                // rather than wait for it to drain.
-                for id in worker.installed_dataflows() {
-                    worker.drop_dataflow(id);
-                }
-                break;
-            }
-            worker.step_or_park(Some(Duration::from_millis(20)));
-            if outputs_reported.elapsed() >= OUTPUT_WATERMARKS_EVERY {
-                ctx.report_outputs(index, &stage_probes);
-                outputs_reported = std::time::Instant::now();
+fn run_worker(worker: &mut timely::worker::Worker, ctx: &JobContext, cancel: &AtomicBool) {
+    let ctx = ctx.clone();
+    let probe = ProbeHandle::<Time>::new();
+    let peers = worker.peers();
+    let index = worker.index();
+    let stage_probes =
+        worker.dataflow::<Time, _, _>(|scope| build(scope, &ctx, &probe, index, peers));
+    let mut outputs_reported = std::time::Instant::now();
+    let mut last_activity = (
+        ctx.activity.load(Ordering::Relaxed),
+        std::time::Instant::now(),
+    );
+    while !probe.done() {
+        if index % ctx.local_workers == 0 {
+            // Stuck-job watchdog (one per process): report (once per period) where a
+            // job that stopped making progress waits.
+            let activity = ctx.activity.load(Ordering::Relaxed);
+            if activity != last_activity.0 {
+                last_activity = (activity, std::time::Instant::now());
+            } else if last_activity.1.elapsed() >= ctx.config.stuck_after {
+                ctx.config
+                    .notices
+                    .send(ctx.stuck_notice(last_activity.1.elapsed()));
+                last_activity.1 = std::time::Instant::now();
             }
         }
-        ctx.report_outputs(index, &stage_probes);
+        if cancel.load(Ordering::SeqCst) {
+            ctx.fail(EngineError::Cancelled);
+        }
+        if ctx.stopped() {
+            // A failed or cancelled job may still hold capabilities
+            // (bundles that will never complete): drop the dataflow
+            // rather than wait for it to drain.
+            for id in worker.installed_dataflows() {
+                worker.drop_dataflow(id);
+            }
+            break;
+        }
+        worker.step_or_park(Some(Duration::from_millis(20)));
+        if outputs_reported.elapsed() >= OUTPUT_WATERMARKS_EVERY {
+            ctx.report_outputs(index, &stage_probes);
+            outputs_reported = std::time::Instant::now();
+        }
+    }
+    ctx.report_outputs(index, &stage_probes);
 }
 
 /// Waits for the worker threads of `guards` and returns the job's result.
@@ -562,11 +567,9 @@ fn build<'s>(
                     let (ctx, mut next) = (ctx.clone(), index as u64);
                     s.exchange(move |e: &Element| {
                         next = next.wrapping_add(1);
-                        let target = (next % peers as u64) as usize;
-                        if ctx.remote(index, target) {
-                            ctx.status.exchanged(e.len() as u64);
-                        }
-                        next % peers as u64
+                        let hash = next % peers as u64;
+                        ctx.count_exchange(index, hash, peers as u64, e.len());
+                        hash
                     })
                 } else {
                     s

@@ -45,12 +45,7 @@ pub(crate) fn group_by_key<'s>(
     let (route_ctx, peers) = (ctx.clone(), worker.peers() as u64);
     let route = move |e: &Element| {
         let hash = GroupByKeyBuffer::route_hash(&vc, &wc, e).unwrap_or(0);
-        if route_ctx.config.cluster.is_some() {
-            let target = if peers.is_power_of_two() { hash & (peers - 1) } else { hash % peers };
-            if route_ctx.remote(worker_index, target as usize) {
-                route_ctx.status.exchanged(e.len() as u64);
-            }
-        }
+        route_ctx.count_exchange(worker_index, hash, peers, e.len());
         hash
     };
     input.unary_frontier(Exchange::new(route), &name.clone(), move |cap, op_info| {

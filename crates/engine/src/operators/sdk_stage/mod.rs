@@ -91,10 +91,7 @@ pub(crate) fn sdk_stage<'s>(
     let route = move |e: &Element| match &keyed {
         Some((vc, wc)) => {
             let hash = GroupByKeyBuffer::route_hash(vc, wc, e).unwrap_or(0);
-            let target = if peers.is_power_of_two() { hash & (peers - 1) } else { hash % peers };
-            if route_ctx.remote(worker_index, target as usize) {
-                route_ctx.status.exchanged(e.len() as u64);
-            }
+            route_ctx.count_exchange(worker_index, hash, peers, e.len());
             hash
         }
         None if route_ctx.config.cluster.is_some() => {
