@@ -14,7 +14,9 @@ use weir_proto::beam;
 use weir_proto::beam::job_message::MessageImportance as Importance;
 use weir_proto::beam::job_state::Enum as JobState;
 
-use super::protocol::{read_frame, read_frame_within, write_frame, ToCoordinator, ToWorker, MAX_HELLO_BYTES};
+use super::protocol::{
+    read_frame, read_frame_within, write_frame, ToCoordinator, ToWorker, MAX_HELLO_BYTES,
+};
 use crate::registry::Job;
 
 /// Attempts of a batch job whose worker process is lost (Dataflow: 4).
@@ -77,14 +79,6 @@ impl Coordinator {
         self.workers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registered workers: (id, name, attempts running on it).
-    pub fn list(&self) -> Vec<(String, String, usize)> {
-        self.workers()
-            .iter()
-            .map(|w| (w.id.clone(), w.name.clone(), w.load.load(Ordering::SeqCst)))
-            .collect()
-    }
-
     /// Accepts workers on `listener` until the process ends.
     pub async fn listen(self: Arc<Self>, listener: tokio::net::TcpListener) {
         loop {
@@ -108,13 +102,23 @@ impl Coordinator {
 
     async fn serve_worker(self: Arc<Self>, stream: tokio::net::TcpStream) -> std::io::Result<()> {
         let (mut rd, mut wr) = stream.into_split();
-        let hello = tokio::time::timeout(Duration::from_secs(10), read_frame_within::<_, ToCoordinator>(&mut rd, MAX_HELLO_BYTES))
-            .await
-            .map_err(|_| std::io::Error::other("no Hello within 10 s"))??;
+        let hello = tokio::time::timeout(
+            Duration::from_secs(10),
+            read_frame_within::<_, ToCoordinator>(&mut rd, MAX_HELLO_BYTES),
+        )
+        .await
+        .map_err(|_| std::io::Error::other("no Hello within 10 s"))??;
         let (name, refused) = match hello.0 {
-            ToCoordinator::Hello { token, name, version } => {
+            ToCoordinator::Hello {
+                token,
+                name,
+                version,
+            } => {
                 let refused = if !self.security.token_matches(token.as_deref()) {
-                    Some("the worker's token does not match the coordinator's --auth_token".to_string())
+                    Some(
+                        "the worker's token does not match the coordinator's --auth_token"
+                            .to_string(),
+                    )
                 } else if version != env!("CARGO_PKG_VERSION") {
                     Some(format!(
                         "the worker runs Weir {version}, the coordinator {}",
@@ -125,7 +129,10 @@ impl Coordinator {
                 };
                 (name, refused)
             }
-            other => (String::new(), Some(format!("expected Hello first, got {other:?}"))),
+            other => (
+                String::new(),
+                Some(format!("expected Hello first, got {other:?}")),
+            ),
         };
         if let Some(why) = refused {
             tracing::warn!(worker = %name, "refused a worker: {why}");
@@ -133,7 +140,14 @@ impl Coordinator {
             return Err(std::io::Error::other(why));
         }
         let id = format!("worker-{}", self.next_id.fetch_add(1, Ordering::SeqCst));
-        write_frame(&mut wr, &ToWorker::Welcome { worker_id: id.clone() }, &[]).await?;
+        write_frame(
+            &mut wr,
+            &ToWorker::Welcome {
+                worker_id: id.clone(),
+            },
+            &[],
+        )
+        .await?;
         let (tx, mut rx) = mpsc::unbounded_channel::<(ToWorker, Vec<u8>)>();
         let worker = Arc::new(Worker {
             id: id.clone(),
@@ -196,7 +210,12 @@ impl Coordinator {
 
     /// Takes `min..=max` workers (the least loaded, at most `max`), waiting
     /// up to the coordinator's wait for at least `min` to be registered.
-    async fn acquire(&self, min: usize, max: usize, job: &Job) -> Result<Vec<Arc<Worker>>, (JobState, String)> {
+    async fn acquire(
+        &self,
+        min: usize,
+        max: usize,
+        job: &Job,
+    ) -> Result<Vec<Arc<Worker>>, (JobState, String)> {
         let started = Instant::now();
         loop {
             let changed = self.changed.notified();
@@ -224,7 +243,10 @@ impl Coordinator {
                 }
             }
             if job.cancel.load(Ordering::SeqCst) {
-                return Err((JobState::Cancelled, "job cancelled while waiting for workers".into()));
+                return Err((
+                    JobState::Cancelled,
+                    "job cancelled while waiting for workers".into(),
+                ));
             }
             let _ = tokio::time::timeout(Duration::from_millis(500), changed).await;
         }
@@ -238,7 +260,9 @@ fn release(workers: &[Arc<Worker>], attempt: &str) {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(attempt);
-        let _ = w.load.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        let _ = w
+            .load
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
     }
 }
 
@@ -257,9 +281,17 @@ pub(crate) async fn run_job(
     job: &Arc<Job>,
 ) -> Result<(), (JobState, String)> {
     let wanted = job.validated.num_workers.unwrap_or(1).max(1) as usize;
-    let max_attempts = if job.validated.streaming { 1 } else { MAX_ATTEMPTS };
+    let max_attempts = if job.validated.streaming {
+        1
+    } else {
+        MAX_ATTEMPTS
+    };
     let request = {
-        let pipeline = job.pipeline.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let pipeline = job
+            .pipeline
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         beam::PrepareJobRequest {
             pipeline: Some(pipeline),
             pipeline_options: Some(job.options.clone()),
@@ -298,14 +330,22 @@ pub(crate) async fn run_job(
                 } else {
                     format!("{max_attempts} attempts failed")
                 };
-                return Err((JobState::Failed, format!("job {} failed: {why}; {what}", job.name)));
+                return Err((
+                    JobState::Failed,
+                    format!("job {} failed: {why}; {what}", job.name),
+                ));
             }
         }
     }
     unreachable!("the last attempt returns")
 }
 
-async fn run_attempt(job: &Arc<Job>, workers: &[Arc<Worker>], attempt: &str, request: &[u8]) -> Outcome {
+async fn run_attempt(
+    job: &Arc<Job>,
+    workers: &[Arc<Worker>],
+    attempt: &str,
+    request: &[u8],
+) -> Outcome {
     // One channel for the attempt; each worker's events are tagged with its
     // process index by a small relay.
     let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
@@ -345,7 +385,11 @@ async fn run_attempt(job: &Arc<Job>, workers: &[Arc<Worker>], attempt: &str, req
         ));
     }
     let lost_name = |i: usize| workers.get(i).map_or("?".to_string(), |w| w.name.clone());
-    let cancel_all = || send_all(ToWorker::Cancel { attempt: attempt.to_string() });
+    let cancel_all = || {
+        send_all(ToWorker::Cancel {
+            attempt: attempt.to_string(),
+        })
+    };
 
     let mut addresses: Vec<Option<String>> = vec![None; workers.len()];
     let mut fingerprint: Option<String> = None;
@@ -369,9 +413,20 @@ async fn run_attempt(job: &Arc<Job>, workers: &[Arc<Worker>], attempt: &str, req
             None => return Outcome::WorkerLost("every worker of the attempt was lost".into()),
             Some(Event::Lost(i)) => {
                 cancel_all();
-                return Outcome::WorkerLost(format!("worker {} was lost while planning", lost_name(i)));
+                return Outcome::WorkerLost(format!(
+                    "worker {} was lost while planning",
+                    lost_name(i)
+                ));
             }
-            Some(Event::From(i, ToCoordinator::Reserved { address, fingerprint: f, .. }, _)) => {
+            Some(Event::From(
+                i,
+                ToCoordinator::Reserved {
+                    address,
+                    fingerprint: f,
+                    ..
+                },
+                _,
+            )) => {
                 if fingerprint.as_ref().is_some_and(|g| *g != f) {
                     cancel_all();
                     return Outcome::Failed(
@@ -386,13 +441,20 @@ async fn run_attempt(job: &Arc<Job>, workers: &[Arc<Worker>], attempt: &str, req
                 cancel_all();
                 return Outcome::Failed(
                     JobState::Failed,
-                    format!("job {} failed on worker {}: {error}", job.name, lost_name(i)),
+                    format!(
+                        "job {} failed on worker {}: {error}",
+                        job.name,
+                        lost_name(i)
+                    ),
                 );
             }
             Some(Event::From(i, m, _)) => relay(job, &lost_name(i), m),
         }
     }
-    let addresses: Vec<String> = addresses.into_iter().map(Option::unwrap_or_default).collect();
+    let addresses: Vec<String> = addresses
+        .into_iter()
+        .map(Option::unwrap_or_default)
+        .collect();
     for (i, w) in workers.iter().enumerate() {
         let _ = w.tx.send((
             ToWorker::Start {
@@ -405,16 +467,18 @@ async fn run_attempt(job: &Arc<Job>, workers: &[Arc<Worker>], attempt: &str, req
     }
     job.set_state(JobState::Running);
 
-    let mut finished: Vec<Option<(i32, String, Vec<u8>)>> = vec![None; workers.len()];
+    let mut finished = vec![false; workers.len()];
     let mut failure: Option<Outcome> = None;
     let mut cancelled_at: Option<Instant> = None;
     let mut drained = false;
     let mut exchanged = 0u64;
-    // Each worker's latest metrics; the job's are their sum.
+    // Each worker's latest metrics (the last sent just before it finishes);
+    // the job's are their sum, so a failed attempt's are replaced and only
+    // the completed attempt counts (committed, as Dataflow reports them).
     let mut metrics: Vec<Vec<beam::MonitoringInfo>> = vec![vec![]; workers.len()];
     let mut stages: Vec<Vec<weir_engine::StageProgress>> = vec![vec![]; workers.len()];
     let same_plan = job.plan.as_ref().map(super::worker::fingerprint) == fingerprint;
-    while finished.iter().any(Option::is_none) {
+    while finished.contains(&false) {
         if failure.is_none() && job.cancel.load(Ordering::SeqCst) {
             failure = Some(Outcome::Failed(JobState::Cancelled, "job cancelled".into()));
         }
@@ -427,7 +491,9 @@ async fn run_attempt(job: &Arc<Job>, workers: &[Arc<Worker>], attempt: &str, req
         }
         if !drained && job.drain.load(Ordering::SeqCst) {
             drained = true;
-            send_all(ToWorker::Drain { attempt: attempt.to_string() });
+            send_all(ToWorker::Drain {
+                attempt: attempt.to_string(),
+            });
         }
         let e = tokio::select! {
             e = rx.recv() => e,
@@ -436,7 +502,7 @@ async fn run_attempt(job: &Arc<Job>, workers: &[Arc<Worker>], attempt: &str, req
         match e {
             None => break,
             Some(Event::Lost(i)) => {
-                finished[i] = Some((JobState::Failed as i32, "lost".into(), vec![]));
+                finished[i] = true;
                 if failure.is_none() {
                     failure = Some(Outcome::WorkerLost(format!(
                         "worker {} was lost (its process ended or its connection broke)",
@@ -444,19 +510,37 @@ async fn run_attempt(job: &Arc<Job>, workers: &[Arc<Worker>], attempt: &str, req
                     )));
                 }
             }
-            Some(Event::From(i, ToCoordinator::Finished { state, error, exchanged_bytes, .. }, body)) => {
+            Some(Event::From(
+                i,
+                ToCoordinator::Finished {
+                    state,
+                    error,
+                    exchanged_bytes,
+                    ..
+                },
+                _,
+            )) => {
                 exchanged += exchanged_bytes;
                 let ok = state == JobState::Done as i32 || state == JobState::Drained as i32;
                 if !ok && failure.is_none() {
-                    failure = Some(if state == JobState::Cancelled as i32 && !job.cancel.load(Ordering::SeqCst) {
-                        Outcome::WorkerLost(format!("worker {} stopped the attempt: {error}", lost_name(i)))
-                    } else if state == JobState::Cancelled as i32 {
-                        Outcome::Failed(JobState::Cancelled, "job cancelled".into())
-                    } else {
-                        Outcome::Failed(JobState::Failed, format!("{error} (on worker {})", lost_name(i)))
-                    });
+                    failure = Some(
+                        if state == JobState::Cancelled as i32 && !job.cancel.load(Ordering::SeqCst)
+                        {
+                            Outcome::WorkerLost(format!(
+                                "worker {} stopped the attempt: {error}",
+                                lost_name(i)
+                            ))
+                        } else if state == JobState::Cancelled as i32 {
+                            Outcome::Failed(JobState::Cancelled, "job cancelled".into())
+                        } else {
+                            Outcome::Failed(
+                                JobState::Failed,
+                                format!("{error} (on worker {})", lost_name(i)),
+                            )
+                        },
+                    );
                 }
-                finished[i] = Some((state, error, body));
+                finished[i] = true;
             }
             Some(Event::From(i, ToCoordinator::Metrics { stages: s, .. }, body)) => {
                 if let Ok(m) = beam::MetricResults::decode(body.as_slice()) {
@@ -465,7 +549,7 @@ async fn run_attempt(job: &Arc<Job>, workers: &[Arc<Worker>], attempt: &str, req
                 }
                 // Stage progress, when the workers' stages are this job's.
                 if same_plan {
-                    stages[i] = s.iter().map(Into::into).collect();
+                    stages[i] = s;
                     job.progress.publish_parts(&stages);
                 }
             }
@@ -483,27 +567,26 @@ async fn run_attempt(job: &Arc<Job>, workers: &[Arc<Worker>], attempt: &str, req
             exchanged as f64 / (1 << 20) as f64
         ),
     );
-    for (i, (_, _, body)) in finished.into_iter().enumerate().filter_map(|(i, f)| f.map(|f| (i, f))) {
-        if let Ok(m) = beam::MetricResults::decode(body.as_slice()) {
-            metrics[i] = m.attempted;
-        }
-    }
-    // The completed attempt's metrics only (committed, as Dataflow reports
-    // them); a failed attempt's are replaced.
-    job.metrics.replace_with(&metrics);
     Outcome::Ok
 }
 
 /// A worker's message or log entry, republished on the coordinator's job.
 fn relay(job: &Job, worker: &str, m: ToCoordinator) {
     match m {
-        ToCoordinator::Message { importance, text, .. } => {
-            let importance = Importance::try_from(importance).unwrap_or(Importance::JobMessageBasic);
+        ToCoordinator::Message {
+            importance, text, ..
+        } => {
+            let importance =
+                Importance::try_from(importance).unwrap_or(Importance::JobMessageBasic);
             job.message(importance, format!("[{worker}] {text}"));
         }
-        ToCoordinator::Log { importance, text, .. } => {
+        ToCoordinator::Log {
+            importance, text, ..
+        } => {
             use weir_harness::WorkerLog;
-            let level = match Importance::try_from(importance).unwrap_or(Importance::JobMessageBasic) {
+            let level = match Importance::try_from(importance)
+                .unwrap_or(Importance::JobMessageBasic)
+            {
                 Importance::JobMessageError => WorkerLog::Error,
                 Importance::JobMessageWarning => WorkerLog::Warning,
                 Importance::JobMessageDebug | Importance::JobMessageDetailed => WorkerLog::Debug,

@@ -77,12 +77,12 @@ pub enum ToCoordinator {
     Metrics {
         attempt: String,
         #[serde(default)]
-        stages: Vec<WireStage>,
+        stages: Vec<weir_engine::StageProgress>,
     },
     /// The attempt ended on this worker: `state` is the `JobState.Enum` it
     /// reached (DONE, DRAINED, FAILED, CANCELLED), `error` why it failed.
-    /// Body: a `MetricResults` with the worker's aggregated metrics in
-    /// `attempted`.
+    /// No body: the worker's final metrics and progress came just before,
+    /// in a [`ToCoordinator::Metrics`].
     Finished {
         attempt: String,
         state: i32,
@@ -92,70 +92,6 @@ pub enum ToCoordinator {
         #[serde(default)]
         exchanged_bytes: u64,
     },
-}
-
-/// One stage's progress on one worker (`weir_engine::StageProgress`);
-/// watermarks in milliseconds, `None` once done.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct WireStage {
-    pub watermark: Option<i64>,
-    pub output_watermark: Option<i64>,
-    pub in_flight: usize,
-    pub pending: usize,
-    pub delayed: usize,
-    pub timers: usize,
-    pub windows: usize,
-    pub waiting_for_side_inputs: bool,
-    pub held_back: usize,
-    pub elements_in: u64,
-    pub elements_out: u64,
-    pub bundles: u64,
-    pub reported: bool,
-}
-
-impl From<&weir_engine::StageProgress> for WireStage {
-    fn from(p: &weir_engine::StageProgress) -> WireStage {
-        WireStage {
-            watermark: p.status.watermark.map(|t| t.0),
-            output_watermark: p.output_watermark.map(|t| t.0),
-            in_flight: p.status.in_flight,
-            pending: p.status.pending,
-            delayed: p.status.delayed,
-            timers: p.status.timers,
-            windows: p.status.windows,
-            waiting_for_side_inputs: p.status.waiting_for_side_inputs,
-            held_back: p.status.held_back,
-            elements_in: p.counts.elements_in,
-            elements_out: p.counts.elements_out,
-            bundles: p.counts.bundles,
-            reported: p.reported,
-        }
-    }
-}
-
-impl From<&WireStage> for weir_engine::StageProgress {
-    fn from(w: &WireStage) -> weir_engine::StageProgress {
-        use weir_model::Timestamp;
-        weir_engine::StageProgress {
-            status: weir_engine::StageStatus {
-                watermark: w.watermark.map(Timestamp),
-                in_flight: w.in_flight,
-                pending: w.pending,
-                delayed: w.delayed,
-                timers: w.timers,
-                windows: w.windows,
-                waiting_for_side_inputs: w.waiting_for_side_inputs,
-                held_back: w.held_back,
-            },
-            counts: weir_engine::StageCounts {
-                elements_in: w.elements_in,
-                elements_out: w.elements_out,
-                bundles: w.bundles,
-            },
-            output_watermark: w.output_watermark.map(Timestamp),
-            reported: w.reported,
-        }
-    }
 }
 
 /// Writes one frame.
@@ -181,7 +117,11 @@ pub async fn write_frame<W: AsyncWrite + Unpin, M: Serialize>(
 /// knows the worker holds the token.
 pub const MAX_HELLO_BYTES: usize = 64 << 10;
 
-async fn read_part<R: AsyncRead + Unpin>(r: &mut R, what: &str, max: usize) -> std::io::Result<Vec<u8>> {
+async fn read_part<R: AsyncRead + Unpin>(
+    r: &mut R,
+    what: &str,
+    max: usize,
+) -> std::io::Result<Vec<u8>> {
     let len = r.read_u32().await? as usize;
     if len > max {
         return Err(std::io::Error::new(
@@ -234,7 +174,11 @@ mod tests {
         let sent = ToWorker::Start {
             attempt: "job-1-a1".into(),
             process: 2,
-            addresses: vec!["10.0.0.1:2101".into(), "10.0.0.2:2101".into(), "10.0.0.3:2101".into()],
+            addresses: vec![
+                "10.0.0.1:2101".into(),
+                "10.0.0.2:2101".into(),
+                "10.0.0.3:2101".into(),
+            ],
         };
         write_frame(&mut a, &sent, b"\x00\x01body").await.unwrap();
         let (got, body): (ToWorker, Vec<u8>) = read_frame(&mut b).await.unwrap();
@@ -245,7 +189,15 @@ mod tests {
     #[tokio::test]
     async fn headers_are_tagged_json() {
         let (mut a, mut b) = tokio::io::duplex(1 << 16);
-        write_frame(&mut a, &ToWorker::Cancel { attempt: "x".into() }, &[]).await.unwrap();
+        write_frame(
+            &mut a,
+            &ToWorker::Cancel {
+                attempt: "x".into(),
+            },
+            &[],
+        )
+        .await
+        .unwrap();
         let head = read_part(&mut b, "header", MAX_FRAME_BYTES).await.unwrap();
         assert_eq!(
             String::from_utf8(head).unwrap(),

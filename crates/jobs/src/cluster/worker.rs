@@ -46,6 +46,18 @@ pub struct WorkerConfig {
     pub timely_port: u16,
 }
 
+/// This worker's attempts, by attempt id.
+type Attempts = Arc<std::sync::Mutex<HashMap<String, Attempt>>>;
+
+/// The job of `attempt`, when this worker runs it.
+fn job_of(attempts: &Attempts, attempt: &str) -> Option<Arc<Job>> {
+    attempts
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(attempt)
+        .map(|a| a.job.clone())
+}
+
 /// A running attempt on this worker.
 struct Attempt {
     job: Arc<Job>,
@@ -82,7 +94,11 @@ pub async fn run(registry: Arc<JobRegistry>, config: WorkerConfig) -> Result<(),
 
 struct Fatal(String);
 
-async fn serve(registry: &Arc<JobRegistry>, config: &WorkerConfig, stream: tokio::net::TcpStream) -> Result<(), Fatal> {
+async fn serve(
+    registry: &Arc<JobRegistry>,
+    config: &WorkerConfig,
+    stream: tokio::net::TcpStream,
+) -> Result<(), Fatal> {
     let _ = stream.set_nodelay(true);
     let host = match &config.advertise_host {
         Some(h) => h.clone(),
@@ -106,7 +122,10 @@ async fn serve(registry: &Arc<JobRegistry>, config: &WorkerConfig, stream: tokio
             tracing::info!(coordinator = %config.coordinator, %worker_id, timely_host = %host, "registered with the coordinator");
         }
         Ok((ToWorker::Refused { why }, _)) => {
-            return Err(Fatal(format!("the coordinator at {} refused this worker: {why}", config.coordinator)));
+            return Err(Fatal(format!(
+                "the coordinator at {} refused this worker: {why}",
+                config.coordinator
+            )));
         }
         Ok((other, _)) => {
             tracing::warn!("unexpected first message from the coordinator: {other:?}");
@@ -125,20 +144,27 @@ async fn serve(registry: &Arc<JobRegistry>, config: &WorkerConfig, stream: tokio
             }
         }
     });
-    let attempts: Arc<std::sync::Mutex<HashMap<String, Attempt>>> = Arc::default();
+    let attempts: Attempts = Arc::default();
     let ended = loop {
         let (m, body) = match read_frame::<_, ToWorker>(&mut rd).await {
             Ok(f) => f,
             Err(e) => break e,
         };
         match m {
-            ToWorker::Prepare { attempt, job_id, workers } => {
+            ToWorker::Prepare {
+                attempt,
+                job_id,
+                workers,
+            } => {
                 let (start_tx, start_rx) = oneshot::channel();
                 match prepare(registry, &attempt, &job_id, &body) {
                     Ok(job) => {
                         attempts.lock().unwrap_or_else(|p| p.into_inner()).insert(
                             attempt.clone(),
-                            Attempt { job: job.clone(), start: Some(start_tx) },
+                            Attempt {
+                                job: job.clone(),
+                                start: Some(start_tx),
+                            },
                         );
                         tokio::spawn(run_attempt(
                             registry.clone(),
@@ -165,7 +191,11 @@ async fn serve(registry: &Arc<JobRegistry>, config: &WorkerConfig, stream: tokio
                     }
                 }
             }
-            ToWorker::Start { attempt, process, addresses } => {
+            ToWorker::Start {
+                attempt,
+                process,
+                addresses,
+            } => {
                 let start = attempts
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -176,18 +206,13 @@ async fn serve(registry: &Arc<JobRegistry>, config: &WorkerConfig, stream: tokio
                 }
             }
             ToWorker::Cancel { attempt } => {
-                let job = attempts
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&attempt)
-                    .map(|a| a.job.clone());
-                if let Some(job) = job {
+                if let Some(job) = job_of(&attempts, &attempt) {
                     stop(job, attempts.clone(), attempt);
                 }
             }
             ToWorker::Drain { attempt } => {
-                if let Some(a) = attempts.lock().unwrap_or_else(|p| p.into_inner()).get(&attempt) {
-                    a.job.drain.store(true, Ordering::SeqCst);
+                if let Some(job) = job_of(&attempts, &attempt) {
+                    job.drain.store(true, Ordering::SeqCst);
                 }
             }
             ToWorker::Welcome { .. } | ToWorker::Refused { .. } => {}
@@ -208,11 +233,15 @@ async fn serve(registry: &Arc<JobRegistry>, config: &WorkerConfig, stream: tokio
 }
 
 /// Cancels `job`; exits the process if it has not stopped within [`STOP_GRACE`].
-fn stop(job: Arc<Job>, attempts: Arc<std::sync::Mutex<HashMap<String, Attempt>>>, attempt: String) {
+fn stop(job: Arc<Job>, attempts: Attempts, attempt: String) {
     job.cancel.store(true, Ordering::SeqCst);
     tokio::spawn(async move {
         tokio::time::sleep(STOP_GRACE).await;
-        if attempts.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&attempt) {
+        if attempts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&attempt)
+        {
             tracing::error!(%attempt, "the attempt did not stop within {} s of its cancel (a timely computation whose peers are gone cannot be abandoned); exiting with status {EXIT_STUCK} so that the worker is restarted", STOP_GRACE.as_secs());
             std::process::exit(EXIT_STUCK);
         }
@@ -221,7 +250,12 @@ fn stop(job: Arc<Job>, attempts: Arc<std::sync::Mutex<HashMap<String, Attempt>>>
 
 /// Plans attempt `attempt` of job `job_id` from `body` (a `PrepareJobRequest`)
 /// with this worker's Fn API, as Prepare does on a single server.
-fn prepare(registry: &JobRegistry, attempt: &str, job_id: &str, body: &[u8]) -> Result<Arc<Job>, String> {
+fn prepare(
+    registry: &JobRegistry,
+    attempt: &str,
+    job_id: &str,
+    body: &[u8],
+) -> Result<Arc<Job>, String> {
     let req = beam::PrepareJobRequest::decode(body)
         .map_err(|e| format!("the coordinator sent an undecodable job: {e}"))?;
     let pipeline = req.pipeline.unwrap_or_default();
@@ -236,12 +270,20 @@ fn prepare(registry: &JobRegistry, attempt: &str, job_id: &str, body: &[u8]) -> 
         },
     )
     .map_err(|e| format!("job {job_id} cannot be planned on this worker: {e}"))?;
-    let locations = crate::locations::resolve(&validated, &registry.default_locations(), &crate::locations::SystemEnv)
-        .map_err(|e| e.to_string())?;
+    let locations = crate::locations::resolve(
+        &validated,
+        &registry.default_locations(),
+        &crate::locations::SystemEnv,
+    )
+    .map_err(|e| e.to_string())?;
     // The staged artifacts the coordinator's pipeline names (its staging
     // folder must be shared with the workers, or be gs:// / s3://).
     let mut staged = Vec::new();
-    for env in pipeline.components.iter().flat_map(|c| c.environments.values()) {
+    for env in pipeline
+        .components
+        .iter()
+        .flat_map(|c| c.environments.values())
+    {
         for dep in &env.dependencies {
             if dep.type_urn != weir_proto::urns::artifact::TYPE_FILE {
                 continue;
@@ -251,8 +293,19 @@ fn prepare(registry: &JobRegistry, attempt: &str, job_id: &str, body: &[u8]) -> 
             }
         }
     }
-    registry.staged.lock().unwrap_or_else(|p| p.into_inner()).extend(staged);
-    Ok(registry.create_job(attempt.to_string(), req.job_name, pipeline, Some(plan), options, locations))
+    registry
+        .staged
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .extend(staged);
+    Ok(registry.create_job(
+        attempt.to_string(),
+        req.job_name,
+        pipeline,
+        Some(plan),
+        options,
+        locations,
+    ))
 }
 
 /// Where the artifact staged at `path` (a local path, or a `gs://` / `s3://`
@@ -262,16 +315,30 @@ fn staged_artifact(job_id: &str, path: &str) -> Result<crate::registry::StagedAr
     let (location, object) = if path.contains("://") {
         let (scheme, rest) = path.split_once("://").unwrap_or_default();
         let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
-        let l = crate::locations::open("staging_location", &format!("{scheme}://{bucket}"), &crate::locations::SystemEnv)
-            .map_err(|e| cannot(e.to_string()))?;
+        let l = crate::locations::open(
+            "staging_location",
+            &format!("{scheme}://{bucket}"),
+            &crate::locations::SystemEnv,
+        )
+        .map_err(|e| cannot(e.to_string()))?;
         (l, object_store::path::Path::from(key))
     } else {
         let p = std::path::Path::new(path);
-        let (dir, file) = (p.parent().unwrap_or(std::path::Path::new("/")), p.file_name().unwrap_or_default());
+        let (dir, file) = (
+            p.parent().unwrap_or(std::path::Path::new("/")),
+            p.file_name().unwrap_or_default(),
+        );
         let l = crate::locations::default_folder(dir).map_err(cannot)?;
-        (l, object_store::path::Path::from(file.to_string_lossy().as_ref()))
+        (
+            l,
+            object_store::path::Path::from(file.to_string_lossy().as_ref()),
+        )
     };
-    Ok(crate::registry::StagedArtifact { job_id: job_id.to_string(), location, path: object })
+    Ok(crate::registry::StagedArtifact {
+        job_id: job_id.to_string(),
+        location,
+        path: object,
+    })
 }
 
 /// A short stable name of the stage graph `plan` makes: equal on every
@@ -305,7 +372,9 @@ fn reserve(host: &str, first: u16) -> Result<(String, u16), String> {
     let candidates: Vec<u16> = if first == 0 {
         vec![0]
     } else {
-        (0..PORT_RANGE).filter_map(|i| first.checked_add(i)).collect()
+        (0..PORT_RANGE)
+            .filter_map(|i| first.checked_add(i))
+            .collect()
     };
     let mut last = String::new();
     for port in candidates {
@@ -316,7 +385,11 @@ fn reserve(host: &str, first: u16) -> Result<(String, u16), String> {
             Ok(l) => {
                 let port = l.local_addr().map_err(|e| e.to_string())?.port();
                 held.push(port);
-                let address = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+                let address = if host.contains(':') {
+                    format!("[{host}]:{port}")
+                } else {
+                    format!("{host}:{port}")
+                };
                 return Ok((address, port));
             }
             Err(e) => last = format!("cannot listen on {host}:{port} for timely: {e}"),
@@ -326,7 +399,10 @@ fn reserve(host: &str, first: u16) -> Result<(String, u16), String> {
 }
 
 fn release_port(port: u16) {
-    PORTS_IN_USE.lock().unwrap_or_else(|p| p.into_inner()).retain(|&p| p != port);
+    PORTS_IN_USE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|&p| p != port);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -339,7 +415,7 @@ async fn run_attempt(
     timely_port: u16,
     start: oneshot::Receiver<ClusterPeers>,
     out: mpsc::UnboundedSender<(ToCoordinator, Vec<u8>)>,
-    attempts: Arc<std::sync::Mutex<HashMap<String, Attempt>>>,
+    attempts: Attempts,
 ) {
     // Forward the job's messages and logs as they come.
     let (_, mut events) = job.subscribe(View::Logs);
@@ -360,9 +436,17 @@ async fn run_attempt(
             let on_stream = p.view(View::Stream).is_some();
             let attempt = forward_attempt.clone();
             let m = if on_stream {
-                ToCoordinator::Message { attempt, importance: m.importance, text: m.message_text }
+                ToCoordinator::Message {
+                    attempt,
+                    importance: m.importance,
+                    text: m.message_text,
+                }
             } else {
-                ToCoordinator::Log { attempt, importance: m.importance, text: m.message_text }
+                ToCoordinator::Log {
+                    attempt,
+                    importance: m.importance,
+                    text: m.message_text,
+                }
             };
             if forward_out.send((m, vec![])).is_err() {
                 break;
@@ -370,11 +454,17 @@ async fn run_attempt(
         }
     });
     let finish = |state: JobState, error: String| {
-        let metrics = beam::MetricResults { attempted: job.metrics.snapshot(), committed: vec![] };
+        let metrics = beam::MetricResults {
+            attempted: job.metrics.snapshot(),
+            committed: vec![],
+        };
         // The stages' final progress first, then the end.
-        let stages = job.progress.stages().iter().map(Into::into).collect();
+        let stages = job.progress.stages();
         let _ = out.send((
-            ToCoordinator::Metrics { attempt: attempt.clone(), stages },
+            ToCoordinator::Metrics {
+                attempt: attempt.clone(),
+                stages,
+            },
             metrics.encode_to_vec(),
         ));
         let _ = out.send((
@@ -384,14 +474,18 @@ async fn run_attempt(
                 error,
                 exchanged_bytes: job.progress.exchanged_bytes(),
             },
-            metrics.encode_to_vec(),
+            vec![],
         ));
     };
     let plan = job.plan.as_ref().expect("prepared with a plan");
     match reserve(&host, timely_port) {
         Ok((address, port)) => {
             let _ = out.send((
-                ToCoordinator::Reserved { attempt: attempt.clone(), address, fingerprint: fingerprint(plan) },
+                ToCoordinator::Reserved {
+                    attempt: attempt.clone(),
+                    address,
+                    fingerprint: fingerprint(plan),
+                },
                 vec![],
             ));
             tracing::info!(%attempt, workers, "attempt planned; waiting for its peers");
@@ -402,14 +496,21 @@ async fn run_attempt(
             match peers {
                 Some(peers) => {
                     // The coordinator's GetJobMetrics sees this worker's metrics while it runs.
-                    let (ticker_job, ticker_out, ticker_attempt) = (job.clone(), out.clone(), attempt.clone());
+                    let (ticker_job, ticker_out, ticker_attempt) =
+                        (job.clone(), out.clone(), attempt.clone());
                     let ticker = tokio::spawn(async move {
                         loop {
                             tokio::time::sleep(METRICS_EVERY).await;
-                            let m = beam::MetricResults { attempted: ticker_job.metrics.snapshot(), committed: vec![] };
-                            let stages = ticker_job.progress.stages().iter().map(Into::into).collect();
+                            let m = beam::MetricResults {
+                                attempted: ticker_job.metrics.snapshot(),
+                                committed: vec![],
+                            };
+                            let stages = ticker_job.progress.stages();
                             let frame = (
-                                ToCoordinator::Metrics { attempt: ticker_attempt.clone(), stages },
+                                ToCoordinator::Metrics {
+                                    attempt: ticker_attempt.clone(),
+                                    stages,
+                                },
                                 m.encode_to_vec(),
                             );
                             if ticker_out.send(frame).is_err() {
@@ -417,7 +518,8 @@ async fn run_attempt(
                             }
                         }
                     });
-                    let (state, error) = crate::run::run_attempt(registry.clone(), job.clone(), peers).await;
+                    let (state, error) =
+                        crate::run::run_attempt(registry.clone(), job.clone(), peers).await;
                     ticker.abort();
                     // Give the forwarder the last messages before Finished.
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -430,5 +532,8 @@ async fn run_attempt(
         Err(e) => finish(JobState::Failed, e),
     }
     forwarder.abort();
-    attempts.lock().unwrap_or_else(|p| p.into_inner()).remove(&attempt);
+    attempts
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&attempt);
 }
