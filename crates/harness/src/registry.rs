@@ -126,13 +126,45 @@ pub(crate) struct BundleState {
     pub sink_index: HashMap<String, usize>,
     /// (transform id, timer family id) -> index into `outputs` (after the sinks).
     pub timer_index: HashMap<(String, String), usize>,
-    pub outputs: Mutex<(Vec<Vec<u8>>, usize)>,
+    /// Per sink, then per timer family: the bytes received so far; and how
+    /// many of those streams have not sent `is_last` yet.
+    pub outputs: Mutex<(Vec<ByteChunks>, usize)>,
     pub all_last: tokio::sync::Notify,
     /// Set once work split off this bundle was handed to the engine.
     pub split_handed_over: std::sync::atomic::AtomicBool,
 }
 
 pub use crate::user_state::{BundleUserState, UserState};
+
+/// One output stream of a bundle as received: its `Elements.Data` (or
+/// `Elements.Timers`) chunks, kept as they came so a large output is not
+/// regrown and copied chunk by chunk; joined once at the end.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct ByteChunks(Vec<Vec<u8>>);
+
+impl ByteChunks {
+    /// Adds the next chunk of the stream (empty chunks are dropped).
+    pub(crate) fn push(&mut self, chunk: Vec<u8>) {
+        if !chunk.is_empty() {
+            self.0.push(chunk);
+        }
+    }
+
+    /// Bytes received so far.
+    pub(crate) fn len(&self) -> usize {
+        self.0.iter().map(Vec::len).sum()
+    }
+
+    /// The whole stream: the one chunk as it is, else the chunks joined
+    /// into one exactly sized buffer.
+    pub(crate) fn into_bytes(mut self) -> Vec<u8> {
+        match self.0.len() {
+            0 => Vec::new(),
+            1 => self.0.pop().expect("one chunk"),
+            _ => self.0.concat(),
+        }
+    }
+}
 
 /// Shared state of the Fn API services.
 pub struct FnApi {
@@ -315,5 +347,30 @@ impl FnApi {
             .get(instruction_id)
             .filter(|b| b.worker_id == worker_id)
             .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ByteChunks;
+
+    #[test]
+    fn byte_chunks_join_in_order_and_move_a_single_chunk() {
+        let mut s = ByteChunks::default();
+        assert_eq!(s.clone().into_bytes(), Vec::<u8>::new());
+        s.push(b"abc".to_vec());
+        s.push(Vec::new());
+        assert_eq!(s.len(), 3);
+        let first = s.0[0].as_ptr();
+        assert_eq!(s.clone().0.len(), 1, "empty chunks are dropped");
+        s.push(b"de".to_vec());
+        s.push(b"f".to_vec());
+        assert_eq!(s.len(), 6);
+        assert_eq!(s.into_bytes(), b"abcdef");
+        let mut t = ByteChunks::default();
+        t.push(b"xyz".to_vec());
+        let only = t.0[0].as_ptr();
+        assert_ne!(only, first);
+        assert_eq!(t.into_bytes().as_ptr(), only, "one chunk is moved, not copied");
     }
 }

@@ -11,7 +11,7 @@ use super::progress::Progress;
 use super::residuals::residual_elements;
 use super::splits::{MAX_SPLITS_PER_BUNDLE, SPLIT_CHECK_INTERVAL};
 use super::{Failure, Inner, JobWorkers};
-use crate::registry::{BundleState, Worker};
+use crate::registry::{BundleState, ByteChunks, Worker};
 
 /// Target size of one `Elements.Data` message to an SDK harness (a larger
 /// element travels alone: elements are never split across messages).
@@ -114,7 +114,7 @@ impl Inner {
                 .unwrap_or_else(|p| p.into_inner())
                 .0
                 .iter()
-                .map(Vec::len)
+                .map(ByteChunks::len)
                 .sum();
             let now = std::time::Instant::now();
             progress.observe(now, infos.as_deref(), received);
@@ -340,8 +340,11 @@ impl Inner {
                 }
             }
         }
-        let mut outputs =
-            std::mem::take(&mut bundle.outputs.lock().unwrap_or_else(|p| p.into_inner()).0);
+        let mut outputs: Vec<Vec<u8>> =
+            std::mem::take(&mut bundle.outputs.lock().unwrap_or_else(|p| p.into_inner()).0)
+                .into_iter()
+                .map(ByteChunks::into_bytes)
+                .collect();
         let timers = outputs.split_off(sinks.min(outputs.len()));
         Ok(BundleResult {
             outputs,

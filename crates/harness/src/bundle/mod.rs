@@ -17,7 +17,7 @@ use weir_proto::beam;
 
 use crate::environment::SdkHarnesses;
 use crate::metrics::JobMetrics;
-use crate::registry::{BundleState, BundleUserState, FnApi, UserState};
+use crate::registry::{BundleState, BundleUserState, ByteChunks, FnApi, UserState};
 
 mod exchange;
 mod policy;
@@ -264,7 +264,7 @@ impl Inner {
                 .enumerate()
                 .map(|(i, f)| ((f.transform_id.clone(), f.family_id.clone()), sinks + i))
                 .collect(),
-            outputs: Mutex::new((vec![Vec::new(); streams], streams)),
+            outputs: Mutex::new((vec![ByteChunks::default(); streams], streams)),
             all_last: tokio::sync::Notify::new(),
             split_handed_over: std::sync::atomic::AtomicBool::new(false),
         });

@@ -58,7 +58,7 @@ impl beam::beam_fn_data_server::BeamFnData for DataService {
                         continue;
                     };
                     let mut out = bundle.outputs.lock().unwrap_or_else(|p| p.into_inner());
-                    out.0[port].extend_from_slice(&t.timers);
+                    out.0[port].push(t.timers);
                     if t.is_last {
                         out.1 = out.1.saturating_sub(1);
                         if out.1 == 0 {
@@ -76,7 +76,7 @@ impl beam::beam_fn_data_server::BeamFnData for DataService {
                         continue;
                     };
                     let mut out = bundle.outputs.lock().unwrap_or_else(|p| p.into_inner());
-                    out.0[port].extend_from_slice(&d.data);
+                    out.0[port].push(d.data);
                     if d.is_last {
                         out.1 = out.1.saturating_sub(1);
                         if out.1 == 0 {
@@ -93,3 +93,4 @@ impl beam::beam_fn_data_server::BeamFnData for DataService {
         )))
     }
 }
+

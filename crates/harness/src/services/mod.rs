@@ -92,7 +92,7 @@ mod tests {
     use tonic::metadata::MetadataValue;
 
     use super::*;
-    use crate::registry::{BundleState, BundleUserState, LogSink};
+    use crate::registry::{BundleState, BundleUserState, ByteChunks, LogSink};
 
     async fn serve() -> Arc<FnApi> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -159,7 +159,7 @@ mod tests {
             user_state: BundleUserState::new(Default::default()),
             sink_index: HashMap::from([("sink".to_string(), 0)]),
             timer_index: HashMap::new(),
-            outputs: Mutex::new((vec![vec![]], 1)),
+            outputs: Mutex::new((vec![ByteChunks::default()], 1)),
             all_last: tokio::sync::Notify::new(),
             split_handed_over: Default::default(),
         });
@@ -313,7 +313,7 @@ mod tests {
             .unwrap();
         b_tx.send(done(b"forged")).unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        assert_eq!(*in_flight.outputs.lock().unwrap(), (vec![vec![]], 1));
+        assert_eq!(*in_flight.outputs.lock().unwrap(), (vec![ByteChunks::default()], 1));
         let (a_tx, a_rx) = tokio::sync::mpsc::unbounded_channel();
         let _a_stream = data
             .data(as_worker(
@@ -336,8 +336,8 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(
-            *in_flight.outputs.lock().unwrap(),
-            (vec![b"real".to_vec()], 0)
+            in_flight.outputs.lock().unwrap().0[0].clone().into_bytes(),
+            b"real".to_vec()
         );
 
         // Control: the first connection for a worker id takes it, a second is refused.
