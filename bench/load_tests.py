@@ -12,9 +12,12 @@ fixed configuration, each one
     compare in the same environment, under Weir again, both with LOOPBACK
     (runners `prism` and `weir_loopback`; Prism is skipped when no binary),
 and prints per test the wall time of the client process on each runner, their
-ratio, whether it succeeded on each, and the load test's own `runtime` metric
+ratio, whether it succeeded on each, the load test's own `runtime` metric
 (max - min of the MeasureTime distribution, whole seconds; '-' when the runner
-reported no such metric).
+reported no such metric), and CPU seconds: the runner's (the job server
+process alone) and the SDK's (the client process tree, plus the SDK workers
+a Weir server starts under PROCESS; all of DirectRunner), sampled every
+0.1 s, so the last 0.1 s of a process can be missed.
 
 Each test is run the way Beam documents it,
     python -m apache_beam.testing.load_tests.<module> --test-pipeline-options="..."
@@ -46,6 +49,7 @@ import time
 BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH)
 
+import wordcount_bench as wb  # noqa: E402
 from wordcount_bench import (  # noqa: E402
     REPO, free_port, log, process_environment_config, start_job_server, stop_server,
     wait_for_job_api)
@@ -134,7 +138,7 @@ def metrics(text):
 
 
 # --- runs -------------------------------------------------------------------------
-def run_client(py, module, opts, out_dir, timeout):
+def run_client(py, module, opts, out_dir, timeout, server=None):
   log_path = os.path.join(out_dir, 'client.log')
   args = [py, os.path.abspath(__file__), '--child', module,
           '--test-pipeline-options=' + shlex.join(opts)]
@@ -144,16 +148,27 @@ def run_client(py, module, opts, out_dir, timeout):
     start = time.monotonic()
     client = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL, cwd=out_dir)
-    try:
-      rc = client.wait(timeout=timeout)
-      timed_out = False
-    except subprocess.TimeoutExpired:
-      client.kill()
-      client.wait()
-      rc, timed_out = None, True
+    sampler = wb.Sampler(client, server)
+    sampler.runner.sample([sampler.weir_proc] if server else [])
+    sampler.runner.set_baseline()
+    timed_out = False
+    while client.poll() is None:
+      sampler.sample()
+      if time.monotonic() - start > timeout:
+        client.kill()
+        client.wait()
+        timed_out = True
+        break
+      time.sleep(0.1)
+    rc = None if timed_out else client.returncode
     wall = time.monotonic() - start
+    if server:
+      sampler.runner.sample([sampler.weir_proc])
+      sampler.sdk.sample(wb.descendants(sampler.weir_proc))
   text = read(log_path)
-  r = dict(wall=wall, ok=(rc == 0), log=log_path, metrics=metrics(text))
+  r = dict(wall=wall, ok=(rc == 0), log=log_path, metrics=metrics(text),
+           runner_cpu=sampler.runner.cpu() if server else None,
+           sdk_cpu=sampler.client.cpu() + (sampler.sdk.cpu() if server else 0.0))
   if timed_out:
     r['error'] = 'TIMEOUT after %.0f s' % timeout
   elif rc != 0:
@@ -181,7 +196,7 @@ def run_weir(py, weir_bin, module, opts, out_dir, timeout):
       runner_opts = ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port,
                      '--environment_type=PROCESS',
                      process_environment_config(weir_bin, py)]
-      r = run_client(py, module, runner_opts + opts, out_dir, timeout)
+      r = run_client(py, module, runner_opts + opts, out_dir, timeout, weir)
     finally:
       stop_server(weir)
   r['server_log'] = server_log
@@ -200,7 +215,7 @@ def run_loopback(name, py, weir_bin, prism_bin, module, opts, out_dir, timeout):
   try:
     runner_opts = ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port,
                    '--environment_type=LOOPBACK']
-    r = run_client(py, module, runner_opts + opts, out_dir, timeout)
+    r = run_client(py, module, runner_opts + opts, out_dir, timeout, proc)
   finally:
     stop_server(proc)
     logf.close()
@@ -317,13 +332,42 @@ def main():
         cell(wl, wall), cell(p, wall), lb_ratio))
     failed += sum(1 for r in (w, d, wl, p) if r and not r['ok'])
 
+  print()
+  print('CPU seconds, runner (job server) + SDK; ratios of the totals')
+  print('%-15s %15s %15s %15s %15s %7s %7s' % (
+      'test', 'weir', 'direct', 'weir LB', 'prism', 'w/d', 'wLB/p'))
+
+  def cpu(r):
+    if not r or not r['ok']:
+      return None
+    return (r['runner_cpu'] or 0.0) + r['sdk_cpu']
+
+  def cpu_cell(r):
+    if not r or not r['ok']:
+      return '-'
+    if r['runner_cpu'] is None:
+      return '%.2f' % r['sdk_cpu']
+    return '%.2f+%.2f' % (r['runner_cpu'], r['sdk_cpu'])
+
+  def cpu_ratio(a, b):
+    return '%.2f' % (cpu(a) / cpu(b)) if cpu(a) and cpu(b) else '-'
+
+  for name, _, _ in tests:
+    w, d = results.get((name, 'weir')), results.get((name, 'direct'))
+    wl, p = results.get((name, 'weir_loopback')), results.get((name, 'prism'))
+    print('%-15s %15s %15s %15s %15s %7s %7s' % (
+        name, cpu_cell(w), cpu_cell(d), cpu_cell(wl), cpu_cell(p),
+        cpu_ratio(w, d), cpu_ratio(wl, p)))
+
   if args.json:
     envs = dict(weir='PROCESS', weir_loopback='LOOPBACK', prism='LOOPBACK',
                 direct='multi_processing x%d' % args.direct_workers)
     rows = [dict(benchmark='load test %s' % name, case='load test %s %d records' % (
                      name, args.records), runner='weir' if runner == 'weir_loopback' else runner,
                  env=envs[runner],
-                 wall=r['wall'] if r['ok'] else None, runner_cpu=None, sdk_cpu=None, rss_mib=None,
+                 wall=r['wall'] if r['ok'] else None,
+                 runner_cpu=r['runner_cpu'] if r['ok'] else None,
+                 sdk_cpu=r['sdk_cpu'] if r['ok'] else None, rss_mib=None,
                  ok=r['ok'])
             for (name, runner), r in results.items()]
     with open(args.json, 'w') as f:
