@@ -592,20 +592,22 @@ impl GroupByKeyBuffer {
         let id = self.slot_for(p.key);
         let windows = p.windows.as_slice();
         let n = windows.len() as u64;
-        let mut new_expiries = Vec::new();
-        let slot = self.slots[id as usize].as_mut().expect("live slot");
+        // Split borrows: the slot is updated while its new windows are indexed.
+        let (slots, expiry) = (&mut self.slots, &mut self.expiry);
+        let slot = slots[id as usize].as_mut().expect("live slot");
         slot.seen += n;
         let seen = slot.seen;
         for w in windows {
+            let mut new = false;
             if slot.groups.is_empty() {
                 slot.groups = KeyGroups::One(w.clone(), Group::new());
-                new_expiries.push(w.max_timestamp());
+                new = true;
             }
-            let (g, new) = slot.groups.entry(w);
-            if new {
-                new_expiries.push(w.max_timestamp());
-            }
+            let (g, created) = slot.groups.entry(w);
             g.add(p.timestamp, p.value);
+            if new || created {
+                expiry.entry(w.max_timestamp()).or_default().push(id);
+            }
         }
         self.held_bytes += p.value.len() * windows.len();
         self.total += n;
@@ -618,9 +620,6 @@ impl GroupByKeyBuffer {
                 Some((Some(h), _, c)) if *h == id => *c = seen,
                 _ => self.hot = Some((Some(id), p.key.to_vec(), seen)),
             }
-        }
-        for t in new_expiries {
-            self.expiry.entry(t).or_default().push(id);
         }
         if over {
             // A failed spill fails the job through take_error.
