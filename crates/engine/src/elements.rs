@@ -11,15 +11,33 @@ pub fn split_elements(
     window_coder: &Coder,
     bytes: &[u8],
 ) -> Result<Vec<Vec<u8>>, String> {
+    Ok(split_prefix(value_coder, window_coder, bytes, usize::MAX)?.0)
+}
+
+/// The leading elements of concatenated encoded windowed values, at most
+/// `max_bytes` of them (but at least one when `bytes` is not empty), one
+/// byte vector each, and the bytes they took.
+///
+/// # Errors
+/// A message when the bytes do not decode with the given coders.
+pub fn split_prefix(
+    value_coder: &Coder,
+    window_coder: &Coder,
+    bytes: &[u8],
+    max_bytes: usize,
+) -> Result<(Vec<Vec<u8>>, usize), String> {
     let mut out = Vec::new();
     let mut pos = 0;
     while pos < bytes.len() {
-        let (_, used) = WindowedValue::decode(value_coder, window_coder, &bytes[pos..])
+        let used = WindowedValue::encoded_len(value_coder, window_coder, &bytes[pos..])
             .map_err(|e| e.to_string())?;
+        if pos > 0 && pos + used > max_bytes {
+            break;
+        }
         out.push(bytes[pos..pos + used].to_vec());
         pos += used;
     }
-    Ok(out)
+    Ok((out, pos))
 }
 
 /// The one element `beam:transform:impulse:v1` emits: an empty byte array in
@@ -60,5 +78,52 @@ mod tests {
         two.extend_from_slice(&one);
         let parts = split_elements(&Coder::Bytes, &Coder::GlobalWindow, &two).unwrap();
         assert_eq!(parts, vec![one.clone(), one]);
+    }
+
+    #[test]
+    fn split_prefix_stops_at_max_bytes_but_takes_one() {
+        let element = |windows: Vec<Window>, value: &[u8]| {
+            let mut out = Vec::new();
+            WindowedValue {
+                timestamp: Timestamp(7),
+                windows,
+                pane: PaneInfo::NO_FIRING,
+                value: value.to_vec(),
+            }
+            .encode(&mut out);
+            out
+        };
+        let interval = |a, b| Window::Interval {
+            start: Timestamp(a),
+            end: Timestamp(b),
+        };
+        let mut lp = vec![3];
+        lp.extend_from_slice(b"abc");
+        let parts = [
+            element(vec![interval(0, 10)], &lp),
+            element(vec![interval(0, 10), interval(5, 15)], &[0]),
+            element(vec![], &[1, 9]),
+        ];
+        let bytes = parts.concat();
+        let (vc, wc) = (Coder::Bytes, Coder::IntervalWindow);
+        // Measured lengths agree with a full decode.
+        for p in &parts {
+            assert_eq!(
+                WindowedValue::encoded_len(&vc, &wc, p).unwrap(),
+                WindowedValue::decode(&vc, &wc, p).unwrap().1
+            );
+        }
+        assert_eq!(split_elements(&vc, &wc, &bytes).unwrap(), parts.to_vec());
+        let first_two = parts[0].len() + parts[1].len();
+        assert_eq!(
+            split_prefix(&vc, &wc, &bytes, first_two).unwrap(),
+            (parts[..2].to_vec(), first_two)
+        );
+        assert_eq!(
+            split_prefix(&vc, &wc, &bytes, 1).unwrap(),
+            (parts[..1].to_vec(), parts[0].len())
+        );
+        assert_eq!(split_prefix(&vc, &wc, &[], 1).unwrap(), (vec![], 0));
+        assert!(split_prefix(&vc, &wc, &bytes[..bytes.len() - 1], usize::MAX).is_err());
     }
 }

@@ -122,6 +122,27 @@ impl WindowedValue {
         ))
     }
 
+    /// Byte length of the first windowed value (as [`WindowedValue::decode`]
+    /// reads it) in `bytes`, measured without copying its value or window
+    /// list.
+    ///
+    /// # Errors
+    /// As [`WindowedValue::decode`]: truncated bytes, undecodable windows or
+    /// pane, a value `value_coder` cannot measure.
+    pub fn encoded_len(value_coder: &Coder, window_coder: &Coder, bytes: &[u8]) -> Result<usize> {
+        let (_, mut pos) = Timestamp::decode(bytes)?;
+        let rest = &bytes[pos..];
+        if rest.get(..4) == Some(&1i32.to_be_bytes()[..]) {
+            // One window, the common case: no window list built.
+            pos += 4 + Window::decode(window_coder, &rest[4..])?.1;
+        } else {
+            pos += decode_windows(window_coder, rest)?.1;
+        }
+        pos += PaneInfo::encoded_len(&bytes[pos..])?;
+        pos += value_coder.encoded_len(&bytes[pos..])?;
+        Ok(pos)
+    }
+
     /// Append the `windowed_value` encoding: timestamp (8 bytes), 4-byte BE
     /// window count, each window ([`Window::encode`]), pane, then the raw
     /// `value` bytes unchanged (header then raw value bytes).

@@ -26,7 +26,7 @@ use weir_graph::SdkStage;
 use super::{Element, Elements, TaggedElements};
 use crate::bundle::{BundleRequest, BundleResult};
 use crate::dataflow::{JobContext, StageStatus};
-use crate::elements::split_elements;
+use crate::elements::split_prefix;
 use crate::group_by_key::GroupByKeyBuffer;
 use crate::side_input::{SideInputSpec, SideInputs};
 use crate::time::{wall_millis, watermark_of, Time};
@@ -43,12 +43,17 @@ use bundles::{cut_bundle, BundleLimits};
 use expiry::{drop_expired, set_expiration_timers};
 use residuals::{residual_hold, resume_at};
 use sides::{release_ready, side_specs};
+use state::Emission;
 
 /// The operator's state, held under timely capabilities.
 type State = state::SdkState<Capability<Time>>;
 
 /// Most rounds of timer firings a stage may take before Weir calls it a loop.
 const MAX_TIMER_ROUNDS: u64 = 100_000;
+
+/// Most bytes of completed bundles' outputs an SDK stage turns into
+/// elements and gives downstream per activation.
+const EMIT_BYTES_PER_ACTIVATION: usize = 8 << 20;
 
 /// What the harness reports about a bundle in flight.
 enum BundleEvent {
@@ -243,6 +248,7 @@ pub(crate) fn sdk_stage<'s>(
                 st.pending.clear();
                 st.delayed.clear();
                 st.in_flight.clear();
+                st.emitting.clear();
                 st.timer_hold = None;
                 return;
             }
@@ -274,22 +280,14 @@ pub(crate) fn sdk_stage<'s>(
                 let Some(cap) = st.in_flight.remove(&id) else { continue };
                 match result {
                     Ok(r) => {
-                        let mut session = output.session(&cap);
-                        let mut emitted = 0;
-                        for (port, bytes) in r.outputs.iter().enumerate() {
-                            let Some(&pc) = sdk.outputs.get(port) else { continue };
-                            let info = &ctx.graph.pcollections[pc];
-                            match split_elements(&info.value_coder, &info.window_coder, bytes) {
-                                Ok(elements) => {
-                                    emitted += elements.len();
-                                    session.give_iterator(elements.into_iter().map(|e| (port as u32, e)))
-                                }
-                                Err(message) => ctx.fail(EngineError::BadData { stage: name.clone(), pcollection: info.id.clone(), message }),
+                        ctx.count(stage_index, 0, 0, 1);
+                        tracing::debug!(stage = %name, timers = ?r.timers.iter().map(|t| t.iter().map(|b| format!("{b:02x}")).collect::<String>()).collect::<Vec<_>>(), outputs = ?r.outputs.iter().map(|o| o.len()).collect::<Vec<_>>(), "bundle done");
+                        // Outputs go downstream below, under the bundle's hold.
+                        for (port, bytes) in r.outputs.into_iter().enumerate() {
+                            if !bytes.is_empty() && port < sdk.outputs.len() {
+                                st.emitting.push_back(Emission { hold: cap.clone(), port, bytes, pos: 0 });
                             }
                         }
-                        drop(session);
-                        ctx.count(stage_index, 0, emitted, 1);
-                        tracing::debug!(stage = %name, timers = ?r.timers.iter().map(|t| t.iter().map(|b| format!("{b:02x}")).collect::<String>()).collect::<Vec<_>>(), outputs = ?r.outputs.iter().map(|o| o.len()).collect::<Vec<_>>(), "bundle done");
                         for (family, bytes) in r.timers.iter().enumerate() {
                             if let Err(message) = st.timers.apply(family, bytes) {
                                 ctx.fail(EngineError::BadData { stage: name.clone(), pcollection: "timers".into(), message });
@@ -311,6 +309,33 @@ pub(crate) fn sdk_stage<'s>(
                     }
                     Err(message) => ctx.fail(EngineError::BundleFailed { stage: ctx.graph.stages[stage_index].id.clone(), message }),
                 }
+            }
+            // Completed bundles' outputs, at most EMIT_BYTES_PER_ACTIVATION
+            // of them now: downstream (a GroupByKey that spills, say) takes
+            // them before the next slice becomes elements.
+            let mut budget = EMIT_BYTES_PER_ACTIVATION;
+            while budget > 0 {
+                let Some(em) = st.emitting.front_mut() else { break };
+                let info = &ctx.graph.pcollections[sdk.outputs[em.port]];
+                match split_prefix(&info.value_coder, &info.window_coder, &em.bytes[em.pos..], budget) {
+                    Ok((elements, used)) => {
+                        em.pos += used;
+                        budget = budget.saturating_sub(used.max(1));
+                        ctx.count(stage_index, 0, elements.len(), 0);
+                        let port = em.port as u32;
+                        output.session(&em.hold).give_iterator(elements.into_iter().map(|e| (port, e)));
+                        if em.pos >= em.bytes.len() {
+                            st.emitting.pop_front();
+                        }
+                    }
+                    Err(message) => {
+                        ctx.fail(EngineError::BadData { stage: name.clone(), pcollection: info.id.clone(), message });
+                        st.emitting.pop_front();
+                    }
+                }
+            }
+            if !st.emitting.is_empty() {
+                wakeup.activate();
             }
             if ctx.stopped() {
                 return;

@@ -44,6 +44,20 @@ pub(super) struct SdkState<H> {
     pub(super) timer_rounds: u64,
     /// The watermark user state was last garbage-collected at.
     pub(super) state_expired_to: Timestamp,
+    /// Outputs of completed bundles not yet given downstream, in order.
+    pub(super) emitting: VecDeque<Emission<H>>,
+}
+
+/// One output stream of a completed bundle, given downstream a slice per
+/// activation (so a large output is not turned into elements all at once).
+pub(super) struct Emission<H> {
+    /// The completed bundle's hold: downstream waits for what is left.
+    pub(super) hold: H,
+    /// The output port (index into `SdkStage::outputs`).
+    pub(super) port: usize,
+    /// Concatenated encoded windowed values; `pos` of them given so far.
+    pub(super) bytes: Vec<u8>,
+    pub(super) pos: usize,
 }
 
 impl<H> SdkState<H> {
@@ -63,6 +77,7 @@ impl<H> SdkState<H> {
             timer_hold: None,
             timer_rounds: 0,
             state_expired_to: Timestamp(i64::MIN),
+            emitting: VecDeque::new(),
         }
     }
 }
