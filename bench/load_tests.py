@@ -15,9 +15,9 @@ and prints per test the wall time of the client process on each runner, their
 ratio, whether it succeeded on each, the load test's own `runtime` metric
 (max - min of the MeasureTime distribution, whole seconds; '-' when the runner
 reported no such metric), and CPU seconds: the runner's (the job server
-process alone) and the SDK's (the client process tree, plus the SDK workers
-a Weir server starts under PROCESS; all of DirectRunner), sampled every
-0.1 s, so the last 0.1 s of a process can be missed.
+process alone, sampled every 0.1 s) and the SDK's (the client process tree
+as the kernel counts it once reaped, plus the SDK workers a Weir server starts
+under PROCESS, reaped or alive at the end; all of DirectRunner).
 
 Each test is run the way Beam documents it,
     python -m apache_beam.testing.load_tests.<module> --test-pipeline-options="..."
@@ -40,11 +40,14 @@ import argparse
 import json
 import os
 import re
+import resource
 import shlex
 import shutil
 import subprocess
 import sys
 import time
+
+import psutil
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH)
@@ -138,6 +141,12 @@ def metrics(text):
 
 
 # --- runs -------------------------------------------------------------------------
+def children_cpu():
+  """CPU seconds of this process's reaped children (and their reaped descendants)."""
+  r = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return r.ru_utime + r.ru_stime
+
+
 def run_client(py, module, opts, out_dir, timeout, server=None):
   log_path = os.path.join(out_dir, 'client.log')
   args = [py, os.path.abspath(__file__), '--child', module,
@@ -145,6 +154,8 @@ def run_client(py, module, opts, out_dir, timeout, server=None):
   with open(log_path, 'w') as f:
     f.write('$ %s\n\n' % shlex.join(args))
   with open(log_path, 'ab') as out:
+    client_cpu0 = children_cpu()
+    server_reaped0 = wb.reaped_children_cpu(psutil.Process(server.pid)) if server else 0.0
     start = time.monotonic()
     client = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL, cwd=out_dir)
@@ -152,23 +163,33 @@ def run_client(py, module, opts, out_dir, timeout, server=None):
     sampler.runner.sample([sampler.weir_proc] if server else [])
     sampler.runner.set_baseline()
     timed_out = False
-    while client.poll() is None:
+    while True:
       sampler.sample()
+      try:
+        client.wait(timeout=0.1)
+        break
+      except subprocess.TimeoutExpired:
+        pass
       if time.monotonic() - start > timeout:
         client.kill()
         client.wait()
         timed_out = True
         break
-      time.sleep(0.1)
     rc = None if timed_out else client.returncode
     wall = time.monotonic() - start
+    # The client and its descendants, reaped now: CPU as the kernel counts it.
+    client_cpu = children_cpu() - client_cpu0
+    sdk_cpu = client_cpu
     if server:
       sampler.runner.sample([sampler.weir_proc])
-      sampler.sdk.sample(wb.descendants(sampler.weir_proc))
+      # A PROCESS server's SDK workers: those it reaped, plus those alive.
+      alive = wb.Group()
+      alive.sample(wb.descendants(sampler.weir_proc))
+      sdk_cpu += (wb.reaped_children_cpu(sampler.weir_proc) - server_reaped0
+                  + sum(alive.cpu_by_proc.values()))
   text = read(log_path)
   r = dict(wall=wall, ok=(rc == 0), log=log_path, metrics=metrics(text),
-           runner_cpu=sampler.runner.cpu() if server else None,
-           sdk_cpu=sampler.client.cpu() + (sampler.sdk.cpu() if server else 0.0))
+           runner_cpu=sampler.runner.cpu() if server else None, sdk_cpu=sdk_cpu)
   if timed_out:
     r['error'] = 'TIMEOUT after %.0f s' % timeout
   elif rc != 0:

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 mod jobs;
 
-/// mimalloc for every allocation of the process (elements, keys, buffered
+/// mimalloc for every Rust allocation of the process (elements, keys, buffered
 /// groups are many small buffers; glibc malloc spent a quarter of a
 /// GroupByKey's runner CPU in its own bookkeeping).
 #[global_allocator]

@@ -340,11 +340,9 @@ impl Inner {
                 }
             }
         }
-        let mut outputs: Vec<Vec<u8>> =
-            std::mem::take(&mut bundle.outputs.lock().unwrap_or_else(|p| p.into_inner()).0)
-                .into_iter()
-                .map(ByteChunks::into_bytes)
-                .collect();
+        let streams =
+            std::mem::take(&mut bundle.outputs.lock().unwrap_or_else(|p| p.into_inner()).0);
+        let mut outputs: Vec<Vec<u8>> = streams.into_iter().map(ByteChunks::into_bytes).collect();
         let timers = outputs.split_off(sinks.min(outputs.len()));
         Ok(BundleResult {
             outputs,

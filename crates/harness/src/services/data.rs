@@ -93,4 +93,3 @@ impl beam::beam_fn_data_server::BeamFnData for DataService {
         )))
     }
 }
-
