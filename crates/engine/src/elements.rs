@@ -2,18 +2,6 @@
 
 use weir_model::{Coder, PaneInfo, Timestamp, Window, WindowedValue};
 
-/// Splits concatenated encoded windowed values into one byte vector per element.
-///
-/// # Errors
-/// A message when the bytes do not decode with the given coders.
-pub fn split_elements(
-    value_coder: &Coder,
-    window_coder: &Coder,
-    bytes: &[u8],
-) -> Result<Vec<Vec<u8>>, String> {
-    Ok(split_prefix(value_coder, window_coder, bytes, usize::MAX)?.0)
-}
-
 /// The leading elements of concatenated encoded windowed values, at most
 /// `max_bytes` of them (but at least one when `bytes` is not empty), one
 /// byte vector each, and the bytes they took.
@@ -76,7 +64,7 @@ mod tests {
         let one = impulse_element(&Coder::Bytes);
         let mut two = one.clone();
         two.extend_from_slice(&one);
-        let parts = split_elements(&Coder::Bytes, &Coder::GlobalWindow, &two).unwrap();
+        let (parts, _) = split_prefix(&Coder::Bytes, &Coder::GlobalWindow, &two, usize::MAX).unwrap();
         assert_eq!(parts, vec![one.clone(), one]);
     }
 
@@ -113,7 +101,7 @@ mod tests {
                 WindowedValue::decode(&vc, &wc, p).unwrap().1
             );
         }
-        assert_eq!(split_elements(&vc, &wc, &bytes).unwrap(), parts.to_vec());
+        assert_eq!(split_prefix(&vc, &wc, &bytes, usize::MAX).unwrap(), (parts.to_vec(), bytes.len()));
         let first_two = parts[0].len() + parts[1].len();
         assert_eq!(
             split_prefix(&vc, &wc, &bytes, first_two).unwrap(),
