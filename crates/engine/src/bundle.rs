@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::side_input::SideInputs;
+use crate::user_state::{CellCount, UserState};
 
 /// One bundle for an SDK stage.
 pub struct BundleRequest {
@@ -25,6 +26,11 @@ pub struct BundleRequest {
     /// Timers to deliver, per timer family of the stage (same order as
     /// `SdkStage::timer_families`): concatenated encoded `beam:coder:timer:v1` values.
     pub timers: Vec<Vec<u8>>,
+    /// The user state of the keys this stage's operator owns on its timely
+    /// worker (see [`crate::user_state`]): the bundle reads and writes it
+    /// through a `BundleUserState`, committed only when the bundle succeeds.
+    /// A stage that is not stateful gets a store that stays empty.
+    pub user_state: Arc<UserState>,
     /// Hands residuals of a split of the running bundle (encoded windowed
     /// values of the stage input) back to the engine before the bundle ends.
     pub on_split: Arc<dyn Fn(Vec<Vec<u8>>) + Send + Sync>,
@@ -59,24 +65,26 @@ pub trait BundleProcessor: Send + Sync + 'static {
     /// traceback when user code raised).
     fn process_bundle(&self, request: BundleRequest, done: Completion);
 
-    /// Garbage-collects the user state of stateful SDK stage `stage` (its
-    /// index in the graph): deletes, for every key, the state of each window
-    /// whose garbage-collection time has passed, i.e. with
-    /// `window.max_timestamp() + allowed_lateness_ms < input_watermark`
-    /// (the allowed lateness of the stage input's windowing strategy), as
-    /// Beam's `StatefulDoFnRunner` and Dataflow do. `input_watermark` is an
-    /// event time in milliseconds; `i64::MAX` ms means the input is done.
-    /// The global window and custom windows (whose max timestamp the runner
-    /// cannot know) never expire here: their state lives until the job ends.
+    /// Told after the engine garbage-collected the user state of stateful
+    /// SDK stage `stage` (its index in the graph) on one timely worker at
+    /// input watermark `input_watermark` (event time, ms; `i64::MAX` once
+    /// the input is done): `removed` cells went, and `cells` counts what the
+    /// job holds in this process now (see [`UserState::expire`]). For
+    /// metrics; the default does nothing.
     ///
-    /// The engine calls this in streaming jobs only (in batch the watermark
-    /// jumps to the end of input once, and the state goes with the job), and
-    /// only when no bundle of the stage is running or waiting and no timer is
-    /// ready, with the input watermark held back to the earliest hold of the
-    /// stage's pending timers, so a window's end-of-window timers have run
-    /// (and read its state) before its state goes. The default does nothing
-    /// (a processor without user state).
-    fn expire_user_state(&self, stage: usize, input_watermark: weir_model::Timestamp) {
-        let _ = (stage, input_watermark);
+    /// The engine expires state in streaming jobs only (in batch the
+    /// watermark jumps to the end of input once, and the state goes with the
+    /// job), and only when no bundle of the stage is running or waiting and
+    /// no timer is ready, with the input watermark held back to the earliest
+    /// hold of the stage's pending timers, so a window's end-of-window
+    /// timers have run (and read its state) before its state goes.
+    fn user_state_expired(
+        &self,
+        stage: usize,
+        input_watermark: weir_model::Timestamp,
+        removed: usize,
+        cells: &CellCount,
+    ) {
+        let _ = (stage, input_watermark, removed, cells);
     }
 }

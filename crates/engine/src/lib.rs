@@ -10,7 +10,9 @@
 //! per file (GroupByKey, TestStream, SDK stage); `time` maps Beam event
 //! times to timely times and holds the processing-time clock. The pure
 //! state machines the operators drive live in their own modules
-//! ([`group_by_key`], [`panes`], [`triggers`], [`side_input`], [`timers`]).
+//! ([`group_by_key`], [`panes`], [`triggers`], [`side_input`], [`timers`]),
+//! and so does user state ([`user_state`]: each stateful stage operator
+//! owns the state of the keys routed to its worker and lends it to bundles).
 //!
 //! Glossary (Beam's terms):
 //! - *element*: one encoded windowed value (`beam:coder:windowed_value:v1`).
@@ -38,6 +40,7 @@ mod spill;
 mod time;
 pub mod timers;
 pub mod triggers;
+pub mod user_state;
 
 pub use bundle::{BundleProcessor, BundleRequest, BundleResult, Completion};
 pub use dataflow::{run_job, Progress, StageCounts, StageProgress, StageStatus};

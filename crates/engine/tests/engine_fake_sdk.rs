@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use weir_engine::side_input::SideInputs;
+use weir_engine::user_state::{BundleUserState, CellCount, StateCell};
 use weir_engine::{
     run_job, BundleProcessor, BundleRequest, BundleResult, Completion, EngineConfig, EngineError,
 };
@@ -1262,7 +1263,7 @@ enum GcEvent {
     Element(String, i64, i64),
     /// A timer of (key, window start) fired and read this state.
     Timer(String, i64, Vec<i64>),
-    /// `expire_user_state(stage, watermark ms)`.
+    /// The engine expired user state: `user_state_expired(stage, watermark ms)`.
     Expire(usize, i64),
 }
 
@@ -1273,15 +1274,28 @@ const GC_LATENESS_MS: i64 = 5;
 /// each element in its 10 ms fixed window; Buffer is stateful, appends each
 /// value to the state of its (key, window) and sets an event-time timer at
 /// the end of the window (hold there too, as Python's SDK does), and on a
-/// timer reads that state. `expire_user_state` deletes state as Weir's
-/// harness does: windows whose max timestamp plus the lateness is below
-/// the watermark.
+/// timer reads that state. The state is the engine's (the bundle's
+/// `user_state`, written and committed as the harness does); the engine
+/// expires it, and `user_state_expired` logs when.
 #[derive(Clone)]
 struct GcSdk {
     window_stage: usize,
     buffer_stage: usize,
-    state: Arc<Mutex<BTreeMap<(String, i64), Vec<i64>>>>,
     log: Arc<Mutex<Vec<GcEvent>>>,
+    /// The job's live cells after the last expiry.
+    cells_left: Arc<Mutex<Option<usize>>>,
+}
+
+/// The bag cell of `key` in `window` of the Buffer transform.
+fn buffer_cell(key: &str, window: &Window) -> StateCell {
+    let mut encoded = Vec::new();
+    window.encode(&mut encoded);
+    StateCell {
+        transform_id: "Buffer-transform".into(),
+        state_id: "values".into(),
+        window: encoded,
+        key: string(key),
+    }
 }
 
 fn fixed_window(ts: i64) -> Window {
@@ -1344,7 +1358,7 @@ impl GcSdk {
         }
         assert_eq!(request.stage, self.buffer_stage);
         let mut timers = Vec::new();
-        let mut state = self.state.lock().unwrap();
+        let state = BundleUserState::new(request.user_state.clone());
         let mut log = self.log.lock().unwrap();
         for bytes in &request.input {
             let (wv, _) =
@@ -1353,17 +1367,22 @@ impl GcSdk {
             let Window::Interval { start, .. } = wv.windows[0] else {
                 panic!("not an interval window")
             };
-            state.entry((k.clone(), start.0)).or_default().push(v);
+            state.append(&buffer_cell(&k, &wv.windows[0]), &varint(v));
             log.push(GcEvent::Element(k.clone(), start.0, v));
             timers.extend(end_of_window_timer(&k, &wv.windows[0]));
         }
         for (key, start) in request.timers.iter().flat_map(|t| read_timers(t)) {
-            let read = state
-                .get(&(key.clone(), start))
-                .cloned()
-                .unwrap_or_default();
+            let window = fixed_window(start);
+            let mut bytes = &state.get(&buffer_cell(&key, &window))[..];
+            let mut read = Vec::new();
+            while !bytes.is_empty() {
+                let (v, n) = read_varint(bytes);
+                read.push(v);
+                bytes = &bytes[n..];
+            }
             log.push(GcEvent::Timer(key, start, read));
         }
+        state.commit();
         result.timers = vec![timers];
         result
     }
@@ -1375,20 +1394,23 @@ impl BundleProcessor for GcSdk {
         std::thread::spawn(move || done(Ok(sdk.run(&request))));
     }
 
-    fn expire_user_state(&self, stage: usize, input_watermark: Timestamp) {
+    fn user_state_expired(
+        &self,
+        stage: usize,
+        input_watermark: Timestamp,
+        _removed: usize,
+        cells: &CellCount,
+    ) {
         self.log
             .lock()
             .unwrap()
             .push(GcEvent::Expire(stage, input_watermark.0));
-        self.state
-            .lock()
-            .unwrap()
-            .retain(|(_, start), _| start + GC_WINDOW_MS - 1 + GC_LATENESS_MS >= input_watermark.0);
+        *self.cells_left.lock().unwrap() = Some(cells.live());
     }
 }
 
-/// A streaming stateful stage asks for its expired windows' state to be
-/// deleted while the job runs, never before the window's end-of-window
+/// A streaming stateful stage deletes its expired windows' user state while
+/// the job runs, never before the window's end-of-window
 /// timers ran (also a timer that a late element re-armed within the allowed
 /// lateness), and never for a window that still gets elements.
 #[test]
@@ -1447,8 +1469,8 @@ fn user_state_expires_after_its_windows_timers() {
     let sdk = GcSdk {
         window_stage,
         buffer_stage,
-        state: Arc::default(),
         log: Arc::default(),
+        cells_left: Arc::default(),
     };
     let (tx, rx) = mpsc::channel();
     let processor = sdk.clone();
@@ -1521,7 +1543,8 @@ fn user_state_expires_after_its_windows_timers() {
         "{log:?}"
     );
     assert!(!log.contains(&GcEvent::Element(a("a"), 0, 8)), "{log:?}");
-    assert!(sdk.state.lock().unwrap().is_empty());
+    // The engine deleted every window's state by the end of input.
+    assert_eq!(*sdk.cells_left.lock().unwrap(), Some(0), "{log:?}");
 }
 
 /// Streaming: a main element waits for its global-window side input (even
@@ -1750,7 +1773,7 @@ fn test_stream_outputs_advance_their_watermarks_on_their_own() {
     }
     let mut graph = (*g.build()).clone();
     graph.streaming = true;
-    let sdk = GcSdk { window_stage, buffer_stage, state: Arc::default(), log: Arc::default() };
+    let sdk = GcSdk { window_stage, buffer_stage, log: Arc::default(), cells_left: Arc::default() };
     let (tx, rx) = mpsc::channel();
     let processor = sdk.clone();
     std::thread::spawn(move || {

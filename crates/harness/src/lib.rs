@@ -19,7 +19,6 @@ pub mod registry;
 pub mod resolve;
 pub mod services;
 pub mod state_values;
-pub mod user_state;
 
 pub use bundle::JobWorkers;
 pub use error::{HarnessError, Result};

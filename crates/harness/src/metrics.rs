@@ -9,6 +9,16 @@ use std::sync::Mutex;
 use weir_model::varint::{decode_varint, encode_varint};
 use weir_proto::{beam, urns::monitoring as m};
 
+/// Live user-state cells of a job (`beam:metrics:latest_int64:v1`, no
+/// labels): bag, multimap and ordered-list cells, each one (transform, state
+/// id, window, key) with at least one value. Reported by GetJobMetrics once
+/// a stateful stage committed a bundle.
+pub const LIVE_CELLS_URN: &str = "weir:metric:user_state:live_cells:v1";
+/// The most live user-state cells the job had at once
+/// (`beam:metrics:latest_int64:v1`, no labels): with expiry, a streaming job
+/// holds the state of its open windows only, not of every window it saw.
+pub const PEAK_LIVE_CELLS_URN: &str = "weir:metric:user_state:peak_live_cells:v1";
+
 type Key = (String, String, BTreeMap<String, String>);
 
 /// Aggregated MonitoringInfos of one job, and its failed bundle attempts.

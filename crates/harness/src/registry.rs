@@ -134,7 +134,7 @@ pub(crate) struct BundleState {
     pub split_handed_over: std::sync::atomic::AtomicBool,
 }
 
-pub use crate::user_state::{BundleUserState, UserState};
+pub use weir_engine::user_state::{BundleUserState, UserState};
 
 /// One output stream of a bundle as received: its `Elements.Data` (or
 /// `Elements.Timers`) chunks, kept as they came so a large output is not

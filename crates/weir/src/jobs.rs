@@ -439,10 +439,10 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
                 "  metrics: {} MonitoringInfos, {user} of them user metrics",
                 metrics.len()
             );
-            if let Some(cells) = value(weir_harness::user_state::LIVE_CELLS_URN) {
+            if let Some(cells) = value(weir_harness::metrics::LIVE_CELLS_URN) {
                 println!(
                     "  user state: {cells} live cell(s), peak {} (state of expired windows is deleted)",
-                    value(weir_harness::user_state::PEAK_LIVE_CELLS_URN).unwrap_or(cells)
+                    value(weir_harness::metrics::PEAK_LIVE_CELLS_URN).unwrap_or(cells)
                 );
             }
             let rows = stage_rows(&metrics);

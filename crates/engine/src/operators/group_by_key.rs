@@ -162,6 +162,7 @@ pub(crate) fn group_by_key<'s>(
                             side_input_generation: 0,
                             timers: vec![],
                             on_split: Arc::new(|_| {}),
+                            user_state: Arc::default(),
                         },
                         Box::new(move |result| {
                             *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);

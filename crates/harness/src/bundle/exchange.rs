@@ -396,6 +396,7 @@ mod tests {
             side_input_generation: 0,
             timers: vec![],
             on_split: Arc::new(|_| {}),
+            user_state: Arc::default(),
         };
         let (lineage, version) = request.side_inputs.identity();
         let token = format!("job-1/side/{lineage}/{version}").into_bytes();

@@ -17,7 +17,8 @@ use weir_proto::beam;
 
 use crate::environment::SdkHarnesses;
 use crate::metrics::JobMetrics;
-use crate::registry::{BundleState, BundleUserState, ByteChunks, FnApi, UserState};
+use crate::registry::{BundleState, BundleUserState, ByteChunks, FnApi};
+use weir_engine::user_state::CellCount;
 
 mod exchange;
 mod policy;
@@ -57,7 +58,6 @@ struct Inner {
     harnesses: Arc<SdkHarnesses>,
     runtime: tokio::runtime::Handle,
     metrics: Arc<JobMetrics>,
-    user_state: Arc<UserState>,
     /// Serializes reports of the live user-state cell count, so the last
     /// report is the last count; holds the timestamp (ms) of the last one.
     state_report: Mutex<i64>,
@@ -85,7 +85,6 @@ impl JobWorkers {
                 harnesses,
                 runtime,
                 metrics,
-                user_state: Arc::default(),
                 state_report: Mutex::new(0),
                 policy,
             }),
@@ -107,36 +106,27 @@ impl BundleProcessor for JobWorkers {
         });
     }
 
-    /// Deletes the user state of the stage's expired windows (see
-    /// [`UserState::expire`]). Cells are those of the transforms reading the
-    /// stage input (`residual_transform_ids`): a stateful DoFn always starts
-    /// a stage (fusion), so they hold every stateful transform of the stage,
-    /// and the stage input's window coder and allowed lateness are theirs.
-    fn expire_user_state(&self, stage: usize, input_watermark: weir_model::Timestamp) {
-        let Some(StageKind::Sdk(s)) = self.inner.graph.stages.get(stage).map(|s| &s.kind) else {
-            return;
-        };
-        let Some(input) = self.inner.graph.pcollections.get(s.input) else {
-            return;
-        };
-        let removed = self.inner.user_state.expire(
-            &s.residual_transform_ids,
-            &input.window_coder,
-            input.windowing.allowed_lateness_ms,
-            input_watermark,
-        );
+    /// Reports the job's live user-state cells once the engine deleted some.
+    fn user_state_expired(
+        &self,
+        stage: usize,
+        input_watermark: weir_model::Timestamp,
+        removed: usize,
+        cells: &CellCount,
+    ) {
         if removed > 0 {
-            tracing::debug!(job = %self.inner.job_id, stage = %self.inner.graph.stages[stage].name, removed, watermark = input_watermark.millis(), "expired user state");
-            self.inner.report_state_cells();
+            let name = self.inner.graph.stages.get(stage).map_or("?", |s| s.name.as_str());
+            tracing::debug!(job = %self.inner.job_id, stage = %name, removed, watermark = input_watermark.millis(), "expired user state");
+            self.inner.report_state_cells(cells);
         }
     }
 }
 
 impl Inner {
-    /// Reports the job's live user-state cells and their peak as the
-    /// [`crate::user_state::LIVE_CELLS_URN`] and
-    /// [`crate::user_state::PEAK_LIVE_CELLS_URN`] gauges of its metrics.
-    fn report_state_cells(&self) {
+    /// Reports the job's live user-state cells and their peak (`cells`, the
+    /// job's count in this process) as the [`crate::metrics::LIVE_CELLS_URN`]
+    /// and [`crate::metrics::PEAK_LIVE_CELLS_URN`] gauges of its metrics.
+    fn report_state_cells(&self, cells: &CellCount) {
         let mut last = self.state_report.lock().unwrap_or_else(|p| p.into_inner());
         // Gauges keep the report with the latest timestamp: never go back.
         let now = std::time::SystemTime::now()
@@ -156,14 +146,8 @@ impl Inner {
             }
         };
         self.metrics.add(&[
-            gauge(
-                crate::user_state::LIVE_CELLS_URN,
-                self.user_state.live_cells(),
-            ),
-            gauge(
-                crate::user_state::PEAK_LIVE_CELLS_URN,
-                self.user_state.peak_cells(),
-            ),
+            gauge(crate::metrics::LIVE_CELLS_URN, cells.live()),
+            gauge(crate::metrics::PEAK_LIVE_CELLS_URN, cells.peak()),
         ]);
     }
 }
@@ -251,7 +235,7 @@ impl Inner {
             worker_id: worker.id.clone(),
             descriptor_id: JobWorkers::descriptor_id(&self.job_id, &request.stage_id),
             side_inputs: request.side_inputs.clone(),
-            user_state: BundleUserState::new(self.user_state.clone()),
+            user_state: BundleUserState::new(request.user_state.clone()),
             sink_index: stage
                 .output_transform_ids
                 .iter()
@@ -299,7 +283,7 @@ impl Inner {
             Ok(r) => {
                 bundle.user_state.commit();
                 if stage.stateful {
-                    self.report_state_cells();
+                    self.report_state_cells(request.user_state.count());
                 }
                 Ok(r)
             }

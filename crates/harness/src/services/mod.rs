@@ -163,7 +163,15 @@ mod tests {
             all_last: tokio::sync::Notify::new(),
             split_handed_over: Default::default(),
         });
-        b.user_state.append(&bag(), b"job-a secret state");
+        b.user_state.append(
+            &weir_engine::user_state::StateCell {
+                transform_id: "t".into(),
+                state_id: "bag".into(),
+                window: vec![],
+                key: vec![1, b'k'],
+            },
+            b"job-a secret state",
+        );
         fn_api
             .bundles
             .lock()

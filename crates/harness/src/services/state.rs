@@ -2,8 +2,9 @@
 //! materialized views (`IterableSideInput`, `MultimapSideInput`,
 //! `MultimapKeysSideInput`, `MultimapKeysValuesSideInput`) and user state
 //! (`BagUserState`, `MultimapUserState`, `MultimapKeysUserState`,
-//! `MultimapEntriesUserState`, `OrderedListUserState`; see
-//! [`crate::user_state`]).
+//! `MultimapEntriesUserState`, `OrderedListUserState`), read and written
+//! through the bundle's view of the engine's user state
+//! ([`weir_engine::user_state`]).
 //! A state stream needs the `worker_id` header of a registered worker, and
 //! answers only for bundles issued to that worker.
 
@@ -20,7 +21,7 @@ use weir_proto::beam::state_response::Response;
 
 use crate::registry::FnApi;
 use crate::state_values::{multimap_value_shape, ValueShape};
-use crate::user_state::BundleUserState;
+use weir_engine::user_state::{BundleUserState, ListRange, MapKey, StateCell};
 
 /// The state service.
 pub struct StateService(pub Arc<FnApi>);
@@ -39,6 +40,38 @@ fn get(data: Vec<u8>) -> Response {
 const APPENDED: Response = Response::Append(beam::StateAppendResponse {});
 const CLEARED: Response = Response::Clear(beam::StateClearResponse {});
 
+/// The engine's cell of a user-state key: (transform id, state id,
+/// window, key), the fields every `StateKey.*UserState` has.
+fn cell(transform_id: &str, state_id: &str, window: &[u8], key: &[u8]) -> StateCell {
+    StateCell {
+        transform_id: transform_id.to_string(),
+        state_id: state_id.to_string(),
+        window: window.to_vec(),
+        key: key.to_vec(),
+    }
+}
+
+/// The cell and map key of a `MultimapUserState` key.
+fn map_key(k: &beam::state_key::MultimapUserState) -> MapKey {
+    MapKey {
+        cell: cell(&k.transform_id, &k.user_state_id, &k.window, &k.key),
+        map_key: k.map_key.clone(),
+    }
+}
+
+/// The cell and sort keys of an `OrderedListUserState` key: its `range`
+/// (`[start, end)`), or every sort key when the key has none.
+fn list_range(k: &beam::state_key::OrderedListUserState) -> ListRange {
+    use std::ops::Bound;
+    ListRange {
+        cell: cell(&k.transform_id, &k.user_state_id, &k.window, &k.key),
+        range: match k.range {
+            Some(r) => (Bound::Included(r.start), Bound::Excluded(r.end)),
+            None => (Bound::Unbounded, Bound::Unbounded),
+        },
+    }
+}
+
 /// Serves a user-state request from the bundle's view of user state, or
 /// returns `None` for a key that is not user state. `value_shape` gives the
 /// shape of the values of a (transform id, state id)'s multimap, which
@@ -54,27 +87,34 @@ fn user_state(
     let unsupported = |what: &str| Err(format!("{what} is not supported on state key {key:?}"));
     Some(match (key, op) {
         (_, None) => Err("state request without an operation".into()),
-        (Key::BagUserState(k), Some(R::Get(_))) => Ok(get(state.get(k))),
-        (Key::BagUserState(k), Some(R::Append(a))) => {
-            state.append(k, &a.data);
-            Ok(APPENDED)
+        (Key::BagUserState(k), Some(op)) => {
+            let c = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+            match op {
+                R::Get(_) => Ok(get(state.get(&c))),
+                R::Append(a) => {
+                    state.append(&c, &a.data);
+                    Ok(APPENDED)
+                }
+                R::Clear(_) => {
+                    state.clear(&c);
+                    Ok(CLEARED)
+                }
+            }
         }
-        (Key::BagUserState(k), Some(R::Clear(_))) => {
-            state.clear(k);
-            Ok(CLEARED)
-        }
-        (Key::MultimapUserState(k), Some(R::Get(_))) => Ok(get(state.multimap_get(k))),
+        (Key::MultimapUserState(k), Some(R::Get(_))) => Ok(get(state.multimap_get(&map_key(k)))),
         (Key::MultimapUserState(k), Some(R::Append(a))) => {
-            state.multimap_append(k, &a.data);
+            state.multimap_append(&map_key(k), &a.data);
             Ok(APPENDED)
         }
         (Key::MultimapUserState(k), Some(R::Clear(_))) => {
-            state.multimap_clear(k);
+            state.multimap_clear(&map_key(k));
             Ok(CLEARED)
         }
-        (Key::MultimapKeysUserState(k), Some(R::Get(_))) => Ok(get(state.multimap_keys(k))),
+        (Key::MultimapKeysUserState(k), Some(R::Get(_))) => Ok(get(
+            state.multimap_keys(&cell(&k.transform_id, &k.user_state_id, &k.window, &k.key)),
+        )),
         (Key::MultimapKeysUserState(k), Some(R::Clear(_))) => {
-            state.multimap_clear_all(k);
+            state.multimap_clear_all(&cell(&k.transform_id, &k.user_state_id, &k.window, &k.key));
             Ok(CLEARED)
         }
         (Key::MultimapKeysUserState(_), Some(R::Append(_))) => {
@@ -83,24 +123,22 @@ fn user_state(
         (Key::MultimapEntriesUserState(k), Some(R::Get(_))) => {
             value_shape(&k.transform_id, &k.user_state_id).and_then(|shape| {
                 state
-                    .multimap_entries(k, |values| shape.count(values))
+                    .multimap_entries(
+                        &cell(&k.transform_id, &k.user_state_id, &k.window, &k.key),
+                        |values| shape.count(values),
+                    )
                     .map(get)
             })
         }
         (Key::MultimapEntriesUserState(k), Some(R::Clear(_))) => {
-            state.multimap_clear_all(&beam::state_key::MultimapKeysUserState {
-                transform_id: k.transform_id.clone(),
-                user_state_id: k.user_state_id.clone(),
-                window: k.window.clone(),
-                key: k.key.clone(),
-            });
+            state.multimap_clear_all(&cell(&k.transform_id, &k.user_state_id, &k.window, &k.key));
             Ok(CLEARED)
         }
         (Key::MultimapEntriesUserState(_), Some(R::Append(_))) => {
             unsupported("Append (MultimapEntriesUserState allows only Get and Clear; append to a map key with MultimapUserState)")
         }
         (Key::OrderedListUserState(k), Some(R::Get(g))) => state
-            .ordered_list_get(k, &g.continuation_token, ORDERED_LIST_PAGE_BYTES)
+            .ordered_list_get(&list_range(k), &g.continuation_token, ORDERED_LIST_PAGE_BYTES)
             .map(|page| {
                 Response::Get(beam::StateGetResponse {
                     continuation_token: page.continuation_token,
@@ -108,10 +146,10 @@ fn user_state(
                 })
             }),
         (Key::OrderedListUserState(k), Some(R::Append(a))) => state
-            .ordered_list_append(k, &a.data)
+            .ordered_list_append(&list_range(k).cell, &a.data)
             .map(|()| APPENDED),
         (Key::OrderedListUserState(k), Some(R::Clear(_))) => {
-            state.ordered_list_clear(k);
+            state.ordered_list_clear(&list_range(k));
             Ok(CLEARED)
         }
         _ => return None,

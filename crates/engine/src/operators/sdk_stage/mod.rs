@@ -31,6 +31,7 @@ use crate::group_by_key::GroupByKeyBuffer;
 use crate::side_input::{SideInputSpec, SideInputs};
 use crate::time::{wall_millis, watermark_of, Time};
 use crate::timers::TimerStore;
+use crate::user_state::UserState;
 use crate::EngineError;
 
 mod bundles;
@@ -117,6 +118,9 @@ pub(crate) fn sdk_stage<'s>(
             sdk.side_inputs.len(),
             TimerStore::new(&sdk.timer_families),
         )));
+        // The user state of the keys routed to this worker (see crate::user_state).
+        let user_state = Arc::new(UserState::new(ctx.user_state_cells.clone()));
+        let submit_user_state = user_state.clone();
         let submit_stage_id = ctx.graph.stages[stage_index].id.clone();
         let drain_stage_id = sdk.drain_descriptor_id.clone();
         let submit_ctx = ctx.clone();
@@ -151,6 +155,7 @@ pub(crate) fn sdk_stage<'s>(
             let _ = split_activator.activate();
             });
             let request = BundleRequest {
+                user_state: submit_user_state.clone(),
                 on_split,
                 stage: stage_index,
                 stage_id,
@@ -414,18 +419,31 @@ pub(crate) fn sdk_stage<'s>(
             }
             st.refresh_timer_hold(None);
             // Garbage-collects the user state of expired windows (see
-            // BundleProcessor::expire_user_state): only while the stage is
-            // idle (no bundle reads or writes state meanwhile; a streaming
-            // job has one worker, so that covers every key), and at the input
-            // watermark held back to the earliest hold of the pending timers,
-            // so timers of a window (their hold is in the window) run with its
-            // state before it goes. Called again only when that moved.
+            // BundleProcessor::user_state_expired): only while the stage is
+            // idle (no bundle reads or writes state meanwhile), and at the
+            // input watermark held back to the earliest hold of the pending
+            // timers, so timers of a window (their hold is in the window) run
+            // with its state before it goes. Again only when that moved. The
+            // cells are those of the transforms reading the stage input: a
+            // stateful DoFn always starts a stage (fusion), so they hold every
+            // stateful transform of it, and the input's window coder and
+            // allowed lateness are theirs.
             if sdk.stateful && ctx.graph.streaming && st.pending.is_empty() && st.in_flight.is_empty() && st.delayed.is_empty() {
                 let watermark = watermark_of(frontier.frontier().as_ref());
                 let gc = st.timers.min_hold().map_or(watermark, |hold| hold.min(watermark));
                 if gc > st.state_expired_to {
                     st.state_expired_to = gc;
-                    ctx.processor.expire_user_state(stage_index, gc);
+                    let input = &ctx.graph.pcollections[sdk.input];
+                    let removed = user_state.expire(
+                        &sdk.residual_transform_ids,
+                        &input.window_coder,
+                        input.windowing.allowed_lateness_ms,
+                        gc,
+                    );
+                    if removed > 0 {
+                        tracing::debug!(stage = %name, removed, watermark = gc.millis(), "expired user state");
+                    }
+                    ctx.processor.user_state_expired(stage_index, gc, removed, user_state.count());
                 }
             }
             // Restrictions of a splittable DoFn go out in small bundles (see

@@ -1,5 +1,7 @@
-//! User state: the committed cells of a job and one bundle's buffered writes
-//! over them, for the user-state keys of `StateKey` in beam_fn_api.proto:
+//! User state: the committed cells of a stateful stage on one timely worker
+//! and one bundle's buffered writes over them, for the user-state keys of
+//! `StateKey` in beam_fn_api.proto (the harness maps each key to a
+//! [`StateCell`], with a map key or a sort-key range where the key has one):
 //!
 //! * `BagUserState` (`beam:user_state:bag:v1`): a bag of encoded values. The
 //!   Python SDK also keeps value, combining and set state in bags.
@@ -18,53 +20,50 @@
 //! through [`BundleUserState::commit`], called when the bundle succeeded, so
 //! a failed attempt leaves no trace and its retry duplicates nothing.
 //!
-//! State of a window is garbage-collected once the window expires
-//! ([`UserState::expire`]), as Beam's `StatefulDoFnRunner` and Dataflow do;
-//! [`UserState::live_cells`] counts what is left, reported per job as the
-//! [`LIVE_CELLS_URN`] MonitoringInfo.
+//! The engine owns the state: each SDK stage operator holds one [`UserState`]
+//! for the keys routed to its worker (stateful inputs are exchanged by key),
+//! hands it to every bundle in [`crate::BundleRequest::user_state`], and
+//! garbage-collects a window's state once the window expires
+//! ([`UserState::expire`]), as Beam's `StatefulDoFnRunner` and Dataflow do.
+//! The stores of a job in one process share a [`CellCount`], which the
+//! harness reports as the job's live-cell gauges.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use weir_model::varint::{decode_varint, encode_varint};
 use weir_model::{Coder, Timestamp, Window};
-use weir_proto::beam;
 
-/// Live user-state cells of a job (`beam:metrics:latest_int64:v1`, no
-/// labels): bag, multimap and ordered-list cells, each one (transform, state
-/// id, window, key) with at least one value. Reported by GetJobMetrics once
-/// a stateful stage committed a bundle.
-pub const LIVE_CELLS_URN: &str = "weir:metric:user_state:live_cells:v1";
-/// The most live user-state cells the job had at once
-/// (`beam:metrics:latest_int64:v1`, no labels): with expiry, a streaming job
-/// holds the state of its open windows only, not of every window it saw.
-pub const PEAK_LIVE_CELLS_URN: &str = "weir:metric:user_state:peak_live_cells:v1";
+/// One user-state cell: the fields every `StateKey.*UserState` message of
+/// beam_fn_api.proto has (`transform_id`, `user_state_id`, `window` and
+/// `key`, the last two as the SDK encoded them).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StateCell {
+    pub transform_id: String,
+    pub state_id: String,
+    pub window: Vec<u8>,
+    pub key: Vec<u8>,
+}
 
-/// One user-state cell: (transform id, state id, encoded window, encoded key),
-/// the fields every `StateKey.*UserState` message of beam_fn_api.proto has.
-type Cell = (String, String, Vec<u8>, Vec<u8>);
-
-fn cell(transform_id: &str, state_id: &str, window: &[u8], key: &[u8]) -> Cell {
-    (
-        transform_id.to_string(),
-        state_id.to_string(),
-        window.to_vec(),
-        key.to_vec(),
-    )
+/// One map key of a multimap cell (`StateKey.MultimapUserState`): the cell
+/// and the encoded map key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MapKey {
+    pub cell: StateCell,
+    pub map_key: Vec<u8>,
 }
 
 /// A range of ordered-list sort keys. Beam's `OrderedListRange` is
 /// `[start, end)`; a state key without a range means every sort key.
 pub type SortKeyRange = (Bound<i64>, Bound<i64>);
 
-/// The range an `OrderedListUserState` key names: its `range`, or all sort
-/// keys when the key has none.
-pub fn sort_key_range(k: &beam::state_key::OrderedListUserState) -> SortKeyRange {
-    match k.range {
-        Some(r) => (Bound::Included(r.start), Bound::Excluded(r.end)),
-        None => (Bound::Unbounded, Bound::Unbounded),
-    }
+/// Sort keys of an ordered-list cell (`StateKey.OrderedListUserState`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListRange {
+    pub cell: StateCell,
+    pub range: SortKeyRange,
 }
 
 /// False for a range that holds no sort key (`start >= end`), which
@@ -154,44 +153,75 @@ pub struct Page {
     pub continuation_token: Vec<u8>,
 }
 
-/// Committed user state of one job, for every cell of every stateful
-/// transform. Cells that become empty are dropped.
+/// Live user-state cells of one job in one process, over all its stores:
+/// bag, multimap and ordered-list cells, each one (transform, state id,
+/// window, key) with at least one value, and the most there were at once.
+#[derive(Debug, Default)]
+pub struct CellCount {
+    live: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl CellCount {
+    /// Cells that hold state now.
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// The most cells [`CellCount::live`] counted after any commit (cells
+    /// only appear through commits, so this is the job's peak).
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Moves the live count from `before` to `after` cells of one store.
+    fn changed(&self, before: usize, after: usize) {
+        let live = if after >= before {
+            self.live.fetch_add(after - before, Ordering::Relaxed) + (after - before)
+        } else {
+            self.live.fetch_sub(before - after, Ordering::Relaxed) - (before - after)
+        };
+        self.peak.fetch_max(live, Ordering::Relaxed);
+    }
+}
+
+/// Committed user state of one stateful stage on one timely worker, for
+/// every cell of its transforms. Cells that become empty are dropped.
 #[derive(Default)]
 pub struct UserState {
     committed: Mutex<Committed>,
+    count: Arc<CellCount>,
 }
 
 #[derive(Default)]
 struct Committed {
     /// Bag cells: the concatenated encoded values.
-    bags: HashMap<Cell, Vec<u8>>,
+    bags: HashMap<StateCell, Vec<u8>>,
     /// Multimap cells: encoded map key -> concatenated encoded values. A map
     /// key put with values that encode to no bytes is kept, with no bytes.
-    multimaps: HashMap<Cell, BTreeMap<Vec<u8>, Vec<u8>>>,
-    ordered_lists: HashMap<Cell, OrderedList>,
+    multimaps: HashMap<StateCell, BTreeMap<Vec<u8>, Vec<u8>>>,
+    ordered_lists: HashMap<StateCell, OrderedList>,
     /// How many cells of the maps above each (transform id, encoded window)
     /// has, so that expiry looks at each window once, not at every cell.
     windows: HashMap<String, HashMap<Vec<u8>, usize>>,
-    /// The most live cells after any commit.
-    peak: usize,
 }
 
 impl Committed {
     /// Counts a cell that `existed` before a commit and is `live` after it.
-    fn track(&mut self, key: &Cell, existed: bool, live: bool) {
+    fn track(&mut self, key: &StateCell, existed: bool, live: bool) {
         if existed == live {
             return;
         }
-        let windows = self.windows.entry(key.0.clone()).or_default();
-        let count = windows.entry(key.2.clone()).or_default();
+        let windows = self.windows.entry(key.transform_id.clone()).or_default();
+        let count = windows.entry(key.window.clone()).or_default();
         if live {
             *count += 1;
         } else {
             *count = count.saturating_sub(1);
             if *count == 0 {
-                windows.remove(&key.2);
+                windows.remove(&key.window);
                 if windows.is_empty() {
-                    self.windows.remove(&key.0);
+                    self.windows.remove(&key.transform_id);
                 }
             }
         }
@@ -214,6 +244,14 @@ fn expiry_time(window_coder: &Coder, window: &[u8], allowed_lateness_ms: i64) ->
 }
 
 impl UserState {
+    /// An empty store whose cells count towards `count` (the job's).
+    pub fn new(count: Arc<CellCount>) -> Self {
+        UserState {
+            committed: Mutex::default(),
+            count,
+        }
+    }
+
     fn committed(&self) -> std::sync::MutexGuard<'_, Committed> {
         self.committed.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -258,10 +296,10 @@ impl UserState {
         if expired.is_empty() {
             return 0;
         }
-        let doomed = |c: &Cell| {
+        let doomed = |c: &StateCell| {
             expired
-                .get(c.0.as_str())
-                .is_some_and(|ws| ws.contains(c.2.as_slice()))
+                .get(c.transform_id.as_str())
+                .is_some_and(|ws| ws.contains(c.window.as_slice()))
         };
         let before = committed.live_cells();
         committed.bags.retain(|c, _| !doomed(c));
@@ -275,19 +313,21 @@ impl UserState {
                 }
             }
         }
-        before - committed.live_cells()
+        let after = committed.live_cells();
+        self.count.changed(before, after);
+        before - after
     }
 
-    /// How many cells hold state: bags, multimaps and ordered lists with at
-    /// least one value, each a (transform, state id, window, key).
+    /// How many cells of this store hold state: bags, multimaps and ordered
+    /// lists with at least one value, each a (transform, state id, window,
+    /// key).
     pub fn live_cells(&self) -> usize {
         self.committed().live_cells()
     }
 
-    /// The most cells [`UserState::live_cells`] counted after any commit
-    /// (cells only appear through commits, so this is the job's peak).
-    pub fn peak_cells(&self) -> usize {
-        self.committed().peak
+    /// The job's cell count this store adds to.
+    pub fn count(&self) -> &Arc<CellCount> {
+        &self.count
     }
 }
 
@@ -331,9 +371,9 @@ struct OrderedListChanges {
 #[derive(Default)]
 struct Changes {
     /// Per bag: whether the bundle cleared it, and what it appended since.
-    bags: HashMap<Cell, (bool, Vec<u8>)>,
-    multimaps: HashMap<Cell, MultimapChanges>,
-    ordered_lists: HashMap<Cell, OrderedListChanges>,
+    bags: HashMap<StateCell, (bool, Vec<u8>)>,
+    multimaps: HashMap<StateCell, MultimapChanges>,
+    ordered_lists: HashMap<StateCell, OrderedListChanges>,
 }
 
 /// One bundle's view of user state: its own writes over the committed state,
@@ -363,48 +403,44 @@ impl BundleUserState {
     // ---- BagUserState ----
 
     /// The bag's concatenated encoded values as this bundle sees them.
-    pub fn get(&self, k: &beam::state_key::BagUserState) -> Vec<u8> {
-        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+    pub fn get(&self, key: &StateCell) -> Vec<u8> {
         let changes = self.changes();
         let (cleared, appended) = changes
             .bags
-            .get(&key)
+            .get(key)
             .map(|(c, a)| (*c, a.as_slice()))
             .unwrap_or((false, &[]));
         let mut out = if cleared {
             Vec::new()
         } else {
-            self.committed().bags.get(&key).cloned().unwrap_or_default()
+            self.committed().bags.get(key).cloned().unwrap_or_default()
         };
         out.extend_from_slice(appended);
         out
     }
 
     /// Appends encoded values to the bag.
-    pub fn append(&self, k: &beam::state_key::BagUserState, data: &[u8]) {
-        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+    pub fn append(&self, key: &StateCell, data: &[u8]) {
         self.changes()
             .bags
-            .entry(key)
+            .entry(key.clone())
             .or_default()
             .1
             .extend_from_slice(data);
     }
 
     /// Empties the bag.
-    pub fn clear(&self, k: &beam::state_key::BagUserState) {
-        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
-        self.changes().bags.insert(key, (true, Vec::new()));
+    pub fn clear(&self, key: &StateCell) {
+        self.changes().bags.insert(key.clone(), (true, Vec::new()));
     }
 
     // ---- MultimapUserState / MultimapKeysUserState ----
 
     /// The concatenated encoded values of one map key (`MultimapUserState`
     /// Get); empty when the map key has none.
-    pub fn multimap_get(&self, k: &beam::state_key::MultimapUserState) -> Vec<u8> {
-        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+    pub fn multimap_get(&self, k: &MapKey) -> Vec<u8> {
         let changes = self.changes();
-        let change = changes.multimaps.get(&key);
+        let change = changes.multimaps.get(&k.cell);
         let (cleared, appended) = match change.and_then(|c| c.keys.get(&k.map_key)) {
             Some(kc) => (
                 kc.cleared || change.is_some_and(|c| c.cleared),
@@ -417,7 +453,7 @@ impl BundleUserState {
         } else {
             self.committed()
                 .multimaps
-                .get(&key)
+                .get(&k.cell)
                 .and_then(|m| m.get(&k.map_key))
                 .cloned()
                 .unwrap_or_default()
@@ -430,12 +466,11 @@ impl BundleUserState {
     /// The map key exists from then on even when `data` is empty (values
     /// whose coder writes no bytes, such as the `VoidCoder` values of Java's
     /// SetState).
-    pub fn multimap_append(&self, k: &beam::state_key::MultimapUserState, data: &[u8]) {
-        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+    pub fn multimap_append(&self, k: &MapKey, data: &[u8]) {
         let mut changes = self.changes();
         let kc = changes
             .multimaps
-            .entry(key)
+            .entry(k.cell.clone())
             .or_default()
             .keys
             .entry(k.map_key.clone())
@@ -445,11 +480,10 @@ impl BundleUserState {
     }
 
     /// Removes one map key and its values (`MultimapUserState` Clear).
-    pub fn multimap_clear(&self, k: &beam::state_key::MultimapUserState) {
-        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+    pub fn multimap_clear(&self, k: &MapKey) {
         self.changes()
             .multimaps
-            .entry(key)
+            .entry(k.cell.clone())
             .or_default()
             .keys
             .insert(
@@ -465,7 +499,7 @@ impl BundleUserState {
     /// bundle sees it: every map key that was put and not removed since,
     /// with its concatenated encoded values (maybe none, maybe empty bytes),
     /// in the byte order of the map keys' encodings.
-    fn multimap_view(&self, key: &Cell) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    fn multimap_view(&self, key: &StateCell) -> BTreeMap<Vec<u8>, Vec<u8>> {
         let changes = self.changes();
         let change = changes.multimaps.get(key);
         let mut view = BTreeMap::new();
@@ -489,9 +523,8 @@ impl BundleUserState {
 
     /// The concatenated encoded map keys of the multimap
     /// (`MultimapKeysUserState` Get), in the byte order of their encodings.
-    pub fn multimap_keys(&self, k: &beam::state_key::MultimapKeysUserState) -> Vec<u8> {
-        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
-        self.multimap_view(&key).into_keys().flatten().collect()
+    pub fn multimap_keys(&self, key: &StateCell) -> Vec<u8> {
+        self.multimap_view(key).into_keys().flatten().collect()
     }
 
     /// Every entry of the multimap (`MultimapEntriesUserState` Get): for each
@@ -505,12 +538,11 @@ impl BundleUserState {
     /// Errors: those of `count_values`, or more than `i32::MAX` values.
     pub fn multimap_entries(
         &self,
-        k: &beam::state_key::MultimapEntriesUserState,
+        key: &StateCell,
         count_values: impl Fn(&[u8]) -> Result<usize, String>,
     ) -> Result<Vec<u8>, String> {
-        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
         let mut out = Vec::new();
-        for (map_key, values) in self.multimap_view(&key) {
+        for (map_key, values) in self.multimap_view(key) {
             let n = count_values(&values)?;
             let n = i32::try_from(n).map_err(|_| {
                 format!("{n} values under one map key are more than an iterable holds")
@@ -524,10 +556,9 @@ impl BundleUserState {
 
     /// Removes every map key (`MultimapKeysUserState` Clear; the same for
     /// `MultimapEntriesUserState` Clear).
-    pub fn multimap_clear_all(&self, k: &beam::state_key::MultimapKeysUserState) {
-        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
+    pub fn multimap_clear_all(&self, key: &StateCell) {
         self.changes().multimaps.insert(
-            key,
+            key.clone(),
             MultimapChanges {
                 cleared: true,
                 keys: BTreeMap::new(),
@@ -545,11 +576,11 @@ impl BundleUserState {
     /// Errors: a token Weir did not hand out.
     pub fn ordered_list_get(
         &self,
-        k: &beam::state_key::OrderedListUserState,
+        k: &ListRange,
         continuation_token: &[u8],
         page_bytes: usize,
     ) -> Result<Page, String> {
-        let range = sort_key_range(k);
+        let range = k.range;
         // A token resumes at its sort key, skipping the values of that sort
         // key the previous pages held.
         let (resume, mut skip) = if continuation_token.is_empty() {
@@ -566,12 +597,11 @@ impl BundleUserState {
         if !non_empty(&from) {
             return Ok(page);
         }
-        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
         let changes = self.changes();
-        let change = changes.ordered_lists.get(&key);
+        let change = changes.ordered_lists.get(&k.cell);
         let committed = self.committed();
         let empty = OrderedList::new();
-        let base = committed.ordered_lists.get(&key).unwrap_or(&empty);
+        let base = committed.ordered_lists.get(&k.cell).unwrap_or(&empty);
         let removed = |sk: i64| change.is_some_and(|c| c.removed.iter().any(|r| contains(r, sk)));
         let mut base_iter = base.range(from).filter(|(sk, _)| !removed(**sk)).peekable();
         let mut added_iter = change
@@ -609,17 +639,12 @@ impl BundleUserState {
     }
 
     /// Adds encoded `KV<varint sort key, length-prefixed value>` entries
-    /// (`OrderedListUserState` Append; the key's range is ignored).
+    /// (`OrderedListUserState` Append; a range the key has does not apply).
     /// Errors: data that does not decode as such entries.
-    pub fn ordered_list_append(
-        &self,
-        k: &beam::state_key::OrderedListUserState,
-        data: &[u8],
-    ) -> Result<(), String> {
+    pub fn ordered_list_append(&self, key: &StateCell, data: &[u8]) -> Result<(), String> {
         let entries = decode_ordered_entries(data)?;
-        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
         let mut changes = self.changes();
-        let added = &mut changes.ordered_lists.entry(key).or_default().added;
+        let added = &mut changes.ordered_lists.entry(key.clone()).or_default().added;
         for (sort_key, value) in entries {
             added.entry(sort_key).or_default().push(value);
         }
@@ -628,14 +653,13 @@ impl BundleUserState {
 
     /// Removes the values of the key's sort-key range (`OrderedListUserState`
     /// Clear; no range clears the whole list).
-    pub fn ordered_list_clear(&self, k: &beam::state_key::OrderedListUserState) {
-        let range = sort_key_range(k);
+    pub fn ordered_list_clear(&self, k: &ListRange) {
+        let range = k.range;
         if !non_empty(&range) {
             return;
         }
-        let key = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
         let mut changes = self.changes();
-        let change = changes.ordered_lists.entry(key).or_default();
+        let change = changes.ordered_lists.entry(k.cell.clone()).or_default();
         remove_range(&mut change.added, &range);
         change.removed.push(range);
     }
@@ -645,6 +669,7 @@ impl BundleUserState {
         let changes = std::mem::take(&mut *self.changes());
         let mut committed = self.committed();
         let committed = &mut *committed;
+        let before = committed.live_cells();
         for (key, (cleared, appended)) in changes.bags {
             let existed = committed.bags.contains_key(&key);
             let bag = committed.bags.entry(key.clone()).or_default();
@@ -695,16 +720,13 @@ impl BundleUserState {
             }
             committed.track(&key, existed, live);
         }
-        committed.peak = committed.peak.max(committed.live_cells());
+        self.base.count.changed(before, committed.live_cells());
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use beam::state_key::{
-        BagUserState, MultimapKeysUserState, MultimapUserState, OrderedListUserState,
-    };
 
     /// A nested-context string encoding (varint length, bytes), as SDKs encode
     /// keys, map keys and string values.
@@ -719,41 +741,38 @@ mod tests {
         parts.iter().flat_map(|p| s(p)).collect()
     }
 
-    fn bag(window: &[u8], key: &str) -> BagUserState {
-        BagUserState {
-            transform_id: "t".into(),
-            user_state_id: "bag".into(),
+    fn cell(transform_id: &str, state_id: &str, window: &[u8], key: &[u8]) -> StateCell {
+        StateCell {
+            transform_id: transform_id.into(),
+            state_id: state_id.into(),
             window: window.to_vec(),
-            key: s(key),
+            key: key.to_vec(),
         }
     }
 
-    fn entry(window: &[u8], key: &str, map_key: &str) -> MultimapUserState {
-        MultimapUserState {
-            transform_id: "t".into(),
-            user_state_id: "map".into(),
-            window: window.to_vec(),
-            key: s(key),
+    fn bag(window: &[u8], key: &str) -> StateCell {
+        cell("t", "bag", window, &s(key))
+    }
+
+    fn entry(window: &[u8], key: &str, map_key: &str) -> MapKey {
+        MapKey {
+            cell: map_keys(window, key),
             map_key: s(map_key),
         }
     }
 
-    fn map_keys(window: &[u8], key: &str) -> MultimapKeysUserState {
-        MultimapKeysUserState {
-            transform_id: "t".into(),
-            user_state_id: "map".into(),
-            window: window.to_vec(),
-            key: s(key),
-        }
+    fn map_keys(window: &[u8], key: &str) -> StateCell {
+        cell("t", "map", window, &s(key))
     }
 
-    fn list(key: &str, range: Option<(i64, i64)>) -> OrderedListUserState {
-        OrderedListUserState {
-            transform_id: "t".into(),
-            user_state_id: "list".into(),
-            window: vec![],
-            key: s(key),
-            range: range.map(|(start, end)| beam::OrderedListRange { start, end }),
+    /// Sort keys `[start, end)` of the list of `key`; all of them for `None`.
+    fn list(key: &str, range: Option<(i64, i64)>) -> ListRange {
+        ListRange {
+            cell: cell("t", "list", &[], &s(key)),
+            range: match range {
+                Some((start, end)) => (Bound::Included(start), Bound::Excluded(end)),
+                None => (Bound::Unbounded, Bound::Unbounded),
+            },
         }
     }
 
@@ -779,7 +798,7 @@ mod tests {
             .collect()
     }
 
-    fn read_all(b: &BundleUserState, k: &OrderedListUserState) -> Vec<(i64, String)> {
+    fn read_all(b: &BundleUserState, k: &ListRange) -> Vec<(i64, String)> {
         decoded(&b.ordered_list_get(k, &[], usize::MAX).unwrap().data)
     }
 
@@ -920,7 +939,7 @@ mod tests {
         let mut data = Vec::new();
         encode_ordered_entry(4, b"", &mut data);
         encode_ordered_entry(2, b"", &mut data);
-        a.ordered_list_append(&all, &data).unwrap();
+        a.ordered_list_append(&all.cell, &data).unwrap();
         a.commit();
         let b = BundleUserState::new(base.clone());
         let page = b.ordered_list_get(&all, &[], usize::MAX).unwrap();
@@ -940,12 +959,7 @@ mod tests {
         a.commit();
         let b = BundleUserState::new(base.clone());
         b.multimap_append(&entry(w, "k", "b"), &[9]);
-        let entries_key = beam::state_key::MultimapEntriesUserState {
-            transform_id: "t".into(),
-            user_state_id: "map".into(),
-            window: w.to_vec(),
-            key: s("k"),
-        };
+        let entries_key = map_keys(w, "k");
         // One byte a value.
         let got = b
             .multimap_entries(&entries_key, |v| Ok(v.len().max(1)))
@@ -974,11 +988,11 @@ mod tests {
         let base = Arc::new(UserState::default());
         let a = BundleUserState::new(base.clone());
         let all = list("k", None);
-        a.ordered_list_append(&all, &entries(&[(5, "e"), (-3, "neg"), (1, "b1")]))
+        a.ordered_list_append(&all.cell, &entries(&[(5, "e"), (-3, "neg"), (1, "b1")]))
             .unwrap();
         a.commit();
         let b = BundleUserState::new(base.clone());
-        b.ordered_list_append(&all, &entries(&[(1, "b2"), (9, "i"), (i64::MIN, "min")]))
+        b.ordered_list_append(&all.cell, &entries(&[(1, "b2"), (9, "i"), (i64::MIN, "min")]))
             .unwrap();
         let expected = [
             (i64::MIN, "min"),
@@ -1011,7 +1025,7 @@ mod tests {
         .to_vec();
         assert_eq!(read_all(&b, &all), after);
         // An append after the clear is kept, in a cleared range too.
-        b.ordered_list_append(&all, &entries(&[(3, "c")])).unwrap();
+        b.ordered_list_append(&all.cell, &entries(&[(3, "c")])).unwrap();
         assert_eq!(
             read_all(&b, &list("k", Some((0, 6)))),
             vec![(3, "c".to_string())]
@@ -1047,10 +1061,10 @@ mod tests {
         let enc = |xs: &[(i64, String)]| {
             entries(&xs.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>())
         };
-        a.ordered_list_append(&all, &enc(committed)).unwrap();
+        a.ordered_list_append(&all.cell, &enc(committed)).unwrap();
         a.commit();
         let b = BundleUserState::new(base);
-        b.ordered_list_append(&all, &enc(pending)).unwrap();
+        b.ordered_list_append(&all.cell, &enc(pending)).unwrap();
         for page_bytes in [1, 10, 25, 64, 1000] {
             for range in [None, Some((10, 70)), Some((35, 41))] {
                 let k = list("k", range);
@@ -1088,7 +1102,7 @@ mod tests {
         let all = list("k", None);
         let mut data = entries(&[(1, "ok")]);
         data.extend_from_slice(&[2, 9, b'x']);
-        let err = b.ordered_list_append(&all, &data).unwrap_err();
+        let err = b.ordered_list_append(&all.cell, &data).unwrap_err();
         assert!(err.contains("byte 5") && err.contains("length 9"), "{err}");
         assert_eq!(
             read_all(&b, &all),
@@ -1127,10 +1141,10 @@ mod tests {
         }
         b.multimap_append(&entry(windows[0], "k", "m"), &cat(&["x"]));
         let mut l = list("k", None);
-        l.window = windows[0].to_vec();
-        b.ordered_list_append(&l, &entries(&[(1, "o")])).unwrap();
+        l.cell.window = windows[0].to_vec();
+        b.ordered_list_append(&l.cell, &entries(&[(1, "o")])).unwrap();
         b.append(
-            &BagUserState {
+            &StateCell {
                 transform_id: "other".into(),
                 ..bag(windows[0], "k")
             },
@@ -1150,7 +1164,7 @@ mod tests {
         fill(&base, &[&w0, &w1, &w2], &["a", "b", "c"]);
         // 9 bags, a multimap, an ordered list, the other transform's bag.
         assert_eq!(base.live_cells(), 12);
-        assert_eq!(base.peak_cells(), 12);
+        assert_eq!(base.count().peak(), 12);
         let t = ["t".to_string()];
         let coder = Coder::IntervalWindow;
         // [0, 10 s) has max timestamp 9999 ms: with 5 s allowed lateness
@@ -1177,8 +1191,31 @@ mod tests {
         // The end of the input (i64::MAX) expires every interval window.
         assert_eq!(base.expire(&t, &coder, 5_000, Timestamp(i64::MAX)), 6);
         assert_eq!(base.live_cells(), 1);
-        assert_eq!(base.peak_cells(), 12);
+        assert_eq!(base.count().peak(), 12);
         assert!(base.committed().windows.get("t").is_none());
+    }
+
+    /// Two workers' stores of one job add up in their shared count, and
+    /// its peak is the most they held together.
+    #[test]
+    fn stores_of_one_job_share_their_cell_count() {
+        let count = Arc::new(CellCount::default());
+        let (a, b) = (
+            Arc::new(UserState::new(count.clone())),
+            Arc::new(UserState::new(count.clone())),
+        );
+        let w0 = interval(0, 10);
+        fill(&a, &[&w0], &["a", "b"]);
+        fill(&b, &[&w0], &["c"]);
+        assert_eq!((a.live_cells(), b.live_cells()), (5, 4));
+        assert_eq!((count.live(), count.peak()), (9, 9));
+        let t = ["t".to_string()];
+        assert_eq!(a.expire(&t, &Coder::IntervalWindow, 0, Timestamp(10)), 4);
+        assert_eq!((count.live(), count.peak()), (5, 9));
+        let failed = BundleUserState::new(b.clone());
+        failed.append(&bag(&w0, "d"), &cat(&["never committed"]));
+        drop(failed);
+        assert_eq!(count.live(), 5);
     }
 
     #[test]
@@ -1192,7 +1229,7 @@ mod tests {
         b.append(&bag(&w0, "a"), &cat(&["again"]));
         b.commit();
         assert_eq!(base.live_cells(), 2);
-        assert_eq!(base.peak_cells(), 4, "the peak was before the expiry");
+        assert_eq!(base.count().peak(), 4, "the peak was before the expiry");
         assert_eq!(base.committed().windows["t"][&w0], 1);
         // A cell emptied by the DoFn leaves the index too.
         let c = BundleUserState::new(base.clone());
@@ -1261,7 +1298,7 @@ mod tests {
                 match next(4) {
                     0 | 1 => {
                         let v = format!("{bundle}-{op}");
-                        b.ordered_list_append(&all, &entries(&[(lo, &v)])).unwrap();
+                        b.ordered_list_append(&all.cell, &entries(&[(lo, &v)])).unwrap();
                         view.push((lo, v));
                     }
                     2 => {
