@@ -267,10 +267,34 @@ def hot_key(p):
           | 'Count' >> beam.MapTuple(lambda k, vs: '%s: %d' % (k, len(list(vs)))))
 
 
+def fan_out_gbk(p):
+  """Four elements fanning out to 60,000 records each (~6 MB of output per
+  bundle), then a GroupByKey of 20,000 keys: under a small memory budget the
+  bundles' outputs and the GroupByKey's groups both spill to disk."""
+  import hashlib
+
+  def records(shard):
+    for j in range(60000):
+      yield ('k%05d' % ((shard * 60000 + j) % 20000), '%d-%d-' % (shard, j) + 'v' * 70)
+
+  def summary(kv):
+    values = sorted(kv[1])
+    digest = hashlib.sha1('|'.join(values).encode()).hexdigest()[:12]
+    return '%s %d %s' % (kv[0], len(values), digest)
+
+  return (p
+          | beam.Create([0, 1, 2, 3])
+          | beam.Reshuffle()
+          | 'Records' >> beam.FlatMap(records)
+          | beam.GroupByKey()
+          | 'Summary' >> beam.Map(summary))
+
+
 PIPELINES = {
     f.__name__: f
     for f in (gbk, flatten, side_input, combine_per_key, good, boom, windowed, custom_merging,
-              multimap_side_input, sdf_split, large_elements, flaky, crash, slow, hot_key)
+              multimap_side_input, sdf_split, large_elements, flaky, crash, slow, hot_key,
+              fan_out_gbk)
 }
 
 

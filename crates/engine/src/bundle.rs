@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::outputs::{OutputSpill, SpilledOutput};
 use crate::side_input::SideInputs;
 use crate::user_state::{CellCount, UserState};
 
@@ -31,6 +32,9 @@ pub struct BundleRequest {
     /// through a `BundleUserState`, committed only when the bundle succeeds.
     /// A stage that is not stateful gets a store that stays empty.
     pub user_state: Arc<UserState>,
+    /// Where the harness writes the bundle's outputs (not its timers) while
+    /// they outgrow memory; None: kept in memory.
+    pub spill_outputs: Option<OutputSpill>,
     /// Hands residuals of a split of the running bundle (encoded windowed
     /// values of the stage input) back to the engine before the bundle ends.
     pub on_split: Arc<dyn Fn(Vec<Vec<u8>>) + Send + Sync>,
@@ -41,6 +45,10 @@ pub struct BundleRequest {
 pub struct BundleResult {
     /// Per stage output (same order as `SdkStage::outputs`): concatenated encoded windowed values.
     pub outputs: Vec<Vec<u8>>,
+    /// Per stage output, when the harness spilled some of it (see
+    /// [`BundleRequest::spill_outputs`]): its leading bytes, which come
+    /// before `outputs[i]`. Shorter than `outputs` (or empty): not spilled.
+    pub spilled: Vec<Option<SpilledOutput>>,
     /// Residual elements (SDF checkpoints), each an encoded windowed value of the stage input.
     pub residuals: Vec<Vec<u8>>,
     /// How long the residuals asked to wait before they resume, in

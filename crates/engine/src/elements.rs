@@ -14,11 +14,27 @@ pub fn split_prefix(
     bytes: &[u8],
     max_bytes: usize,
 ) -> Result<(Vec<Vec<u8>>, usize), String> {
+    split_whole(value_coder, window_coder, bytes, max_bytes, false)
+}
+
+/// Like [`split_prefix`], but when `more_follows` a partial element at the
+/// end is left for later (it may go on in bytes not read yet) instead of
+/// failing; then no element at all means more bytes are needed.
+pub(crate) fn split_whole(
+    value_coder: &Coder,
+    window_coder: &Coder,
+    bytes: &[u8],
+    max_bytes: usize,
+    more_follows: bool,
+) -> Result<(Vec<Vec<u8>>, usize), String> {
     let mut out = Vec::new();
     let mut pos = 0;
     while pos < bytes.len() {
-        let used = WindowedValue::encoded_len(value_coder, window_coder, &bytes[pos..])
-            .map_err(|e| e.to_string())?;
+        let used = match WindowedValue::encoded_len(value_coder, window_coder, &bytes[pos..]) {
+            Ok(used) => used,
+            Err(weir_model::Error::Truncated { .. }) if more_follows => break,
+            Err(e) => return Err(e.to_string()),
+        };
         if pos > 0 && pos + used > max_bytes {
             break;
         }

@@ -34,6 +34,7 @@ pub mod error;
 pub mod group_by_key;
 pub mod merge_windows;
 mod operators;
+pub mod outputs;
 pub mod panes;
 pub mod side_input;
 mod spill;
@@ -43,6 +44,7 @@ pub mod triggers;
 pub mod user_state;
 
 pub use bundle::{BundleProcessor, BundleRequest, BundleResult, Completion};
+pub use outputs::{OutputSpill, SpilledOutput};
 pub use dataflow::{run_job, Progress, StageCounts, StageProgress, StageStatus};
 pub use error::{EngineError, Result};
 

@@ -129,40 +129,112 @@ pub(crate) struct BundleState {
     /// Per sink, then per timer family: the bytes received so far; and how
     /// many of those streams have not sent `is_last` yet.
     pub outputs: Mutex<(Vec<ByteChunks>, usize)>,
+    /// Where the bundle's sink streams spill (timers never do).
+    pub spill: Option<OutputSpill>,
     pub all_last: tokio::sync::Notify,
     /// Set once work split off this bundle was handed to the engine.
     pub split_handed_over: std::sync::atomic::AtomicBool,
 }
 
 pub use weir_engine::user_state::{BundleUserState, UserState};
+use weir_engine::{OutputSpill, SpilledOutput};
 
 /// One output stream of a bundle as received: its `Elements.Data` (or
 /// `Elements.Timers`) chunks, kept as they came so a large output is not
-/// regrown and copied chunk by chunk; joined once at the end.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub(crate) struct ByteChunks(Vec<Vec<u8>>);
+/// regrown and copied chunk by chunk; joined once at the end. Under an
+/// [`OutputSpill`], chunks past its `above_bytes` go to an unlinked file.
+#[derive(Debug, Default)]
+pub(crate) struct ByteChunks {
+    chunks: Vec<Vec<u8>>,
+    /// Bytes in `chunks`.
+    held: usize,
+    /// The leading bytes written out, and the first write error (the
+    /// bundle then fails with it).
+    spilled: Option<SpilledOutput>,
+    error: Option<String>,
+}
+
+impl PartialEq for ByteChunks {
+    /// Equal bytes received, wherever they are.
+    fn eq(&self, other: &Self) -> bool {
+        self.spilled.is_none() && other.spilled.is_none() && self.chunks == other.chunks
+    }
+}
 
 impl ByteChunks {
     /// Adds the next chunk of the stream (empty chunks are dropped).
     pub(crate) fn push(&mut self, chunk: Vec<u8>) {
         if !chunk.is_empty() {
-            self.0.push(chunk);
+            self.held += chunk.len();
+            self.chunks.push(chunk);
         }
+    }
+
+    /// Adds the next chunk; when `spill` is given and more than its
+    /// `above_bytes` are held, writes them out.
+    pub(crate) fn push_spilling(&mut self, chunk: Vec<u8>, spill: Option<&OutputSpill>) {
+        self.push(chunk);
+        if let Some(spill) = spill {
+            if self.held > spill.above_bytes && self.error.is_none() {
+                if let Err(e) = self.write_out(spill) {
+                    self.error = Some(format!(
+                        "cannot spill a bundle output under {}: {e}",
+                        spill.dir.display()
+                    ));
+                }
+            }
+        }
+    }
+
+    fn write_out(&mut self, spill: &OutputSpill) -> std::io::Result<()> {
+        use std::io::Write;
+        if self.spilled.is_none() {
+            std::fs::create_dir_all(&spill.dir)?;
+            let path = spill
+                .dir
+                .join(format!("output-{}", uuid::Uuid::new_v4().simple()));
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)?;
+            // Unlinked at once: the bytes vanish with the last handle.
+            std::fs::remove_file(&path)?;
+            self.spilled = Some(SpilledOutput { file, len: 0 });
+        }
+        let out = self.spilled.as_mut().expect("opened above");
+        for chunk in self.chunks.drain(..) {
+            out.file.write_all(&chunk)?;
+            out.len += chunk.len() as u64;
+        }
+        self.held = 0;
+        Ok(())
     }
 
     /// Bytes received so far.
     pub(crate) fn len(&self) -> usize {
-        self.0.iter().map(Vec::len).sum()
+        self.held + self.spilled.as_ref().map_or(0, |s| s.len as usize)
     }
 
     /// The whole stream: the one chunk as it is, else the chunks joined
-    /// into one exactly sized buffer.
+    /// into one exactly sized buffer. Spilled bytes are not in it: see
+    /// [`ByteChunks::into_parts`].
     pub(crate) fn into_bytes(mut self) -> Vec<u8> {
-        match self.0.len() {
+        match self.chunks.len() {
             0 => Vec::new(),
-            1 => self.0.pop().expect("one chunk"),
-            _ => self.0.concat(),
+            1 => self.chunks.pop().expect("one chunk"),
+            _ => self.chunks.concat(),
         }
+    }
+
+    /// The spilled leading bytes (if any) and the bytes held after them.
+    /// Errors: a write to the spill file failed.
+    pub(crate) fn into_parts(mut self) -> Result<(Option<SpilledOutput>, Vec<u8>), String> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        let spilled = self.spilled.take();
+        Ok((spilled, self.into_bytes()))
     }
 }
 
@@ -352,23 +424,58 @@ impl FnApi {
 
 #[cfg(test)]
 mod tests {
-    use super::ByteChunks;
+    use super::{ByteChunks, OutputSpill};
 
     #[test]
     fn byte_chunks_join_in_order_and_move_a_single_chunk() {
+        assert_eq!(ByteChunks::default().into_bytes(), Vec::<u8>::new());
         let mut s = ByteChunks::default();
-        assert_eq!(s.clone().into_bytes(), Vec::<u8>::new());
         s.push(b"abc".to_vec());
         s.push(Vec::new());
         assert_eq!(s.len(), 3);
-        assert_eq!(s.clone().0.len(), 1, "empty chunks are dropped");
+        assert_eq!(s.chunks.len(), 1, "empty chunks are dropped");
         s.push(b"de".to_vec());
         s.push(b"f".to_vec());
         assert_eq!(s.len(), 6);
         assert_eq!(s.into_bytes(), b"abcdef");
         let mut t = ByteChunks::default();
         t.push(b"xyz".to_vec());
-        let only = t.0[0].as_ptr();
-        assert_eq!(t.into_bytes().as_ptr(), only, "one chunk is moved, not copied");
+        let only = t.chunks[0].as_ptr();
+        let joined = t.into_bytes();
+        assert_eq!(joined.as_ptr(), only, "one chunk is moved, not copied");
+    }
+
+    /// Past the threshold the held chunks go to an unlinked file; the file
+    /// and the tail together are the stream, in order.
+    #[test]
+    fn byte_chunks_spill_past_the_threshold_and_keep_the_order() {
+        use std::io::{Read, Seek};
+        let dir = std::env::temp_dir().join(format!("weir-chunks-test-{}", std::process::id()));
+        let spill = OutputSpill { dir: dir.clone(), above_bytes: 4 };
+        let mut s = ByteChunks::default();
+        for chunk in [&b"ab"[..], b"cd", b"e", b"fgh", b"i"] {
+            s.push_spilling(chunk.to_vec(), Some(&spill));
+        }
+        assert_eq!(s.len(), 9);
+        let (spilled, tail) = s.into_parts().unwrap();
+        let mut spilled = spilled.expect("over 4 bytes were held");
+        // "abcde" went out when 5 > 4 bytes were held; "fghi" (4) stays.
+        assert_eq!((spilled.len, &tail[..]), (5, &b"fghi"[..]));
+        let mut head = Vec::new();
+        spilled.file.rewind().unwrap();
+        spilled.file.read_to_end(&mut head).unwrap();
+        assert_eq!(head, b"abcde");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "the file is unlinked");
+        // Without a spill nothing is written.
+        let mut t = ByteChunks::default();
+        t.push_spilling(b"abcdefgh".to_vec(), None);
+        assert_eq!(t.into_parts().unwrap().0.map(|s| s.len), None);
+        // A folder that cannot be made fails the stream, with the path.
+        let mut u = ByteChunks::default();
+        let bad = OutputSpill { dir: "/proc/weir-no".into(), above_bytes: 0 };
+        u.push_spilling(b"x".to_vec(), Some(&bad));
+        let err = u.into_parts().unwrap_err();
+        assert!(err.contains("/proc/weir-no"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

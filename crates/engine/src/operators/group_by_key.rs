@@ -163,6 +163,7 @@ pub(crate) fn group_by_key<'s>(
                             timers: vec![],
                             on_split: Arc::new(|_| {}),
                             user_state: Arc::default(),
+                            spill_outputs: None,
                         },
                         Box::new(move |result| {
                             *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);

@@ -342,10 +342,21 @@ impl Inner {
         }
         let streams =
             std::mem::take(&mut bundle.outputs.lock().unwrap_or_else(|p| p.into_inner()).0);
-        let mut outputs: Vec<Vec<u8>> = streams.into_iter().map(ByteChunks::into_bytes).collect();
-        let timers = outputs.split_off(sinks.min(outputs.len()));
+        let mut streams = streams.into_iter();
+        let mut outputs = Vec::with_capacity(sinks);
+        let mut spilled = Vec::new();
+        for stream in streams.by_ref().take(sinks) {
+            let (head, tail) = stream.into_parts()?;
+            if head.is_some() {
+                spilled.resize_with(outputs.len(), || None);
+                spilled.push(head);
+            }
+            outputs.push(tail);
+        }
+        let timers = streams.map(ByteChunks::into_bytes).collect();
         Ok(BundleResult {
             outputs,
+            spilled,
             residuals: residuals.elements,
             residual_delay_ms: residuals.delay_ms,
             residual_watermark: residuals.watermark,
@@ -397,6 +408,7 @@ mod tests {
             timers: vec![],
             on_split: Arc::new(|_| {}),
             user_state: Arc::default(),
+            spill_outputs: None,
         };
         let (lineage, version) = request.side_inputs.identity();
         let token = format!("job-1/side/{lineage}/{version}").into_bytes();

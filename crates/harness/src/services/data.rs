@@ -76,7 +76,7 @@ impl beam::beam_fn_data_server::BeamFnData for DataService {
                         continue;
                     };
                     let mut out = bundle.outputs.lock().unwrap_or_else(|p| p.into_inner());
-                    out.0[port].push(d.data);
+                    out.0[port].push_spilling(d.data, bundle.spill.as_ref());
                     if d.is_last {
                         out.1 = out.1.saturating_sub(1);
                         if out.1 == 0 {

@@ -160,6 +160,7 @@ mod tests {
             sink_index: HashMap::from([("sink".to_string(), 0)]),
             timer_index: HashMap::new(),
             outputs: Mutex::new((vec![ByteChunks::default()], 1)),
+            spill: None,
             all_last: tokio::sync::Notify::new(),
             split_handed_over: Default::default(),
         });
@@ -344,7 +345,7 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(
-            in_flight.outputs.lock().unwrap().0[0].clone().into_bytes(),
+            std::mem::take(&mut in_flight.outputs.lock().unwrap().0[0]).into_bytes(),
             b"real".to_vec()
         );
 

@@ -26,11 +26,11 @@ use weir_graph::SdkStage;
 use super::{Element, Elements, TaggedElements};
 use crate::bundle::{BundleRequest, BundleResult};
 use crate::dataflow::{JobContext, StageStatus};
-use crate::elements::split_prefix;
 use crate::group_by_key::GroupByKeyBuffer;
 use crate::side_input::{SideInputSpec, SideInputs};
 use crate::time::{wall_millis, watermark_of, Time};
 use crate::timers::TimerStore;
+use crate::outputs::{OutputReader, OutputSpill};
 use crate::user_state::UserState;
 use crate::EngineError;
 
@@ -121,6 +121,11 @@ pub(crate) fn sdk_stage<'s>(
         // The user state of the keys routed to this worker (see crate::user_state).
         let user_state = Arc::new(UserState::new(ctx.user_state_cells.clone()));
         let submit_user_state = user_state.clone();
+        // Under a memory budget, large bundle outputs wait on disk.
+        let spill_outputs = ctx
+            .config
+            .gbk_memory_budget
+            .map(|budget| OutputSpill::for_budget(ctx.config.spill_dir.join("outputs"), budget));
         let submit_stage_id = ctx.graph.stages[stage_index].id.clone();
         let drain_stage_id = sdk.drain_descriptor_id.clone();
         let submit_ctx = ctx.clone();
@@ -156,6 +161,7 @@ pub(crate) fn sdk_stage<'s>(
             });
             let request = BundleRequest {
                 user_state: submit_user_state.clone(),
+                spill_outputs: spill_outputs.clone(),
                 on_split,
                 stage: stage_index,
                 stage_id,
@@ -286,11 +292,20 @@ pub(crate) fn sdk_stage<'s>(
                 match result {
                     Ok(r) => {
                         ctx.count(stage_index, 0, 0, 1);
-                        tracing::debug!(stage = %name, timers = ?r.timers.iter().map(|t| t.iter().map(|b| format!("{b:02x}")).collect::<String>()).collect::<Vec<_>>(), outputs = ?r.outputs.iter().map(|o| o.len()).collect::<Vec<_>>(), "bundle done");
+                        tracing::debug!(stage = %name, timers = ?r.timers.iter().map(|t| t.iter().map(|b| format!("{b:02x}")).collect::<String>()).collect::<Vec<_>>(), outputs = ?r.outputs.iter().map(|o| o.len()).collect::<Vec<_>>(), spilled = ?r.spilled.iter().map(|s| s.as_ref().map_or(0, |s| s.len)).collect::<Vec<_>>(), "bundle done");
                         // Outputs go downstream below, under the bundle's hold.
+                        let mut spilled = r.spilled.into_iter();
                         for (port, bytes) in r.outputs.into_iter().enumerate() {
-                            if !bytes.is_empty() && port < sdk.outputs.len() {
-                                st.emitting.push_back(Emission { hold: cap.clone(), port, bytes, pos: 0 });
+                            let spilled = spilled.next().flatten();
+                            if (bytes.is_empty() && spilled.is_none()) || port >= sdk.outputs.len() {
+                                continue;
+                            }
+                            match OutputReader::new(spilled, bytes) {
+                                Ok(reader) => st.emitting.push_back(Emission { hold: cap.clone(), port, reader }),
+                                Err(e) => ctx.fail(EngineError::BundleFailed {
+                                    stage: ctx.graph.stages[stage_index].id.clone(),
+                                    message: format!("cannot read a spilled bundle output back: {e}"),
+                                }),
                             }
                         }
                         for (family, bytes) in r.timers.iter().enumerate() {
@@ -322,14 +337,13 @@ pub(crate) fn sdk_stage<'s>(
             while budget > 0 {
                 let Some(em) = st.emitting.front_mut() else { break };
                 let info = &ctx.graph.pcollections[sdk.outputs[em.port]];
-                match split_prefix(&info.value_coder, &info.window_coder, &em.bytes[em.pos..], budget) {
+                match em.reader.next(&info.value_coder, &info.window_coder, budget) {
                     Ok((elements, used)) => {
-                        em.pos += used;
                         budget = budget.saturating_sub(used.max(1));
                         ctx.count(stage_index, 0, elements.len(), 0);
                         let port = em.port as u32;
                         output.session(&em.hold).give_iterator(elements.into_iter().map(|e| (port, e)));
-                        if em.pos >= em.bytes.len() {
+                        if em.reader.is_done() {
                             st.emitting.pop_front();
                         }
                     }

@@ -7,6 +7,7 @@ use weir_model::Timestamp;
 
 use super::residuals::DelayedResiduals;
 use crate::operators::Element;
+use crate::outputs::OutputReader;
 use crate::side_input::SideInputs;
 use crate::time::{last_time_at, time_at, Hold};
 use crate::timers::TimerStore;
@@ -55,9 +56,8 @@ pub(super) struct Emission<H> {
     pub(super) hold: H,
     /// The output port (index into `SdkStage::outputs`).
     pub(super) port: usize,
-    /// Concatenated encoded windowed values; `pos` of them given so far.
-    pub(super) bytes: Vec<u8>,
-    pub(super) pos: usize,
+    /// The stream's encoded windowed values not given yet.
+    pub(super) reader: OutputReader,
 }
 
 impl<H> SdkState<H> {
