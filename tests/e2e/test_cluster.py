@@ -163,6 +163,31 @@ def test_batch_e2e_pipelines_on_three_workers_equal_direct_runner(cluster, tmp_p
   assert got['cluster'], 'no output'
 
 
+STREAMING_PIPELINES = HERE / 'pipelines_streaming.py'
+
+
+@pytest.mark.parametrize('name', ['default_late', 'watermark_early_processing_time',
+                                  'repeatedly_processing_time', 'timers_processing',
+                                  'stateful_late'])
+def test_test_stream_pipelines_on_the_cluster_give_their_exact_panes(cluster, tmp_path, name):
+  """TestStream pipelines (streaming, on the TestStream's processing-time
+  clock) asked to run on three workers run on one worker process, say so,
+  and give exactly the panes test_streaming.py expects of one process."""
+  import collections
+  from test_streaming import EXPECTED, STREAMING, diff
+  prefix = tmp_path / ('cluster-%s' % name) / 'out'
+  prefix.parent.mkdir(parents=True)  # the streaming sink writes files, no folders
+  out = run([STREAMING_PIPELINES, name, '--output', prefix, '--runner=PortableRunner',
+             '--job_endpoint=%s' % cluster.endpoint, '--num_workers=3'] + STREAMING +
+            environment('LOOPBACK'), tmp_path)
+  assert out.returncode == 0, out.stderr[-5000:] + '\n--- coordinator\n' + cluster.text()[-5000:]
+  expected = collections.Counter(EXPECTED[name])
+  lines = read_output(prefix)[1]
+  assert lines == expected, diff(expected, lines)
+  assert 'beam:transform:teststream:v1): it runs on one worker process, not the 3' in out.stderr, \
+      out.stderr[-3000:]
+
+
 def test_every_worker_takes_part(cluster, tmp_path):
   """Each worker process started SDK harnesses and ran bundles of the job."""
   before = {n: cluster.text().count('[local-%d]' % n) for n in (1, 2, 3)}

@@ -274,13 +274,36 @@ enum Outcome {
     Failed(JobState, String),
 }
 
+/// Whether the job's plan has a TestStream stage (a testing transform that
+/// Dataflow does not run at all).
+fn has_test_stream(job: &Job) -> bool {
+    job.plan.as_ref().is_some_and(|p| {
+        p.graph
+            .stages
+            .iter()
+            .any(|s| matches!(s.kind, weir_graph::StageKind::TestStream { .. }))
+    })
+}
+
 /// Runs `job` on the coordinator's workers: the cluster form of a job's
 /// run ([`crate::run`]), with the same result.
 pub(crate) async fn run_job(
     coordinator: &Coordinator,
     job: &Arc<Job>,
 ) -> Result<(), (JobState, String)> {
-    let wanted = job.validated.num_workers.unwrap_or(1).max(1) as usize;
+    let asked = job.validated.num_workers.unwrap_or(1).max(1) as usize;
+    let wanted = if asked > 1 && has_test_stream(job) {
+        job.message(
+            Importance::JobMessageWarning,
+            format!(
+                "the pipeline has a TestStream ({}): it runs on one worker process, not the {asked} --num_workers asks for, because a TestStream's processing-time clock and its wait for the pipeline to quiesce are those of one process",
+                weir_proto::urns::transform::TEST_STREAM
+            ),
+        );
+        1
+    } else {
+        asked
+    };
     let max_attempts = if job.validated.streaming {
         1
     } else {
