@@ -30,7 +30,8 @@ pub struct BundleRequest {
     /// The user state of the keys this stage's operator owns on its timely
     /// worker (see [`crate::user_state`]): the bundle reads and writes it
     /// through a `BundleUserState`, committed only when the bundle succeeds.
-    /// A stage that is not stateful gets a store that stays empty.
+    /// A stage that is not stateful gets a store of its own too; no SDK
+    /// writes to it (its descriptor has no state specs).
     pub user_state: Arc<UserState>,
     /// Where the harness writes the bundle's outputs (not its timers) while
     /// they outgrow memory; None: kept in memory.

@@ -9,10 +9,11 @@ use std::sync::Mutex;
 use weir_model::varint::{decode_varint, encode_varint};
 use weir_proto::{beam, urns::monitoring as m};
 
-/// Live user-state cells of a job (`beam:metrics:latest_int64:v1`, no
-/// labels): bag, multimap and ordered-list cells, each one (transform, state
-/// id, window, key) with at least one value. Reported by GetJobMetrics once
-/// a stateful stage committed a bundle.
+/// Live user-state cells of a job in one process (`beam:metrics:latest_int64:v1`,
+/// no labels): bag, multimap and ordered-list cells, each one (transform,
+/// state id, window, key) with at least one value. Reported by GetJobMetrics
+/// once a stateful stage committed a bundle; in a cluster the latest report
+/// of any worker process wins.
 pub const LIVE_CELLS_URN: &str = "weir:metric:user_state:live_cells:v1";
 /// The most live user-state cells the job had at once
 /// (`beam:metrics:latest_int64:v1`, no labels): with expiry, a streaming job

@@ -155,7 +155,8 @@ pub(crate) struct ByteChunks {
 }
 
 impl PartialEq for ByteChunks {
-    /// Equal bytes received, wherever they are.
+    /// Equal held chunks, neither stream spilled (a spilled stream equals
+    /// nothing: its bytes are in a file). For tests.
     fn eq(&self, other: &Self) -> bool {
         self.spilled.is_none() && other.spilled.is_none() && self.chunks == other.chunks
     }
@@ -172,7 +173,13 @@ impl ByteChunks {
 
     /// Adds the next chunk; when `spill` is given and more than its
     /// `above_bytes` are held, writes them out.
+    /// After a failed write the stream is doomed (its bundle fails with the
+    /// error), so further chunks are dropped rather than held. The write
+    /// goes to the page cache under the caller's lock: a few ms a MiB.
     pub(crate) fn push_spilling(&mut self, chunk: Vec<u8>, spill: Option<&OutputSpill>) {
+        if self.error.is_some() {
+            return;
+        }
         self.push(chunk);
         if let Some(spill) = spill {
             if self.held > spill.above_bytes && self.error.is_none() {
@@ -198,7 +205,8 @@ impl ByteChunks {
                 .write(true)
                 .create_new(true)
                 .open(&path)?;
-            // Unlinked at once: the bytes vanish with the last handle.
+            // Unlinked at once: the bytes vanish with the last handle (if
+            // unlinking fails, the job's spill folder goes when it ends).
             std::fs::remove_file(&path)?;
             self.spilled = Some(SpilledOutput { file, len: 0 });
         }
@@ -474,6 +482,8 @@ mod tests {
         let mut u = ByteChunks::default();
         let bad = OutputSpill { dir: "/proc/weir-no".into(), above_bytes: 0 };
         u.push_spilling(b"x".to_vec(), Some(&bad));
+        u.push_spilling(b"yz".to_vec(), Some(&bad));
+        assert_eq!(u.len(), 1, "a doomed stream holds no more chunks");
         let err = u.into_parts().unwrap_err();
         assert!(err.contains("/proc/weir-no"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
