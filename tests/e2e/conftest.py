@@ -88,6 +88,18 @@ class WeirServer:
       return '<no weir log: %s>' % e
 
 
+def start_weir_serve(log_path, flags, env=None):
+  """Starts `weir serve --job_port PORT` (a free port) with `flags`, its
+  output in `log_path`; returns its WeirServer before the Job API answers
+  (see _wait_for_job_api)."""
+  port = free_port()
+  with open(log_path, 'wb') as log:
+    proc = subprocess.Popen(
+        [str(WEIR_BIN), 'serve', '--job_port', str(port)] + [str(f) for f in flags],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+  return WeirServer(proc, port, log_path)
+
+
 def _wait_for_job_api(server, timeout=60.0):
   """Waits like Beam's own harness: any answer but UNAVAILABLE means ready."""
   import grpc

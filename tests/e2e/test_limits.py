@@ -18,7 +18,7 @@ from apache_beam.portability.api import beam_job_api_pb2_grpc
 from apache_beam.portability.api import beam_runner_api_pb2
 from google.protobuf import struct_pb2
 
-from conftest import WEIR_BIN, WeirServer, _wait_for_job_api, free_port
+from conftest import WEIR_BIN, _wait_for_job_api, start_weir_serve
 
 BYTES = 'beam:coder:bytes:v1'
 KV = 'beam:coder:kv:v1'
@@ -186,21 +186,17 @@ def test_staging_location_outside_the_root_is_refused(weir_server, tmp_path):
 def small_server(tmp_path):
   """A server of its own with small limits: 2 prepared jobs living 3 s,
   pipelines of at most 4 KiB."""
-  port = free_port()
-  log_path = tmp_path / 'weir-small.log'
-  with open(log_path, 'wb') as log:
-    proc = subprocess.Popen(
-        [str(WEIR_BIN), 'serve', '--job_port', str(port), '--staging_dir', str(tmp_path / 'staging'),
-         '--max_prepared_jobs', '2', '--prepared_job_ttl_secs', '3', '--max_pipeline_bytes', '4096',
-         '--max_artifact_bytes_per_job', '1000'],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-  server = WeirServer(proc, port, log_path)
+  server = start_weir_serve(
+      tmp_path / 'weir-small.log',
+      ['--staging_dir', tmp_path / 'staging', '--max_prepared_jobs', '2',
+       '--prepared_job_ttl_secs', '3', '--max_pipeline_bytes', '4096',
+       '--max_artifact_bytes_per_job', '1000'])
   try:
     _wait_for_job_api(server)
     yield server
   finally:
-    proc.terminate()
-    proc.wait(timeout=10)
+    server.proc.terminate()
+    server.proc.wait(timeout=10)
 
 
 def test_pipeline_size_and_prepared_jobs_are_capped_and_expire(small_server):

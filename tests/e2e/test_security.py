@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from conftest import REPO, WEIR_BIN, free_port, read_output, _wait_for_job_api, WeirServer
+from conftest import REPO, WEIR_BIN, read_output, _wait_for_job_api, start_weir_serve
 
 HERE = Path(__file__).resolve().parent
 SECURITY_PY = HERE / 'pipelines_security.py'
@@ -189,13 +189,7 @@ def test_a_docker_image_outside_the_allowlist_is_refused_at_prepare(beam, weir_s
 
 
 def _start(tmp_path, *flags):
-  log_path = tmp_path / ('weir-%d.log' % time.time_ns())
-  port = free_port()
-  with open(log_path, 'wb') as log:
-    proc = subprocess.Popen(
-        [str(WEIR_BIN), 'serve', '--job_port', str(port)] + list(flags),
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-  return WeirServer(proc, port, log_path)
+  return start_weir_serve(tmp_path / ('weir-%d.log' % time.time_ns()), flags)
 
 
 def test_a_remote_bind_without_a_policy_refuses_to_start(tmp_path):

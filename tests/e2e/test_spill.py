@@ -8,34 +8,29 @@ and the GroupByKey writes sorted runs and merges them back.
 
 import os
 import re
-import subprocess
 
 import pytest
 
-from conftest import WEIR_BIN, WeirServer, _wait_for_job_api, free_port
+from conftest import _wait_for_job_api, start_weir_serve
 
 
 @pytest.fixture
 def budget_server(tmp_path):
-  port = free_port()
-  log_path = tmp_path / 'weir-budget.log'
   env = dict(os.environ,
              RUST_LOG='info,weir_engine::group_by_key=debug,weir_engine::operators::sdk_stage=debug',
              NO_COLOR='1')
-  with open(log_path, 'wb') as log:
-    proc = subprocess.Popen(
-        [str(WEIR_BIN), 'serve', '--job_port', str(port), '--bind', '127.0.0.1',
-         '--staging_dir', str(tmp_path / 'staging'), '--gbk_memory_budget_mb', '1',
-         '--spill_dir', str(tmp_path / 'spill')],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-  server = WeirServer(proc, port, log_path)
+  server = start_weir_serve(
+      tmp_path / 'weir-budget.log',
+      ['--bind', '127.0.0.1', '--staging_dir', tmp_path / 'staging',
+       '--gbk_memory_budget_mb', '1', '--spill_dir', tmp_path / 'spill'],
+      env=env)
   server.spill_dir = tmp_path / 'spill'
   try:
     _wait_for_job_api(server)
     yield server
   finally:
-    proc.terminate()
-    proc.wait(timeout=10)
+    server.proc.terminate()
+    server.proc.wait(timeout=10)
 
 
 def test_bundle_outputs_and_groups_spill_and_match_direct_runner(tmp_path, budget_server):

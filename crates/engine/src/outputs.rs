@@ -152,24 +152,26 @@ mod tests {
 
     use super::*;
 
-    /// `n` elements in the global window with `len`-byte values (Bytes,
-    /// length-prefixed: the varint fits one byte below 128).
+    /// An encoded element in the global window at `timestamp` (ms) whose
+    /// value is `len` bytes of `byte`, length-prefixed (Bytes).
+    fn element(timestamp: i64, byte: u8, len: usize) -> Vec<u8> {
+        let mut value = Vec::new();
+        weir_model::varint::encode_varint(len as i64, &mut value);
+        value.extend(std::iter::repeat_n(byte, len));
+        let mut out = Vec::new();
+        WindowedValue {
+            timestamp: Timestamp(timestamp),
+            windows: vec![Window::Global],
+            pane: PaneInfo::NO_FIRING,
+            value,
+        }
+        .encode(&mut out);
+        out
+    }
+
+    /// `n` elements with `len`-byte values.
     fn elements(n: usize, len: usize) -> Vec<Vec<u8>> {
-        (0..n)
-            .map(|i| {
-                let mut value = vec![len as u8];
-                value.extend(std::iter::repeat_n(i as u8, len));
-                let mut out = Vec::new();
-                WindowedValue {
-                    timestamp: Timestamp(i as i64),
-                    windows: vec![Window::Global],
-                    pane: PaneInfo::NO_FIRING,
-                    value,
-                }
-                .encode(&mut out);
-                out
-            })
-            .collect()
+        (0..n).map(|i| element(i as i64, i as u8, len)).collect()
     }
 
     fn spilled(bytes: &[u8]) -> SpilledOutput {
@@ -228,20 +230,7 @@ mod tests {
     /// An element larger than a read is read whole.
     #[test]
     fn an_element_larger_than_one_read_is_whole() {
-        let big = {
-            let mut value = Vec::new();
-            weir_model::varint::encode_varint(3 * READ_BYTES as i64, &mut value);
-            value.extend(std::iter::repeat_n(7u8, 3 * READ_BYTES));
-            let mut out = Vec::new();
-            WindowedValue {
-                timestamp: Timestamp(0),
-                windows: vec![Window::Global],
-                pane: PaneInfo::NO_FIRING,
-                value,
-            }
-            .encode(&mut out);
-            out
-        };
+        let big = element(0, 7, 3 * READ_BYTES);
         let want = [elements(2, 10), vec![big], elements(3, 5)].concat();
         let bytes = want.concat();
         let r = OutputReader::new(Some(spilled(&bytes[..bytes.len() - 20])), bytes[bytes.len() - 20..].to_vec()).unwrap();

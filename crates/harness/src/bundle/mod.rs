@@ -106,17 +106,16 @@ impl BundleProcessor for JobWorkers {
         });
     }
 
-    /// Reports the job's live user-state cells once the engine deleted some.
+    /// Reports the job's live user-state cells once the engine deleted some
+    /// (the engine logs the expiry itself).
     fn user_state_expired(
         &self,
-        stage: usize,
-        input_watermark: weir_model::Timestamp,
+        _stage: usize,
+        _input_watermark: weir_model::Timestamp,
         removed: usize,
         cells: &CellCount,
     ) {
         if removed > 0 {
-            let name = self.inner.graph.stages.get(stage).map_or("?", |s| s.name.as_str());
-            tracing::debug!(job = %self.inner.job_id, stage = %name, removed, watermark = input_watermark.millis(), "expired user state");
             self.inner.report_state_cells(cells);
         }
     }
