@@ -200,11 +200,53 @@ def multi_triggered_side_input(p):
   return main | beam.ParDo(WithSide(), beam.pvalue.AsList(side))
 
 
+# --- A processing-time trigger in batch ---------------------------------------
+
+
+class OutputThenDelay(beam.DoFn):
+  """Java's GroupByKeyTest.testAfterProcessingTimeContinuationTriggerUsingState:
+  outputs 42, then an event-time timer just before the end of the global
+  window sleeps, holding the watermark there while downstream runs."""
+  DELAY = userstate.TimerSpec('delay', TimeDomain.WATERMARK)
+
+  def process(self, element, w=beam.DoFn.WindowParam, delay=beam.DoFn.TimerParam(DELAY)):
+    yield 42
+    delay.set(w.max_timestamp() - 0.01)
+
+  @userstate.on_timer(DELAY)
+  def on_delay(self):
+    import time
+    time.sleep(1.5)
+    return []
+
+
+def batch_processing_time_trigger(p):
+  """Batch: Repeatedly(AfterProcessingTime(0)) fires an early pane of
+  the first sum while the upstream timer holds the watermark, and the
+  second sum (its continuation trigger) fires that early pane too."""
+  sums = (
+      p
+      | beam.Create([('dummy key', 0)])
+      | beam.ParDo(OutputThenDelay())
+      | 'Window' >> beam.WindowInto(
+          bw.GlobalWindows(),
+          trigger=tr.Repeatedly(tr.AfterProcessingTime(0)),
+          accumulation_mode=tr.AccumulationMode.ACCUMULATING,
+          allowed_lateness=0))
+  first = sums | 'First sum' >> beam.CombineGlobally(sum).without_defaults()
+  second = first | 'Second sum' >> beam.CombineGlobally(sum).without_defaults()
+  return (
+      (first | 'F1' >> beam.ParDo(FormatElement('first')),
+       second | 'F2' >> beam.ParDo(FormatElement('second')))
+      | 'Both' >> beam.Flatten())
+
+
 PIPELINES = {
     f.__name__: f
     for f in (
         test_stream_str_coder, timer_at_watermark, reshuffle_panes,
-        reshuffle_streaming_panes, multi_triggered_side_input)
+        reshuffle_streaming_panes, multi_triggered_side_input,
+        batch_processing_time_trigger)
 }
 
 if __name__ == '__main__':

@@ -8,6 +8,8 @@ that failed:
   timed out);
 * an event-time timer set at exactly the watermark stalled the job for good;
 * Reshuffle: every element keeps its input's timestamp, window and pane;
+* a processing-time trigger in batch fired once, at the end of the input,
+  where Java's DirectRunner (and Beam's model) fire it on the wall clock;
 * a side input from a GroupByKey with an early trigger, fed by a
   multi-output TestStream whose outputs advance their watermarks on their
   own, was seen empty by the main input (its elements arrived behind the
@@ -86,9 +88,22 @@ EXPECTED = {
         'main a1 [0.0, 5.0) @3.000 side=[100]',
         'main a2 [5.0, 10.0) @8.000 side=[400]',
     ]),
+    # Batch, Repeatedly(AfterProcessingTime) (Java's
+    # GroupByKeyTest.testAfterProcessingTimeContinuationTriggerUsingState):
+    # while the upstream timer sleeps and holds the watermark below the end
+    # of the global window, the first sum fires an early pane on the wall
+    # clock and the second sum (its continuation trigger) fires it early too.
+    'batch_processing_time_trigger': ([], [
+        'first 42 %s @9223371950454.773 %s' % (G, pane('EARLY', 0, -1, True, False)),
+        'second 42 %s @9223371950454.773 %s' % (G, pane('EARLY', 0, -1, True, False)),
+    ]),
 }
 
 DIRECT_DIFFERS = {
+    'batch_processing_time_trigger':
+        'fails the pipeline: its batch trigger driver has no clock for a '
+        'processing-time trigger (AttributeError: \'NoneType\' object has no '
+        'attribute \'time\' in trigger.get_current_time)',
     'reshuffle_panes':
         'its batch GroupByKey marks no pane of a non-global window last '
         '(last=False, its trigger driver ends no DefaultTrigger), so Beam\'s '

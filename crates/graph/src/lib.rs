@@ -156,6 +156,29 @@ pub enum Trigger {
     },
 }
 
+impl Trigger {
+    /// True when the trigger or one of its subtriggers fires on processing
+    /// time (`AfterProcessingTime`, `AfterSynchronizedProcessingTime`): its
+    /// panes depend on the wall clock, in batch as in streaming.
+    pub fn uses_processing_time(&self) -> bool {
+        match self {
+            Trigger::AfterProcessingTime { .. } | Trigger::AfterSynchronizedProcessingTime => true,
+            Trigger::Default | Trigger::ElementCount(_) | Trigger::Always | Trigger::Never => false,
+            Trigger::AfterEndOfWindow { early, late } => early
+                .iter()
+                .chain(late.iter())
+                .any(|t| t.uses_processing_time()),
+            Trigger::Repeatedly(t) => t.uses_processing_time(),
+            Trigger::AfterEach(ts) | Trigger::AfterAny(ts) | Trigger::AfterAll(ts) => {
+                ts.iter().any(Trigger::uses_processing_time)
+            }
+            Trigger::OrFinally { main, finally } => {
+                main.uses_processing_time() || finally.uses_processing_time()
+            }
+        }
+    }
+}
+
 /// One event of a TestStream (`TestStreamPayload.Event`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum TestStreamEvent {
@@ -352,6 +375,48 @@ impl Stage {
             | StageKind::Flatten { output, .. } => vec![*output],
             StageKind::TestStream { outputs, .. } => outputs.clone(),
             StageKind::Sdk(s) => s.outputs.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processing_time_is_found_anywhere_in_the_trigger_tree() {
+        let apt = Trigger::AfterProcessingTime { delay_ms: 1, align: None };
+        assert!(apt.uses_processing_time());
+        assert!(Trigger::AfterSynchronizedProcessingTime.uses_processing_time());
+        assert!(Trigger::Repeatedly(Box::new(apt.clone())).uses_processing_time());
+        assert!(Trigger::AfterEndOfWindow { early: Some(Box::new(apt.clone())), late: None }
+            .uses_processing_time());
+        assert!(Trigger::AfterEndOfWindow { early: None, late: Some(Box::new(apt.clone())) }
+            .uses_processing_time());
+        assert!(Trigger::OrFinally {
+            main: Box::new(Trigger::ElementCount(2)),
+            finally: Box::new(apt.clone())
+        }
+        .uses_processing_time());
+        assert!(Trigger::AfterAny(vec![Trigger::Never, apt]).uses_processing_time());
+    }
+
+    #[test]
+    fn data_and_watermark_triggers_do_not_use_processing_time() {
+        for t in [
+            Trigger::Default,
+            Trigger::ElementCount(3),
+            Trigger::Always,
+            Trigger::Never,
+            Trigger::Repeatedly(Box::new(Trigger::ElementCount(1))),
+            Trigger::AfterEndOfWindow {
+                early: Some(Box::new(Trigger::ElementCount(1))),
+                late: Some(Box::new(Trigger::Never)),
+            },
+            Trigger::AfterAll(vec![Trigger::ElementCount(1), Trigger::Default]),
+            Trigger::AfterEach(vec![]),
+        ] {
+            assert!(!t.uses_processing_time(), "{t:?}");
         }
     }
 }

@@ -3,7 +3,8 @@
 //! The grouping itself lives outside timely: [`crate::group_by_key`]'s
 //! [`GroupByKeyBuffer`] (batch: one pane per window, fired when the
 //! watermark passes it, spilled to disk past a memory budget) and
-//! [`crate::panes`]'s [`PaneBuffer`] (streaming: trigger-driven panes). This
+//! [`crate::panes`]'s [`PaneBuffer`] (streaming, and a batch GroupByKey
+//! whose trigger uses processing time: trigger-driven panes). This
 //! operator routes elements to workers by key, feeds the buffer, runs a
 //! custom merging WindowFn's merges through the SDK, emits fired panes under
 //! a hold, and reports late data and hot keys.
@@ -51,7 +52,10 @@ pub(crate) fn group_by_key<'s>(
     input.unary_frontier(Exchange::new(route), &name.clone(), move |cap, op_info| {
         drop(cap);
         let info = &ctx.graph.pcollections[input_pc];
-        let mut groups = if ctx.graph.streaming {
+        // A processing-time trigger fires on the wall clock in batch too
+        // (Java's DirectRunner does): its panes come out while upstream
+        // work still holds the watermark.
+        let mut groups = if ctx.graph.streaming || info.windowing.trigger.uses_processing_time() {
             Groups::Streaming(PaneBuffer::new(
                 info.value_coder.clone(),
                 info.window_coder.clone(),
@@ -257,7 +261,7 @@ pub(crate) fn group_by_key<'s>(
 }
 
 /// A GroupByKey's buffered data: one pane per window in batch, trigger-driven
-/// panes in streaming.
+/// panes in streaming and under a processing-time trigger.
 enum Groups {
     Batch(GroupByKeyBuffer),
     Streaming(PaneBuffer),
