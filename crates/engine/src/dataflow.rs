@@ -12,14 +12,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use timely::dataflow::operators::vec::{Broadcast, Map, Partition, ToStream};
-use timely::dataflow::operators::{Concatenate, Exchange, Probe};
+use timely::dataflow::operators::{Concatenate, Probe};
 use timely::dataflow::{ProbeHandle, Scope};
 use weir_graph::{StageGraph, StageKind};
 use weir_model::Timestamp;
 
 use crate::bundle::BundleProcessor;
-use crate::elements::impulse_element;
+use crate::operators::flatten::flatten;
 use crate::operators::group_by_key::group_by_key;
+use crate::operators::impulse::impulse;
+use crate::operators::reshuffle::reshuffle;
 use crate::operators::sdk_stage::sdk_stage;
 use crate::operators::test_stream::test_stream;
 use crate::operators::{Element, Elements, TaggedElements};
@@ -536,13 +538,9 @@ fn build<'s>(
     for (stage_index, stage) in graph.stages.iter().enumerate() {
         match &stage.kind {
             StageKind::Impulse { output } => {
-                let data = if index == 0 {
-                    ctx.count(stage_index, 0, 1, 0);
-                    vec![impulse_element(&graph.pcollections[*output].value_coder)]
-                } else {
-                    vec![]
-                };
-                streams[*output] = Some(data.to_stream(scope).probe_with(&stage_probes[stage_index]));
+                let value_coder = &graph.pcollections[*output].value_coder;
+                let s = impulse(scope, ctx, stage_index, index, value_coder);
+                streams[*output] = Some(s.probe_with(&stage_probes[stage_index]));
             }
             StageKind::TestStream { outputs, events } => {
                 let tagged = test_stream(scope, ctx, probe, index, outputs.len(), events)
@@ -557,27 +555,11 @@ fn build<'s>(
                 }
             }
             StageKind::Flatten { inputs, output } => {
-                let s =
-                    scope.concatenate(inputs.iter().map(|&i| get(&streams, i)).collect::<Vec<_>>());
+                let s = flatten(scope, inputs.iter().map(|&i| get(&streams, i)).collect());
                 streams[*output] = Some(s.probe_with(&stage_probes[stage_index]));
             }
             StageKind::Reshuffle { input, output } => {
-                // In one process SDK stages already spread their input over
-                // workers, and a reshuffle only breaks fusion (planning did).
-                // In a cluster SDK stages spread over their own process's
-                // workers, so a reshuffle spreads over every process.
-                let s = get(&streams, *input);
-                let s = if ctx.config.cluster.is_some() {
-                    let (ctx, mut next) = (ctx.clone(), index as u64);
-                    s.exchange(move |e: &Element| {
-                        next = next.wrapping_add(1);
-                        let hash = next % peers as u64;
-                        ctx.count_exchange(index, hash, peers as u64, e.len());
-                        hash
-                    })
-                } else {
-                    s
-                };
+                let s = reshuffle(get(&streams, *input), ctx, index, peers);
                 streams[*output] = Some(s.probe_with(&stage_probes[stage_index]));
             }
             StageKind::GroupByKey { input, output, .. } => {

@@ -5,16 +5,21 @@
 //!   [`crate::panes::PaneBuffer`] in streaming) into timely.
 //! - [`test_stream`]: a TestStream stage, replaying its events.
 //! - [`sdk_stage`]: a fused SDK stage, run as bundles on SDK harnesses.
+//! - [`impulse`]: the Impulse source (timely's `to_stream`).
+//! - [`flatten`]: a Flatten (timely's `concatenate`).
+//! - [`reshuffle`]: a Reshuffle (a pass-through in one process, a
+//!   round-robin exchange over the processes of a cluster).
 //!
-//! Impulse, Flatten and Reshuffle need no operator of their own: the graph
-//! wiring (`dataflow::build`) maps them onto timely's `to_stream` and
-//! `concatenate`, or passes the stream through.
+//! `dataflow::build` wires them into one timely dataflow per worker.
 
 use timely::dataflow::StreamVec;
 
 use crate::time::Time;
 
+pub(crate) mod flatten;
 pub(crate) mod group_by_key;
+pub(crate) mod impulse;
+pub(crate) mod reshuffle;
 pub(crate) mod sdk_stage;
 pub(crate) mod test_stream;
 
