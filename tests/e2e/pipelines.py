@@ -290,11 +290,23 @@ def fan_out_gbk(p):
           | 'Summary' >> beam.Map(summary))
 
 
+def slow_elements(p):
+  """60 elements, reshuffled, then 0.1 s each in a plain Map: a bundle of
+  many slow elements that a runner can split on its data channel."""
+  import time
+
+  def slow(x):
+    time.sleep(0.1)
+    return 'x=%d double=%d' % (x, 2 * x)
+
+  return p | beam.Create(list(range(60))) | beam.Reshuffle() | 'Slow' >> beam.Map(slow)
+
+
 PIPELINES = {
     f.__name__: f
     for f in (gbk, flatten, side_input, combine_per_key, good, boom, windowed, custom_merging,
               multimap_side_input, sdf_split, large_elements, flaky, crash, slow, hot_key,
-              fan_out_gbk)
+              fan_out_gbk, slow_elements)
 }
 
 

@@ -36,10 +36,18 @@ pub struct BundleRequest {
     /// Where the harness writes the bundle's outputs (not its timers) while
     /// they outgrow memory; None: kept in memory.
     pub spill_outputs: Option<OutputSpill>,
-    /// Hands residuals of a split of the running bundle (encoded windowed
-    /// values of the stage input) back to the engine before the bundle ends.
-    pub on_split: Arc<dyn Fn(Vec<Vec<u8>>) + Send + Sync>,
+    /// Hands residuals of a split of the running bundle back to the engine
+    /// before the bundle ends: encoded windowed values of the stage input,
+    /// and how many of them are this bundle's own input elements the SDK
+    /// had not started (a split of the data channel at an element
+    /// boundary), as opposed to new restrictions of splittable elements.
+    /// None: the bundle must not be split (its result is read as a whole).
+    pub on_split: Option<OnSplit>,
 }
+
+/// See [`BundleRequest::on_split`]: (residual elements, how many of them
+/// are returned input elements).
+pub type OnSplit = Arc<dyn Fn(Vec<Vec<u8>>, usize) + Send + Sync>;
 
 /// What a bundle produced.
 #[derive(Debug, Default)]

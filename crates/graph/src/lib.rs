@@ -351,6 +351,47 @@ impl StageGraph {
             .map(|(i, _)| i)
             .collect()
     }
+
+    /// True when a side input of some SDK stage reads `pcollection` or a
+    /// PCollection computed from it (through any stages downstream).
+    pub fn feeds_side_input(&self, pcollection: PCollectionIndex) -> bool {
+        let sides: std::collections::HashSet<PCollectionIndex> = self
+            .stages
+            .iter()
+            .filter_map(|s| match &s.kind {
+                StageKind::Sdk(sdk) => Some(sdk.side_inputs.iter().map(|si| si.pcollection)),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let mut seen = vec![false; self.pcollections.len()];
+        let mut todo = vec![pcollection];
+        while let Some(pc) = todo.pop() {
+            if sides.contains(&pc) {
+                return true;
+            }
+            if std::mem::replace(&mut seen[pc], true) {
+                continue;
+            }
+            for stage in self.consumers(pc) {
+                todo.extend(self.stages[stage].outputs());
+            }
+        }
+        false
+    }
+
+    /// Whether the GroupByKey from `input` to `output` cuts panes by its
+    /// trigger as data arrives, instead of one pane per window once its
+    /// input is done: always in streaming; in batch when the trigger uses
+    /// processing time (Java's DirectRunner fires those on the wall clock,
+    /// early panes while upstream work holds the watermark), unless its
+    /// panes feed a side input (read once complete in batch, as one firing
+    /// per window).
+    pub fn runs_triggers(&self, input: PCollectionIndex, output: PCollectionIndex) -> bool {
+        self.streaming
+            || (self.pcollections[input].windowing.trigger.uses_processing_time()
+                && !self.feeds_side_input(output))
+    }
 }
 
 impl Stage {
@@ -399,6 +440,81 @@ mod tests {
         }
         .uses_processing_time());
         assert!(Trigger::AfterAny(vec![Trigger::Never, apt]).uses_processing_time());
+    }
+
+    /// Impulse -> pc0 -> GroupByKey -> pc1 -> SDK stage -> pc2, and an SDK
+    /// stage on pc3 (from a second Impulse) reading `side` as a side input.
+    fn graph(trigger: Trigger, side: Option<PCollectionIndex>) -> StageGraph {
+        let pc = |id: &str, trigger: Trigger| PCollectionInfo {
+            id: id.into(),
+            value_coder: Coder::Bytes,
+            window_coder: Coder::GlobalWindow,
+            windowing: Windowing { trigger, ..Windowing::global() },
+        };
+        let sdk = |input, outputs: Vec<PCollectionIndex>, sides: Vec<PCollectionIndex>| {
+            StageKind::Sdk(SdkStage {
+                environment_id: "env".into(),
+                input,
+                input_transform_id: "in".into(),
+                side_inputs: sides
+                    .into_iter()
+                    .map(|pcollection| SideInput {
+                        transform_id: "t".into(),
+                        local_name: "side".into(),
+                        pcollection,
+                        kind: SideInputKind::Iterable,
+                        window_fn: SideWindowFn::Global,
+                    })
+                    .collect(),
+                output_transform_ids: outputs.iter().map(|o| format!("out{o}")).collect(),
+                outputs,
+                residual_transform_ids: vec![],
+                stateful: false,
+                timer_families: vec![],
+                splittable: false,
+                drain_descriptor_id: None,
+                window_expiration_family: None,
+            })
+        };
+        let stage = |id: &str, kind| Stage { id: id.into(), name: id.into(), kind };
+        StageGraph {
+            pcollections: vec![
+                pc("pc0", trigger),
+                pc("pc1", Trigger::Default),
+                pc("pc2", Trigger::Default),
+                pc("pc3", Trigger::Default),
+                pc("pc4", Trigger::Default),
+            ],
+            stages: vec![
+                stage("impulse", StageKind::Impulse { output: 0 }),
+                stage("gbk", StageKind::GroupByKey { input: 0, output: 1, merge_windows: None }),
+                stage("after", sdk(1, vec![2], vec![])),
+                stage("impulse2", StageKind::Impulse { output: 3 }),
+                stage("main", sdk(3, vec![4], side.into_iter().collect())),
+            ],
+            streaming: false,
+        }
+    }
+
+    #[test]
+    fn a_side_input_downstream_is_found_through_stages() {
+        assert!(graph(Trigger::Default, Some(2)).feeds_side_input(1));
+        assert!(graph(Trigger::Default, Some(1)).feeds_side_input(1));
+        assert!(graph(Trigger::Default, Some(1)).feeds_side_input(0));
+        assert!(!graph(Trigger::Default, None).feeds_side_input(1));
+        // pc3 is the main input of the side input's reader, not upstream of it.
+        assert!(!graph(Trigger::Default, Some(2)).feeds_side_input(3));
+    }
+
+    #[test]
+    fn batch_runs_processing_time_triggers_unless_they_feed_a_side_input() {
+        let apt = Trigger::Repeatedly(Box::new(Trigger::AfterProcessingTime { delay_ms: 1, align: None }));
+        assert!(graph(apt.clone(), None).runs_triggers(0, 1));
+        assert!(!graph(apt.clone(), Some(2)).runs_triggers(0, 1));
+        assert!(!graph(Trigger::ElementCount(2), None).runs_triggers(0, 1));
+        let mut streaming = graph(Trigger::ElementCount(2), Some(2));
+        streaming.streaming = true;
+        assert!(streaming.runs_triggers(0, 1));
     }
 
     #[test]

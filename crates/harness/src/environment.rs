@@ -636,6 +636,19 @@ impl SdkHarnesses {
         })
     }
 
+    /// True when a bundle of `env_id` could start at once: none waits for a
+    /// worker, and a connected worker has fewer bundles in flight than
+    /// [`SdkHarnesses::bundles_per_worker`].
+    pub(crate) fn has_room(&self, env_id: &str) -> bool {
+        let room = self.bundles_per_worker(env_id);
+        let pool = self.pool();
+        pool.waiting.get(env_id).copied().unwrap_or(0) == 0
+            && pool.workers.get(env_id).is_some_and(|ws| {
+                ws.iter()
+                    .any(|w| w.is_connected() && w.bundles_in_flight() < room)
+            })
+    }
+
     /// Workers of `env_id` in the pool now.
     pub fn workers(&self, env_id: &str) -> Vec<Arc<Worker>> {
         self.pool().workers.get(env_id).cloned().unwrap_or_default()

@@ -132,8 +132,12 @@ pub(crate) struct BundleState {
     /// Where the bundle's sink streams spill (timers never do).
     pub spill: Option<OutputSpill>,
     pub all_last: tokio::sync::Notify,
-    /// Set once work split off this bundle was handed to the engine.
+    /// Set once new work (residual restrictions of splittable elements)
+    /// split off this bundle was handed to the engine.
     pub split_handed_over: std::sync::atomic::AtomicBool,
+    /// Set by a split of the data channel: the bundle's input elements from
+    /// this index on were handed back to the engine (`usize::MAX`: none).
+    pub split_primary: std::sync::atomic::AtomicUsize,
 }
 
 pub use weir_engine::user_state::{BundleUserState, UserState};

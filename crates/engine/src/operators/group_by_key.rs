@@ -34,7 +34,7 @@ pub(crate) fn group_by_key<'s>(
     ctx: &JobContext,
     stage_index: usize,
     input_pc: usize,
-    _output_pc: usize,
+    output_pc: usize,
 ) -> Elements<'s> {
     let graph = ctx.graph.clone();
     let info = &graph.pcollections[input_pc];
@@ -52,10 +52,7 @@ pub(crate) fn group_by_key<'s>(
     input.unary_frontier(Exchange::new(route), &name.clone(), move |cap, op_info| {
         drop(cap);
         let info = &ctx.graph.pcollections[input_pc];
-        // A processing-time trigger fires on the wall clock in batch too
-        // (Java's DirectRunner does): its panes come out while upstream
-        // work still holds the watermark.
-        let mut groups = if ctx.graph.streaming || info.windowing.trigger.uses_processing_time() {
+        let mut groups = if ctx.graph.runs_triggers(input_pc, output_pc) {
             Groups::Streaming(PaneBuffer::new(
                 info.value_coder.clone(),
                 info.window_coder.clone(),
@@ -165,7 +162,7 @@ pub(crate) fn group_by_key<'s>(
                             side_inputs: Arc::default(),
                             side_input_generation: 0,
                             timers: vec![],
-                            on_split: Arc::new(|_| {}),
+                            on_split: None,
                             user_state: Arc::default(),
                             spill_outputs: None,
                         },

@@ -50,7 +50,9 @@ impl Inner {
     ///   to split the rest of the element in half whenever another SDK worker
     ///   sits idle (`ProcessBundleSplitRequest`, fraction_of_remainder 0.5),
     ///   and hands the residuals to the engine at once so the idle worker
-    ///   takes them;
+    ///   takes them; for another stage's bundle of several elements, splits
+    ///   its data channel the same way whenever the environment has room
+    ///   for another bundle;
     /// * with an element processing timeout, watches the bundle's progress
     ///   ([`Progress`]) and gives up on it ([`Failure::Stuck`]) when the
     ///   progress has not moved for the timeout.
@@ -66,6 +68,15 @@ impl Inner {
         let gone = || Failure::Error(format!("SDK harness {} went away", worker.id));
         let drainable = stage.splittable && self.policy.drain.is_some();
         let splittable = stage.splittable && request.input.len() == 1 || drainable;
+        // Any other bundle of several elements may split its data channel,
+        // unless it is keyed (a stateful stage runs a key's elements in
+        // order, one bundle at a time) or delivers timers.
+        let channel = !stage.splittable
+            && !stage.stateful
+            && request.on_split.is_some()
+            && request.input.len() > 1
+            && request.timers.iter().all(Vec::is_empty);
+        let splittable = splittable || channel;
         // Progress is watched only with an element processing timeout.
         let watch = self
             .policy
@@ -92,6 +103,10 @@ impl Inner {
                     self.split(worker, instruction_id, request, stage, bundle, 0.0, splits)
                         .await?;
                 }
+            } else if channel {
+                splits = self
+                    .maybe_split_channel(worker, instruction_id, request, stage, bundle, splits)
+                    .await?;
             } else if splittable && request.input.len() == 1 {
                 splits = self
                     .maybe_split(worker, instruction_id, request, stage, bundle, splits)
@@ -406,7 +421,7 @@ mod tests {
             side_inputs: Arc::new(SideInputs::default()),
             side_input_generation: 0,
             timers: vec![],
-            on_split: Arc::new(|_| {}),
+            on_split: None,
             user_state: Arc::default(),
             spill_outputs: None,
         };

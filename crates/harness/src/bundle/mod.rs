@@ -157,9 +157,10 @@ impl Inner {
     /// [`MAX_ATTEMPTS`] attempts in batch, without a cap in streaming, as
     /// Dataflow does. Outputs, timers, user state and metrics of a failed
     /// attempt are discarded, so a retry duplicates nothing. A bundle that
-    /// already handed split-off work to the engine is not retried (the
-    /// retry would redo that work).
-    async fn run(&self, request: BundleRequest) -> Result<BundleResult, String> {
+    /// already handed residual restrictions to the engine is not retried
+    /// (the retry would redo that work); one whose data channel was split
+    /// is retried with the input elements it kept (the primary).
+    async fn run(&self, mut request: BundleRequest) -> Result<BundleResult, String> {
         let mut attempts = 0;
         let last = loop {
             attempts += 1;
@@ -169,7 +170,7 @@ impl Inner {
                     tracing::debug!(stage = %request.stage_id, elements = request.input.len(), ms = started.elapsed().as_millis() as u64, "bundle done");
                     return Ok(r);
                 }
-                Err((e, split_handed_over)) => {
+                Err((e, split_handed_over, primary)) => {
                     tracing::warn!(job = %self.job_id, stage = %request.stage_name, attempt = attempts, "bundle failed: {e}");
                     if split_handed_over
                         || !self.policy.retries_after(attempts)
@@ -177,6 +178,8 @@ impl Inner {
                     {
                         break e;
                     }
+                    // The elements handed back run in bundles of their own.
+                    request.input.truncate(primary);
                     self.metrics.bundle_retried(request.stage);
                     let pause = self.policy.backoff(attempts);
                     if self.policy.streaming && attempts >= MAX_ATTEMPTS {
@@ -206,7 +209,13 @@ impl Inner {
     }
 
     /// One attempt; on failure also says whether split-off work was handed to the engine.
-    async fn attempt(&self, request: &BundleRequest) -> Result<BundleResult, (String, bool)> {
+    /// One attempt of `request`; its error comes with whether residual
+    /// restrictions were handed over and how many input elements the
+    /// attempt kept (fewer after a split of its data channel).
+    async fn attempt(
+        &self,
+        request: &BundleRequest,
+    ) -> Result<BundleResult, (String, bool, usize)> {
         let stage = match &self.graph.stages[request.stage].kind {
             StageKind::Sdk(stage) => stage,
             StageKind::GroupByKey {
@@ -217,6 +226,7 @@ impl Inner {
                 return Err((
                     format!("stage {} runs no SDK bundles", request.stage_name),
                     false,
+                    request.input.len(),
                 ))
             }
         };
@@ -224,7 +234,7 @@ impl Inner {
             .harnesses
             .pick(&stage.environment_id)
             .await
-            .map_err(|e| (e, false))?;
+            .map_err(|e| (e, false, request.input.len()))?;
         // Unguessable: state requests, data and results are accepted only
         // for instructions issued to the worker that sends them.
         let instruction_id = self.fn_api.fresh_id(&format!("{}-bundle-", self.job_id));
@@ -251,6 +261,7 @@ impl Inner {
             spill: request.spill_outputs.clone(),
             all_last: tokio::sync::Notify::new(),
             split_handed_over: std::sync::atomic::AtomicBool::new(false),
+            split_primary: std::sync::atomic::AtomicUsize::new(usize::MAX),
         });
         self.fn_api
             .bundles
@@ -287,7 +298,14 @@ impl Inner {
                 }
                 Ok(r)
             }
-            Err(e) => Err((e, bundle.split_handed_over.load(Ordering::Relaxed))),
+            Err(e) => Err((
+                e,
+                bundle.split_handed_over.load(Ordering::Relaxed),
+                bundle
+                    .split_primary
+                    .load(Ordering::Relaxed)
+                    .min(request.input.len()),
+            )),
         }
     }
 }

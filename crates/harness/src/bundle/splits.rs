@@ -1,5 +1,11 @@
 //! Dynamic splits of a running bundle (`ProcessBundleSplitRequest`): for an
 //! idle SDK worker (fraction 0.5), or a checkpoint when the job drains (0).
+//!
+//! Two kinds, as Dataflow's dynamic work rebalancing: a splittable DoFn's
+//! bundle of one element splits inside the element (residual restrictions),
+//! and any other bundle of several elements splits its data channel at an
+//! element boundary (the elements the SDK has not started go back to the
+//! engine and run in bundles of their own).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -34,6 +40,30 @@ impl Inner {
                 .harnesses
                 .has_idle_worker(&stage.environment_id, &worker.id)
         {
+            return Ok(splits);
+        }
+        splits += 1;
+        self.split(worker, instruction_id, request, stage, bundle, 0.5, splits)
+            .await?;
+        Ok(splits)
+    }
+
+    /// Splits the data channel of a running bundle of several elements in
+    /// half when its environment could start another bundle at once (no
+    /// bundle waits for a worker, and a worker has room for one more; see
+    /// [`crate::environment::SdkHarnesses::has_room`]) and fewer than
+    /// [`MAX_SPLITS_PER_BUNDLE`] splits were asked; returns the number of
+    /// splits asked so far.
+    pub(super) async fn maybe_split_channel(
+        &self,
+        worker: &Worker,
+        instruction_id: &str,
+        request: &BundleRequest,
+        stage: &weir_plan::SdkStage,
+        bundle: &BundleState,
+        mut splits: u32,
+    ) -> Result<u32, Failure> {
+        if splits >= MAX_SPLITS_PER_BUNDLE || !self.harnesses.has_room(&stage.environment_id) {
             return Ok(splits);
         }
         splits += 1;
@@ -85,10 +115,15 @@ impl Inner {
         else {
             return Ok(()); // the bundle finished first, or the SDK declined
         };
+        let Some(on_split) = &request.on_split else {
+            return Ok(());
+        };
         let mut residuals = residual_elements(split.residual_roots, stage)?.elements;
+        let restrictions = residuals.len();
         // Input elements from the first residual one on are left to the
         // runner (a split at the element boundary returns the element the
         // SDK was at): schedule them again as a whole.
+        let mut returned = 0;
         if let Some(first) = split
             .channel_splits
             .iter()
@@ -96,12 +131,22 @@ impl Inner {
             .map(|c| c.first_residual_element.max(0) as usize)
             .min()
         {
-            residuals.extend(request.input.iter().skip(first).cloned());
+            let first = first.min(request.input.len());
+            let already = bundle.split_primary.load(Ordering::Relaxed).min(request.input.len());
+            // A later split of the same bundle hands back only what an
+            // earlier one did not.
+            if first < already {
+                residuals.extend(request.input[first..already].iter().cloned());
+                returned = already - first;
+                bundle.split_primary.store(first, Ordering::Relaxed);
+            }
         }
         if !residuals.is_empty() {
-            tracing::info!(worker = %worker.id, bundle = %instruction_id, "split off {} residual(s) (fraction of remainder {fraction_of_remainder})", residuals.len());
-            bundle.split_handed_over.store(true, Ordering::Relaxed);
-            (request.on_split)(residuals);
+            tracing::info!(worker = %worker.id, bundle = %instruction_id, "split off {restrictions} residual restriction(s) and {returned} input element(s) (fraction of remainder {fraction_of_remainder})");
+            if restrictions > 0 {
+                bundle.split_handed_over.store(true, Ordering::Relaxed);
+            }
+            on_split(residuals, returned);
         }
         Ok(())
     }

@@ -163,6 +163,7 @@ mod tests {
             spill: None,
             all_last: tokio::sync::Notify::new(),
             split_handed_over: Default::default(),
+            split_primary: std::sync::atomic::AtomicUsize::new(usize::MAX),
         });
         b.user_state.append(
             &weir_engine::user_state::StateCell {

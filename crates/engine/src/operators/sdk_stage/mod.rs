@@ -24,7 +24,7 @@ use timely::dataflow::Scope;
 use weir_graph::SdkStage;
 
 use super::{Element, Elements, TaggedElements};
-use crate::bundle::{BundleRequest, BundleResult};
+use crate::bundle::{BundleRequest, BundleResult, OnSplit};
 use crate::dataflow::{JobContext, StageStatus};
 use crate::group_by_key::GroupByKeyBuffer;
 use crate::side_input::{SideInputSpec, SideInputs};
@@ -58,8 +58,9 @@ const EMIT_BYTES_PER_ACTIVATION: usize = 8 << 20;
 
 /// What the harness reports about a bundle in flight.
 enum BundleEvent {
-    /// Residuals split off while the bundle runs.
-    Split(Vec<Element>),
+    /// Residuals split off while the bundle runs, and how many of them are
+    /// the bundle's own input elements handed back.
+    Split(Vec<Element>, usize),
     /// The bundle finished.
     Done(std::result::Result<BundleResult, String>),
 }
@@ -141,7 +142,11 @@ pub(crate) fn sdk_stage<'s>(
             let side_input_generation = st.side_generation.for_bundle();
             let id = st.next_bundle;
             st.next_bundle += 1;
-            ctx.count(stage_index, elements.len(), 0, 0);
+            // Input elements a split handed back were counted when they
+            // first went out.
+            let recounted = st.returned.min(elements.len());
+            st.returned -= recounted;
+            ctx.count(stage_index, elements.len() - recounted, 0, 0);
             st.in_flight.insert(id, cap);
             if let Some((family, info)) = &expiration {
                 set_expiration_timers(&mut st.timers, *family, info, &elements);
@@ -155,14 +160,14 @@ pub(crate) fn sdk_stage<'s>(
             let completions = completions.clone();
             let activator = activator.clone();
             let (split_completions, split_activator) = (completions.clone(), activator.clone());
-            let on_split = Arc::new(move |residuals: Vec<Element>| {
-                split_completions.lock().unwrap_or_else(|p| p.into_inner()).push((id, BundleEvent::Split(residuals)));
+            let on_split: OnSplit = Arc::new(move |residuals: Vec<Element>, returned: usize| {
+                split_completions.lock().unwrap_or_else(|p| p.into_inner()).push((id, BundleEvent::Split(residuals, returned)));
             let _ = split_activator.activate();
             });
             let request = BundleRequest {
                 user_state: submit_user_state.clone(),
                 spill_outputs: spill_outputs.clone(),
-                on_split,
+                on_split: Some(on_split),
                 stage: stage_index,
                 stage_id,
                 stage_name: submit_name.clone(),
@@ -278,10 +283,11 @@ pub(crate) fn sdk_stage<'s>(
             let done: Vec<_> = std::mem::take(&mut *completions.lock().unwrap_or_else(|p| p.into_inner()));
             for (id, event) in done {
                 let result = match event {
-                    BundleEvent::Split(residuals) => {
+                    BundleEvent::Split(residuals, returned) => {
                         // Work split off a running bundle: schedule it under that bundle's hold.
                         if let Some(cap) = st.in_flight.get(&id) {
                             let cap = cap.clone();
+                            st.returned += returned;
                             st.pending.push_back((cap, residuals));
                         }
                         continue;

@@ -26,6 +26,9 @@ pub(super) struct SdkState<H> {
     pub(super) in_flight: HashMap<u64, H>,
     /// The id of the next bundle.
     pub(super) next_bundle: u64,
+    /// Input elements handed back by splits of the data channel and not yet
+    /// sent again: they were counted as stage input when first sent.
+    pub(super) returned: usize,
     /// Batch: side-input data gathered until the side inputs are done, per
     /// side input.
     pub(super) side_data: Vec<Vec<Element>>,
@@ -69,6 +72,7 @@ impl<H> SdkState<H> {
             delayed: DelayedResiduals::default(),
             in_flight: HashMap::new(),
             next_bundle: 0,
+            returned: 0,
             side_data: vec![Vec::new(); side_inputs],
             side_inputs: None,
             held_back: Vec::new(),
