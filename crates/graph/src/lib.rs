@@ -264,6 +264,12 @@ pub struct SdkStage {
     /// True when the stage's first transform is a stateful DoFn (user state
     /// or timers): its input is routed by key and one bundle runs at a time.
     pub stateful: bool,
+    /// True when that stateful DoFn requires its input sorted by timestamp
+    /// (`ParDoPayload.requires_time_sorted_input`, requirement
+    /// `beam:requirement:pardo:time_sorted_input:v1`): the runner holds
+    /// each element until the input watermark passes its timestamp plus
+    /// the allowed lateness, then gives them in timestamp order.
+    pub time_sorted: bool,
     /// Timer families of the stage's transforms (`ParDoPayload.timer_family_specs`).
     pub timer_families: Vec<TimerFamily>,
     /// True when the stage input feeds an SDF process transform
@@ -470,6 +476,7 @@ mod tests {
                 outputs,
                 residual_transform_ids: vec![],
                 stateful: false,
+                time_sorted: false,
                 timer_families: vec![],
                 splittable: false,
                 drain_descriptor_id: None,

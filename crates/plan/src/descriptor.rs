@@ -253,6 +253,7 @@ pub(crate) fn build(
                 let mut residual_transform_ids = Vec::new();
                 let mut splittable = false;
                 let mut stateful = false;
+                let mut time_sorted = false;
                 let mut window_expiration_family = None;
                 let mut timer_families = Vec::new();
                 let mut names = Vec::new();
@@ -330,6 +331,7 @@ pub(crate) fn build(
                         }
                         if main.first() == Some(input) && crate::leaves::is_stateful(tid, &t)? {
                             stateful = true;
+                            time_sorted = payload.requires_time_sorted_input;
                             let family = &payload.on_window_expiration_timer_family_spec;
                             if !family.is_empty() {
                                 let index = timer_families
@@ -456,6 +458,7 @@ pub(crate) fn build(
                         residual_transform_ids,
                         splittable,
                         stateful,
+                        time_sorted,
                         timer_families,
                         drain_descriptor_id,
                         window_expiration_family,

@@ -41,32 +41,13 @@ const SUPPORTED_REQUIREMENTS: &[&str] = &[
     urns::requirement::ON_WINDOW_EXPIRATION,
     // Honoured by a fusion break before each such ParDo (see fusion.rs).
     urns::requirement::REQUIRES_STABLE_INPUT,
+    // Honoured by the stateful stage's operator (SdkStage::time_sorted).
+    urns::requirement::REQUIRES_TIME_SORTED_INPUT,
 ];
 
 /// Rejects a pipeline that declares a requirement Weir does not implement.
-///
-/// `beam:requirement:pardo:time_sorted_input:v1` is refused naming the
-/// first ParDo that asks for it (Weir does not sort inputs by timestamp).
 pub(crate) fn check_requirements(pipeline: &beam::Pipeline) -> Result<()> {
     for r in &pipeline.requirements {
-        if r == urns::requirement::REQUIRES_TIME_SORTED_INPUT {
-            let mut ids: Vec<_> = pipeline
-                .components
-                .iter()
-                .flat_map(|c| &c.transforms)
-                .filter(|(id, t)| {
-                    urn_of(t) == urns::transform::PAR_DO
-                        && pardo_payload(id, t).is_ok_and(|p| p.requires_time_sorted_input)
-                })
-                .map(|(id, t)| format!("{id} ({})", t.unique_name))
-                .collect();
-            ids.sort();
-            let transform = ids
-                .into_iter()
-                .next()
-                .unwrap_or_else(|| "<pipeline>".into());
-            return Err(time_sorted_refusal(&transform));
-        }
         if !SUPPORTED_REQUIREMENTS.contains(&r.as_str()) {
             return Err(PlanError::Unsupported {
                 transform: "<pipeline>".into(),
@@ -78,11 +59,13 @@ pub(crate) fn check_requirements(pipeline: &beam::Pipeline) -> Result<()> {
     Ok(())
 }
 
-/// The Prepare error (INVALID_ARGUMENT) for a ParDo with @RequiresTimeSortedInput.
+/// The Prepare error (INVALID_ARGUMENT) for a ParDo with
+/// @RequiresTimeSortedInput that has no state or timers: its input is not
+/// keyed, and Beam defines the order per key of a stateful DoFn.
 fn time_sorted_refusal(transform: &str) -> PlanError {
     PlanError::Invalid(format!(
-        "transform {transform} requires {}: Weir does not sort a ParDo's input by timestamp; \
-         sort inside the DoFn (e.g. buffer in state and order by timestamp on a timer)",
+        "transform {transform} requires {} but has no state or timers: Weir sorts the \
+         input of a stateful ParDo (per key); add state, or sort inside the DoFn",
         urns::requirement::REQUIRES_TIME_SORTED_INPUT
     ))
 }
@@ -116,7 +99,10 @@ pub(crate) fn classify(id: &str, t: &beam::PTransform) -> Result<LeafKind> {
             for (name, spec) in &payload.state_specs {
                 check_state_spec(name, spec).map_err(|feature| unsupported(&feature))?;
             }
-            if payload.requires_time_sorted_input {
+            if payload.requires_time_sorted_input
+                && payload.state_specs.is_empty()
+                && payload.timer_family_specs.is_empty()
+            {
                 return Err(time_sorted_refusal(&format!("{id} ({})", t.unique_name)));
             }
             for (name, side) in &payload.side_inputs {
@@ -302,13 +288,27 @@ mod tests {
     }
 
     #[test]
-    fn stable_input_is_accepted_and_time_sorted_input_is_refused_naming_urn_and_transform() {
-        let sorted = beam::PTransform {
+    fn time_sorted_input_is_accepted_for_a_stateful_pardo_and_refused_without_state() {
+        let sorted = |stateful: bool| beam::PTransform {
             unique_name: "SortedDoFn".into(),
             spec: Some(beam::FunctionSpec {
                 urn: urns::transform::PAR_DO.into(),
                 payload: beam::ParDoPayload {
                     requires_time_sorted_input: true,
+                    state_specs: if stateful {
+                        [(
+                            "last".to_string(),
+                            beam::StateSpec {
+                                spec: Some(beam::state_spec::Spec::ReadModifyWriteSpec(
+                                    beam::ReadModifyWriteStateSpec { coder_id: "c".into() },
+                                )),
+                                ..Default::default()
+                            },
+                        )]
+                        .into()
+                    } else {
+                        Default::default()
+                    },
                     ..Default::default()
                 }
                 .encode_to_vec(),
@@ -317,28 +317,27 @@ mod tests {
         };
         let pipeline = |r: &str| beam::Pipeline {
             requirements: vec![r.to_string()],
-            components: Some(beam::Components {
-                transforms: [("t7".to_string(), sorted.clone())].into(),
-                ..Default::default()
-            }),
             ..Default::default()
         };
         assert_eq!(
-            urns::requirement::REQUIRES_STABLE_INPUT,
-            "beam:requirement:pardo:stable_input:v1"
+            urns::requirement::REQUIRES_TIME_SORTED_INPUT,
+            "beam:requirement:pardo:time_sorted_input:v1"
         );
-        assert!(check_requirements(&pipeline(urns::requirement::REQUIRES_STABLE_INPUT)).is_ok());
-        let expected =
-            "transform t7 (SortedDoFn) requires beam:requirement:pardo:time_sorted_input:v1";
-        for err in [
-            check_requirements(&pipeline(urns::requirement::REQUIRES_TIME_SORTED_INPUT))
-                .unwrap_err(),
-            classify("t7", &sorted).unwrap_err(),
+        for r in [
+            urns::requirement::REQUIRES_STABLE_INPUT,
+            urns::requirement::REQUIRES_TIME_SORTED_INPUT,
         ] {
-            match err {
-                PlanError::Invalid(m) => assert!(m.starts_with(expected), "{m}"),
-                other => panic!("expected Invalid, got {other:?}"),
-            }
+            assert!(check_requirements(&pipeline(r)).is_ok(), "{r}");
+        }
+        assert_eq!(classify("t7", &sorted(true)).unwrap(), LeafKind::Sdk);
+        match classify("t7", &sorted(false)).unwrap_err() {
+            PlanError::Invalid(m) => assert!(
+                m.starts_with(
+                    "transform t7 (SortedDoFn) requires beam:requirement:pardo:time_sorted_input:v1 but has no state or timers"
+                ),
+                "{m}"
+            ),
+            other => panic!("expected Invalid, got {other:?}"),
         }
     }
 

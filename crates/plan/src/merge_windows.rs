@@ -238,6 +238,7 @@ pub(crate) fn stage(
         output_transform_ids: vec![sink_id],
         residual_transform_ids: vec![],
         stateful: false,
+        time_sorted: false,
         timer_families: vec![],
         splittable: false,
         drain_descriptor_id: None,

@@ -408,6 +408,7 @@ mod tests {
             output_transform_ids: vec![],
             residual_transform_ids: vec![],
             stateful: false,
+            time_sorted: false,
             timer_families: vec![],
             splittable: false,
             drain_descriptor_id: None,

@@ -68,6 +68,7 @@ mod tests {
             output_transform_ids: vec![],
             residual_transform_ids: vec!["sdf".into()],
             stateful: false,
+            time_sorted: false,
             timer_families: vec![],
             splittable: true,
             drain_descriptor_id: None,

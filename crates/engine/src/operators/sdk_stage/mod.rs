@@ -10,8 +10,8 @@
 //! state, and cuts pending elements into new bundles while there is room.
 //! The decisions that need no timely live beside it: [`bundles`] (cutting),
 //! [`residuals`] (residual holds and resume delays), [`sides`] (side-input
-//! readiness), [`expiry`] (expired windows) and [`state`] (the operator's
-//! state and its timer hold).
+//! readiness), [`expiry`] (expired windows), [`sorted`] (time-sorted
+//! input) and [`state`] (the operator's state and its timer hold).
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -38,12 +38,14 @@ mod bundles;
 mod expiry;
 mod residuals;
 mod sides;
+mod sorted;
 mod state;
 
 use bundles::{cut_bundle, BundleLimits};
 use expiry::{drop_expired, set_expiration_timers};
 use residuals::{residual_hold, resume_at};
 use sides::{release_ready, side_specs};
+use sorted::TimeSorted;
 use state::Emission;
 
 /// The operator's state, held under timely capabilities.
@@ -119,6 +121,11 @@ pub(crate) fn sdk_stage<'s>(
             sdk.side_inputs.len(),
             TimerStore::new(&sdk.timer_families),
         )));
+        // A DoFn that requires time-sorted input: its elements wait here for
+        // the watermark (see sorted.rs).
+        let mut sorted: Option<TimeSorted<Capability<Time>>> = sdk.time_sorted.then(|| {
+            TimeSorted::new(ctx.graph.pcollections[sdk.input].windowing.allowed_lateness_ms)
+        });
         // The user state of the keys routed to this worker (see crate::user_state).
         let user_state = Arc::new(UserState::new(ctx.user_state_cells.clone()));
         let submit_user_state = user_state.clone();
@@ -239,6 +246,18 @@ pub(crate) fn sdk_stage<'s>(
                     return;
                 }
                 let Some(c) = cap.retain_least(0) else { return };
+                if let Some(sorted) = sorted.as_mut() {
+                    // An element whose timestamp does not decode goes at once (the SDK reports it).
+                    let (stamped, bad): (Vec<_>, Vec<_>) = elements
+                        .into_iter()
+                        .map(|e| (weir_model::Timestamp::decode(&e).map(|(t, _)| t).ok(), e))
+                        .partition(|(t, _)| t.is_some());
+                    sorted.push(c.clone(), stamped.into_iter().map(|(t, e)| (t.expect("partitioned"), e)));
+                    if bad.is_empty() {
+                        return;
+                    }
+                    elements = bad.into_iter().map(|(_, e)| e).collect();
+                }
                 if live_sides {
                     let info = &ctx.graph.pcollections[sdk.input];
                     let with_windows = elements
@@ -259,7 +278,16 @@ pub(crate) fn sdk_stage<'s>(
             if live_sides && !st.held_back.is_empty() {
                 release_ready(st, &sides, side_frontier.frontier().as_ref());
             }
+            if let Some(sorted) = sorted.as_mut() {
+                let least = frontier.frontier().iter().min().copied();
+                if let Some(ready) = sorted.release(input_watermark, least) {
+                    st.pending.push_back(ready);
+                }
+            }
             if ctx.stopped() {
+                if let Some(sorted) = sorted.as_mut() {
+                    sorted.clear();
+                }
                 st.held_back.clear();
                 st.pending.clear();
                 st.delayed.clear();
@@ -383,6 +411,7 @@ pub(crate) fn sdk_stage<'s>(
                     wakeup.activate_after(Duration::from_millis((next - now).max(1) as u64));
                 }
             }
+            let sorted_waiting = sorted.as_ref().map_or(0, TimeSorted::len);
             let status = |st: &State, waiting_for_side_inputs: bool| StageStatus {
                 watermark: (!frontier.is_empty()).then(|| watermark_of(frontier.frontier().as_ref())),
                 in_flight: st.in_flight.len(),
@@ -391,7 +420,8 @@ pub(crate) fn sdk_stage<'s>(
                 timers: st.timers.len(),
                 windows: 0,
                 waiting_for_side_inputs: waiting_for_side_inputs || !st.held_back.is_empty(),
-                held_back: st.held_back.iter().map(|(_, e)| e.len()).sum(),
+                held_back: st.held_back.iter().map(|(_, e)| e.len()).sum::<usize>()
+                    + sorted_waiting,
             };
             // Start bundles while there is room.
             if st.side_inputs.is_none() {
