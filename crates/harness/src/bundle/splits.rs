@@ -87,6 +87,10 @@ impl Inner {
         fraction_of_remainder: f64,
         nth: u32,
     ) -> Result<(), Failure> {
+        // A bundle whose result is read as a whole is never split.
+        let Some(on_split) = &request.on_split else {
+            return Ok(());
+        };
         let split = worker.send(beam::InstructionRequest {
             instruction_id: format!("{instruction_id}-split-{nth}"),
             request: Some(beam::instruction_request::Request::ProcessBundleSplit(
@@ -114,9 +118,6 @@ impl Inner {
         let Some(beam::instruction_response::Response::ProcessBundleSplit(split)) = split.response
         else {
             return Ok(()); // the bundle finished first, or the SDK declined
-        };
-        let Some(on_split) = &request.on_split else {
-            return Ok(());
         };
         let mut residuals = residual_elements(split.residual_roots, stage)?.elements;
         let restrictions = residuals.len();
