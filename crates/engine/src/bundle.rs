@@ -36,18 +36,30 @@ pub struct BundleRequest {
     /// Where the harness writes the bundle's outputs (not its timers) while
     /// they outgrow memory; None: kept in memory.
     pub spill_outputs: Option<OutputSpill>,
-    /// Hands residuals of a split of the running bundle back to the engine
-    /// before the bundle ends: encoded windowed values of the stage input,
-    /// and how many of them are this bundle's own input elements the SDK
-    /// had not started (a split of the data channel at an element
-    /// boundary), as opposed to new restrictions of splittable elements.
-    /// None: the bundle must not be split (its result is read as a whole).
-    pub on_split: Option<OnSplit>,
+    /// How the running bundle's split-off work goes back to the engine
+    /// (see [`Splits`]). None: the bundle must not be split (its result is
+    /// read as a whole).
+    pub on_split: Option<Splits>,
 }
 
-/// See [`BundleRequest::on_split`]: (residual elements, how many of them
-/// are returned input elements).
+/// Hands residuals of a split of a running bundle back to the engine
+/// before the bundle ends: encoded windowed values of the stage input, and
+/// how many of them are the bundle's own input elements the SDK had not
+/// started (a split of the data channel at an element boundary), as opposed
+/// to new restrictions of splittable elements.
 pub type OnSplit = Arc<dyn Fn(Vec<Vec<u8>>, usize) + Send + Sync>;
+
+/// What a running bundle may split off, and where it goes.
+#[derive(Clone)]
+pub struct Splits {
+    /// Takes the residuals of a split ([`OnSplit`]).
+    pub hand_back: OnSplit,
+    /// Elements of the stage waiting for a bundle on the bundle's timely
+    /// worker, kept current by the engine: splitting a bundle's data channel
+    /// only helps while none wait (what it hands back would queue behind
+    /// them).
+    pub backlog: Arc<std::sync::atomic::AtomicUsize>,
+}
 
 /// What a bundle produced.
 #[derive(Debug, Default)]

@@ -43,7 +43,7 @@ pub mod timers;
 pub mod triggers;
 pub mod user_state;
 
-pub use bundle::{BundleProcessor, BundleRequest, BundleResult, Completion, OnSplit};
+pub use bundle::{BundleProcessor, BundleRequest, BundleResult, Completion, OnSplit, Splits};
 pub use outputs::{OutputSpill, SpilledOutput};
 pub use dataflow::{run_job, Progress, StageCounts, StageProgress, StageStatus};
 pub use error::{EngineError, Result};

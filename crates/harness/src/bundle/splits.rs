@@ -49,7 +49,8 @@ impl Inner {
     }
 
     /// Splits the data channel of a running bundle of several elements in
-    /// half when its environment could start another bundle at once (no
+    /// half when no element of its stage waits for a bundle on its timely
+    /// worker, its environment could start another bundle at once (no
     /// bundle waits for a worker, and a worker has room for one more; see
     /// [`crate::environment::SdkHarnesses::has_room`]) and fewer than
     /// [`MAX_SPLITS_PER_BUNDLE`] splits were asked; returns the number of
@@ -63,7 +64,14 @@ impl Inner {
         bundle: &BundleState,
         mut splits: u32,
     ) -> Result<u32, Failure> {
-        if splits >= MAX_SPLITS_PER_BUNDLE || !self.harnesses.has_room(&stage.environment_id) {
+        let backlog = request
+            .on_split
+            .as_ref()
+            .map_or(usize::MAX, |s| s.backlog.load(Ordering::Relaxed));
+        if splits >= MAX_SPLITS_PER_BUNDLE
+            || backlog > 0
+            || !self.harnesses.has_room(&stage.environment_id)
+        {
             return Ok(splits);
         }
         splits += 1;
@@ -147,7 +155,7 @@ impl Inner {
             if restrictions > 0 {
                 bundle.split_handed_over.store(true, Ordering::Relaxed);
             }
-            on_split(residuals, returned);
+            (on_split.hand_back)(residuals, returned);
         }
         Ok(())
     }

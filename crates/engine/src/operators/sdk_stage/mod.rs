@@ -24,7 +24,7 @@ use timely::dataflow::Scope;
 use weir_graph::SdkStage;
 
 use super::{Element, Elements, TaggedElements};
-use crate::bundle::{BundleRequest, BundleResult, OnSplit};
+use crate::bundle::{BundleRequest, BundleResult, OnSplit, Splits};
 use crate::dataflow::{JobContext, StageStatus};
 use crate::group_by_key::GroupByKeyBuffer;
 use crate::side_input::{SideInputSpec, SideInputs};
@@ -135,6 +135,9 @@ pub(crate) fn sdk_stage<'s>(
             .gbk_memory_budget
             .map(|budget| OutputSpill::for_budget(ctx.config.spill_dir.join("outputs"), budget));
         let submit_stage_id = ctx.graph.stages[stage_index].id.clone();
+        // Elements waiting for a bundle here, for the harness's split decisions.
+        let backlog = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let submit_backlog = backlog.clone();
         let drain_stage_id = sdk.drain_descriptor_id.clone();
         let submit_ctx = ctx.clone();
         let submit_name = name.clone();
@@ -174,7 +177,7 @@ pub(crate) fn sdk_stage<'s>(
             let request = BundleRequest {
                 user_state: submit_user_state.clone(),
                 spill_outputs: spill_outputs.clone(),
-                on_split: Some(on_split),
+                on_split: Some(Splits { hand_back: on_split, backlog: submit_backlog.clone() }),
                 stage: stage_index,
                 stage_id,
                 stage_name: submit_name.clone(),
@@ -252,7 +255,16 @@ pub(crate) fn sdk_stage<'s>(
                         .into_iter()
                         .map(|e| (weir_model::Timestamp::decode(&e).map(|(t, _)| t).ok(), e))
                         .partition(|(t, _)| t.is_some());
-                    sorted.push(c.clone(), stamped.into_iter().map(|(t, e)| (t.expect("partitioned"), e)));
+                    let late = sorted.push(
+                        c.clone(),
+                        input_watermark,
+                        stamped.into_iter().map(|(t, e)| (t.expect("partitioned"), e)),
+                    );
+                    if late > 0 {
+                        ctx.config.notices.send(format!(
+                            "stage {name} dropped {late} late element(s) for a DoFn that requires time-sorted input: the watermark had passed their timestamp plus the allowed lateness"
+                        ));
+                    }
                     if bad.is_empty() {
                         return;
                     }
@@ -280,8 +292,24 @@ pub(crate) fn sdk_stage<'s>(
             }
             if let Some(sorted) = sorted.as_mut() {
                 let least = frontier.frontier().iter().min().copied();
-                if let Some(ready) = sorted.release(input_watermark, least) {
-                    st.pending.push_back(ready);
+                if let Some((hold, ready)) = sorted.release(input_watermark, least) {
+                    if live_sides {
+                        // In order, behind the elements already waiting for their side windows.
+                        let info = &ctx.graph.pcollections[sdk.input];
+                        let with_windows = ready
+                            .into_iter()
+                            .map(|e| {
+                                let windows = weir_model::WindowedValue::decode(&info.value_coder, &info.window_coder, &e)
+                                    .map(|(wv, _)| wv.windows)
+                                    .unwrap_or_default();
+                                (windows, e)
+                            })
+                            .collect();
+                        st.held_back.push((hold, with_windows));
+                        release_ready(st, &sides, side_frontier.frontier().as_ref());
+                    } else {
+                        st.pending.push_back((hold, ready));
+                    }
                 }
             }
             if ctx.stopped() {
@@ -507,6 +535,8 @@ pub(crate) fn sdk_stage<'s>(
                 }
                 submit(st, cap, elements, vec![]);
             }
+            let waiting: usize = st.pending.iter().map(|(_, e)| e.len()).sum();
+            backlog.store(waiting, std::sync::atomic::Ordering::Relaxed);
             ctx.report(stage_index, worker_index, status(st, false));
         }
     })
