@@ -127,28 +127,18 @@ impl Inner {
         else {
             return Ok(()); // the bundle finished first, or the SDK declined
         };
+        tracing::debug!(worker = %worker.id, bundle = %instruction_id, input = %stage.input_transform_id, elements = request.input.len(), split = ?split, "split response");
         let mut residuals = residual_elements(split.residual_roots, stage)?.elements;
         let restrictions = residuals.len();
         // Input elements from the first residual one on are left to the
         // runner (a split at the element boundary returns the element the
         // SDK was at): schedule them again as a whole.
+        let kept = bundle.split_primary.load(Ordering::Relaxed);
         let mut returned = 0;
-        if let Some(first) = split
-            .channel_splits
-            .iter()
-            .filter(|c| c.transform_id == stage.input_transform_id)
-            .map(|c| c.first_residual_element.max(0) as usize)
-            .min()
-        {
-            let first = first.min(request.input.len());
-            let already = bundle.split_primary.load(Ordering::Relaxed).min(request.input.len());
-            // A later split of the same bundle hands back only what an
-            // earlier one did not.
-            if first < already {
-                residuals.extend(request.input[first..already].iter().cloned());
-                returned = already - first;
-                bundle.split_primary.store(first, Ordering::Relaxed);
-            }
+        if let Some(back) = handed_back(&split.channel_splits, request.input.len(), kept) {
+            returned = back.len();
+            bundle.split_primary.store(back.start, Ordering::Relaxed);
+            residuals.extend(request.input[back].iter().cloned());
         }
         if !residuals.is_empty() {
             tracing::info!(worker = %worker.id, bundle = %instruction_id, "split off {restrictions} residual restriction(s) and {returned} input element(s) (fraction of remainder {fraction_of_remainder})");
@@ -158,5 +148,66 @@ impl Inner {
             (on_split.hand_back)(residuals, returned);
         }
         Ok(())
+    }
+}
+
+/// The bundle's input elements (indices into its `input`, of `len`) that a
+/// split's `channel_splits` hand back to the runner: from the least
+/// `first_residual_element` up to `kept`, the end of what earlier splits of
+/// the bundle left its primary (`usize::MAX` when none did). None when the
+/// split gives up nothing new. A stage reads one data channel, so every
+/// channel split is of it: Beam Java 2.73's harness leaves
+/// `ChannelSplit.transform_id` empty, and ignoring such a split would lose
+/// the elements it gave up.
+fn handed_back(
+    splits: &[beam::process_bundle_split_response::ChannelSplit],
+    len: usize,
+    kept: usize,
+) -> Option<std::ops::Range<usize>> {
+    let first = splits
+        .iter()
+        .map(|c| c.first_residual_element.max(0) as usize)
+        .min()?
+        .min(len);
+    let end = kept.min(len);
+    (first < end).then_some(first..end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use beam::process_bundle_split_response::ChannelSplit;
+
+    fn split(transform_id: &str, first: i64) -> ChannelSplit {
+        ChannelSplit {
+            transform_id: transform_id.into(),
+            last_primary_element: first - 1,
+            first_residual_element: first,
+        }
+    }
+
+    #[test]
+    fn a_channel_split_without_a_transform_id_still_hands_elements_back() {
+        // Java 2.73: transform_id "".
+        assert_eq!(handed_back(&[split("", 1)], 2, usize::MAX), Some(1..2));
+        assert_eq!(handed_back(&[split("stage-3/source", 4)], 10, usize::MAX), Some(4..10));
+    }
+
+    #[test]
+    fn a_later_split_hands_back_only_what_the_earlier_one_kept() {
+        assert_eq!(handed_back(&[split("s", 3)], 10, 6), Some(3..6));
+        // At or past what is kept: nothing new.
+        assert_eq!(handed_back(&[split("s", 6)], 10, 6), None);
+        assert_eq!(handed_back(&[split("s", 8)], 10, 6), None);
+    }
+
+    #[test]
+    fn no_channel_split_or_one_past_the_input_hands_back_nothing() {
+        assert_eq!(handed_back(&[], 10, usize::MAX), None);
+        // A splittable element's split returns the element after it.
+        assert_eq!(handed_back(&[split("s", 1)], 1, usize::MAX), None);
+        assert_eq!(handed_back(&[split("s", 99)], 10, usize::MAX), None);
+        // A negative index (malformed) counts as 0: everything goes back.
+        assert_eq!(handed_back(&[split("s", -5)], 3, usize::MAX), Some(0..3));
     }
 }
