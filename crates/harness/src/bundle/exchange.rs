@@ -103,13 +103,9 @@ impl Inner {
                     self.split(worker, instruction_id, request, stage, bundle, 0.0, splits)
                         .await?;
                 }
-            } else if channel {
+            } else if channel || splittable && request.input.len() == 1 {
                 splits = self
-                    .maybe_split_channel(worker, instruction_id, request, stage, bundle, splits)
-                    .await?;
-            } else if splittable && request.input.len() == 1 {
-                splits = self
-                    .maybe_split(worker, instruction_id, request, stage, bundle, splits)
+                    .maybe_split(worker, instruction_id, request, stage, bundle, splits, channel)
                     .await?;
             }
             let Some((timeout, progress_every)) = watch else {

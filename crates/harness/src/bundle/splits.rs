@@ -23,9 +23,17 @@ pub(super) const SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(500);
 pub(super) const MAX_SPLITS_PER_BUNDLE: u32 = 16;
 
 impl Inner {
-    /// Splits the running bundle in half when another worker is idle and
-    /// fewer than [`MAX_SPLITS_PER_BUNDLE`] splits were asked; returns the
-    /// number of splits asked so far.
+    /// Splits the running bundle in half (fraction of remainder 0.5) when
+    /// that lets other work start now and fewer than
+    /// [`MAX_SPLITS_PER_BUNDLE`] splits were asked; returns the number of
+    /// splits asked so far. A splittable DoFn's element (`channel` false)
+    /// splits when another worker of its environment is idle; a data
+    /// channel of several elements (`channel` true) when no element of its
+    /// stage waits for a bundle on its timely worker and its environment
+    /// could start another bundle at once (no bundle waits for a worker,
+    /// and a worker has room for one more; see
+    /// [`crate::environment::SdkHarnesses::has_room`]).
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn maybe_split(
         &self,
         worker: &Worker,
@@ -34,44 +42,19 @@ impl Inner {
         stage: &weir_plan::SdkStage,
         bundle: &BundleState,
         mut splits: u32,
+        channel: bool,
     ) -> Result<u32, Failure> {
-        if splits >= MAX_SPLITS_PER_BUNDLE
-            || !self
-                .harnesses
+        let worth = if channel {
+            let backlog = request
+                .on_split
+                .as_ref()
+                .map_or(usize::MAX, |s| s.backlog.load(Ordering::Relaxed));
+            backlog == 0 && self.harnesses.has_room(&stage.environment_id)
+        } else {
+            self.harnesses
                 .has_idle_worker(&stage.environment_id, &worker.id)
-        {
-            return Ok(splits);
-        }
-        splits += 1;
-        self.split(worker, instruction_id, request, stage, bundle, 0.5, splits)
-            .await?;
-        Ok(splits)
-    }
-
-    /// Splits the data channel of a running bundle of several elements in
-    /// half when no element of its stage waits for a bundle on its timely
-    /// worker, its environment could start another bundle at once (no
-    /// bundle waits for a worker, and a worker has room for one more; see
-    /// [`crate::environment::SdkHarnesses::has_room`]) and fewer than
-    /// [`MAX_SPLITS_PER_BUNDLE`] splits were asked; returns the number of
-    /// splits asked so far.
-    pub(super) async fn maybe_split_channel(
-        &self,
-        worker: &Worker,
-        instruction_id: &str,
-        request: &BundleRequest,
-        stage: &weir_plan::SdkStage,
-        bundle: &BundleState,
-        mut splits: u32,
-    ) -> Result<u32, Failure> {
-        let backlog = request
-            .on_split
-            .as_ref()
-            .map_or(usize::MAX, |s| s.backlog.load(Ordering::Relaxed));
-        if splits >= MAX_SPLITS_PER_BUNDLE
-            || backlog > 0
-            || !self.harnesses.has_room(&stage.environment_id)
-        {
+        };
+        if splits >= MAX_SPLITS_PER_BUNDLE || !worth {
             return Ok(splits);
         }
         splits += 1;

@@ -44,7 +44,7 @@ mod state;
 use bundles::{cut_bundle, BundleLimits};
 use expiry::{drop_expired, set_expiration_timers};
 use residuals::{residual_hold, resume_at};
-use sides::{release_ready, side_specs};
+use sides::{release_ready, side_specs, with_windows};
 use sorted::TimeSorted;
 use state::Emission;
 
@@ -271,18 +271,7 @@ pub(crate) fn sdk_stage<'s>(
                     elements = bad.into_iter().map(|(_, e)| e).collect();
                 }
                 if live_sides {
-                    let info = &ctx.graph.pcollections[sdk.input];
-                    let with_windows = elements
-                        .into_iter()
-                        .map(|e| {
-                            // An element that does not decode runs at once (the SDK reports it).
-                            let windows = weir_model::WindowedValue::decode(&info.value_coder, &info.window_coder, &e)
-                                .map(|(wv, _)| wv.windows)
-                                .unwrap_or_default();
-                            (windows, e)
-                        })
-                        .collect();
-                    st.held_back.push((c, with_windows));
+                    st.held_back.push((c, with_windows(&ctx.graph.pcollections[sdk.input], elements)));
                 } else {
                     st.pending.push_back((c, elements));
                 }
@@ -295,17 +284,7 @@ pub(crate) fn sdk_stage<'s>(
                 if let Some((hold, ready)) = sorted.release(input_watermark, least) {
                     if live_sides {
                         // In order, behind the elements already waiting for their side windows.
-                        let info = &ctx.graph.pcollections[sdk.input];
-                        let with_windows = ready
-                            .into_iter()
-                            .map(|e| {
-                                let windows = weir_model::WindowedValue::decode(&info.value_coder, &info.window_coder, &e)
-                                    .map(|(wv, _)| wv.windows)
-                                    .unwrap_or_default();
-                                (windows, e)
-                            })
-                            .collect();
-                        st.held_back.push((hold, with_windows));
+                        st.held_back.push((hold, with_windows(&ctx.graph.pcollections[sdk.input], ready)));
                         release_ready(st, &sides, side_frontier.frontier().as_ref());
                     } else {
                         st.pending.push_back((hold, ready));

@@ -3,7 +3,8 @@
 
 use weir_graph::{SdkStage, StageGraph};
 
-use super::state::SdkState;
+use super::state::{SdkState, WindowedElement};
+use crate::operators::Element;
 use crate::side_input::{side_ready, Refresh, SideInputSpec, SideProgress};
 use crate::time::{last_time_at, watermark_of, Hold, Time};
 
@@ -79,6 +80,21 @@ pub(super) fn release_ready<H: Hold>(
         }
         st.held_back.push((held_back_hold(hold, side_min), wait));
     }
+}
+
+/// `elements` (encoded windowed values of `info`) with their windows, for
+/// the wait for side windows; an element that does not decode gets none and
+/// runs at once (the SDK reports it).
+pub(super) fn with_windows(info: &weir_graph::PCollectionInfo, elements: Vec<Element>) -> Vec<WindowedElement> {
+    elements
+        .into_iter()
+        .map(|e| {
+            let windows = weir_model::WindowedValue::decode(&info.value_coder, &info.window_coder, &e)
+                .map(|(wv, _)| wv.windows)
+                .unwrap_or_default();
+            (windows, e)
+        })
+        .collect()
 }
 
 /// The hold of main-input elements still waiting for their side windows,
