@@ -10,7 +10,7 @@ use weir_model::Coder;
 pub type PCollectionIndex = usize;
 
 /// Stages and the PCollections that flow between them.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct StageGraph {
     /// Every PCollection that crosses a stage boundary (or feeds a side input).
     pub pcollections: Vec<PCollectionInfo>,
@@ -24,7 +24,7 @@ pub struct StageGraph {
 }
 
 /// A PCollection as the runner sees it on the Fn API data plane.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PCollectionInfo {
     /// The PCollection id in the pipeline proto.
     pub id: String,
@@ -37,7 +37,7 @@ pub struct PCollectionInfo {
 }
 
 /// Beam WindowFns the runner must understand (for merging in GroupByKey).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum WindowFn {
     /// `beam:window_fn:global_windows:v1`
     Global,
@@ -53,7 +53,7 @@ pub enum WindowFn {
 }
 
 /// Output timestamp policy of a GroupByKey (`OutputTime` in beam_runner_api.proto).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum OutputTime {
     /// The window's max timestamp (end - 1 ms).
     EndOfWindow,
@@ -65,7 +65,7 @@ pub enum OutputTime {
 
 /// The parts of a `WindowingStrategy` the engine uses
 /// (`beam_runner_api.proto`, message `WindowingStrategy`).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Windowing {
     pub window_fn: WindowFn,
     pub output_time: OutputTime,
@@ -103,7 +103,7 @@ impl Windowing {
 }
 
 /// `AccumulationMode` in beam_runner_api.proto (RETRACTING is rejected).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Accumulation {
     /// Each pane holds only the elements that arrived since the previous pane.
     Discarding,
@@ -114,7 +114,7 @@ pub enum Accumulation {
 /// A trigger (`Trigger` in beam_runner_api.proto), as a tree.
 ///
 /// Times are Beam event times or processing times in milliseconds.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Trigger {
     /// `Trigger.Default`: fires when the watermark passes the end of the
     /// window, then once per late element (within allowed lateness).
@@ -180,7 +180,7 @@ impl Trigger {
 }
 
 /// One event of a TestStream (`TestStreamPayload.Event`).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum TestStreamEvent {
     /// Elements for the output `output` (index into the stage's outputs):
     /// encoded values (the payload's coder, nested) with event timestamps.
@@ -198,7 +198,7 @@ pub enum TestStreamEvent {
 }
 
 /// One unit of execution.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Stage {
     /// Stable id, also the `ProcessBundleDescriptor` id for SDK stages.
     pub id: String,
@@ -208,7 +208,7 @@ pub struct Stage {
 }
 
 /// What a stage does.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum StageKind {
     /// `beam:transform:impulse:v1`: one empty byte array in the global window at MIN timestamp.
     Impulse { output: PCollectionIndex },
@@ -247,7 +247,7 @@ pub enum StageKind {
 }
 
 /// A fused stage executed by an SDK harness.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct SdkStage {
     /// Environment the stage's transforms run in.
     pub environment_id: String,
@@ -294,7 +294,7 @@ pub struct SdkStage {
 
 /// A timer family of a stateful DoFn: timers travel on the data plane as
 /// `Elements.Timers` coded `beam:coder:timer:v1` with these key and window coders.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct TimerFamily {
     pub transform_id: String,
     pub family_id: String,
@@ -306,14 +306,14 @@ pub struct TimerFamily {
 }
 
 /// How a side input is read (`beam:side_input:iterable:v1` / `beam:side_input:multimap:v1`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SideInputKind {
     Iterable,
     Multimap,
 }
 
 /// A side input of a transform in an SDK stage.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct SideInput {
     /// The consuming transform id and its local input name, as in `StateKey`s.
     pub transform_id: String,
@@ -331,7 +331,7 @@ pub struct SideInput {
 /// to the side window that contains its max timestamp (for sliding windows
 /// the earliest-starting such window); the global WindowFn maps every window
 /// to the global window. Durations and offsets are milliseconds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SideWindowFn {
     /// `beam:window_fn:global_windows:v1`
     Global,

@@ -67,7 +67,7 @@ pub mod urns {
 
 /// A Beam coder tree. Component coders are boxed; payloads are raw bytes as
 /// found in the Runner API `FunctionSpec.payload`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Coder {
     /// `beam:coder:bytes:v1`: nested = varint length + bytes.
     Bytes,

@@ -17,6 +17,7 @@ mod sdf;
 mod transcode;
 pub mod validate;
 mod windowing;
+mod wire;
 
 use std::collections::HashMap;
 

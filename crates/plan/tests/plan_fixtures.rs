@@ -1862,3 +1862,59 @@ fn go_test_stream_varint_elements_travel_length_prefixed() {
     let p = plan_fixture("go_test_stream_two_int64");
     assert_eq!(test_stream_elements(&p), ["015b", "015c", "015d", "0160", "0161", "0162"]);
 }
+
+// ------------------------------------------------------------ shipped plans
+
+/// A cluster's coordinator ships its plan; a worker decodes it and points it
+/// at its own Fn API. That must equal the worker planning the pipeline itself.
+#[test]
+fn a_shipped_plan_rebound_to_another_fn_api_equals_planning_there() {
+    const WORKER_URL: &str = "10.0.0.7:40111";
+    for name in [
+        "wordcount",
+        "side_input",
+        "stateful_dofn",
+        "test_stream",
+        "sessions",
+        "custom_merging",
+        "ordered_list_state",
+        "after_count_trigger",
+    ] {
+        let pipeline = load(name);
+        let shipped = plan_ok(&pipeline).to_bytes();
+        let mut received = Plan::from_bytes(&shipped).unwrap_or_else(|e| panic!("{name}: {e}"));
+        received.rebind_fn_api(WORKER_URL).expect("ports decode");
+        let there = plan(
+            &pipeline,
+            &PlanOptions {
+                fn_api_url: WORKER_URL.into(),
+                ..options()
+            },
+        )
+        .expect("plans");
+        assert_eq!(
+            format!("{:?}", received.graph),
+            format!("{:?}", there.graph),
+            "{name}: stage graph"
+        );
+        assert_eq!(received.descriptors, there.descriptors, "{name}: descriptors");
+        assert_eq!(received.environments, there.environments, "{name}: environments");
+        // The rebinding reached every data port (the original URL is gone).
+        let bytes = received.to_bytes();
+        assert!(
+            !bytes.windows(FN_API_URL.len()).any(|w| w == FN_API_URL.as_bytes()),
+            "{name}: the coordinator's Fn API address is left in the plan"
+        );
+    }
+}
+
+#[test]
+fn a_truncated_shipped_plan_is_refused_naming_its_part() {
+    let shipped = plan_fixture("wordcount").to_bytes();
+    for (cut, part) in [(2, "stage graph"), (shipped.len() - 3, "environments")] {
+        match Plan::from_bytes(&shipped[..cut]) {
+            Err(PlanError::Invalid(m)) => assert!(m.contains(part), "{m}"),
+            other => panic!("cut at {cut}: {:?}", other.map(|p| p.graph.stages.len())),
+        }
+    }
+}

@@ -26,7 +26,7 @@ pub const MAX_ATTEMPTS: u32 = 4;
 /// default (`weir serve --worker_wait_secs`).
 pub const WORKER_WAIT: Duration = Duration::from_secs(60);
 
-/// How long workers get to plan an attempt and reserve their ports.
+/// How long workers get to take an attempt and reserve their ports.
 const PREPARE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How long a cancelled attempt's workers get to report that they stopped.
@@ -309,18 +309,29 @@ pub(crate) async fn run_job(
     } else {
         MAX_ATTEMPTS
     };
+    // The job as Prepare took it, and the plan Prepare made: workers run
+    // that plan (bound to their own Fn API) rather than planning again.
+    let plan = job
+        .plan_to_run()
+        .map_err(|e| (JobState::Failed, e))?
+        .to_bytes();
     let request = {
         let pipeline = job
             .pipeline
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        beam::PrepareJobRequest {
+        let prepare = beam::PrepareJobRequest {
             pipeline: Some(pipeline),
             pipeline_options: Some(job.options.clone()),
             job_name: job.name.clone(),
         }
-        .encode_to_vec()
+        .encode_to_vec();
+        let mut body = Vec::with_capacity(4 + prepare.len() + plan.len());
+        body.extend_from_slice(&(prepare.len() as u32).to_be_bytes());
+        body.extend_from_slice(&prepare);
+        body.extend_from_slice(&plan);
+        body
     };
     for n in 1..=max_attempts {
         // A restart runs on what is left (or was replaced), at least one worker.
@@ -415,14 +426,13 @@ async fn run_attempt(
     };
 
     let mut addresses: Vec<Option<String>> = vec![None; workers.len()];
-    let mut fingerprint: Option<String> = None;
     let deadline = tokio::time::Instant::now() + PREPARE_TIMEOUT;
     while addresses.iter().any(Option::is_none) {
         let e = tokio::select! {
             e = rx.recv() => e,
             _ = tokio::time::sleep_until(deadline) => {
                 cancel_all();
-                return Outcome::WorkerLost(format!("worker(s) did not plan the job within {} s", PREPARE_TIMEOUT.as_secs()));
+                return Outcome::WorkerLost(format!("worker(s) did not take the job within {} s", PREPARE_TIMEOUT.as_secs()));
             }
             _ = tokio::time::sleep(Duration::from_millis(200)) => {
                 if job.cancel.load(Ordering::SeqCst) {
@@ -437,27 +447,11 @@ async fn run_attempt(
             Some(Event::Lost(i)) => {
                 cancel_all();
                 return Outcome::WorkerLost(format!(
-                    "worker {} was lost while planning",
+                    "worker {} was lost while taking the job",
                     lost_name(i)
                 ));
             }
-            Some(Event::From(
-                i,
-                ToCoordinator::Reserved {
-                    address,
-                    fingerprint: f,
-                    ..
-                },
-                _,
-            )) => {
-                if fingerprint.as_ref().is_some_and(|g| *g != f) {
-                    cancel_all();
-                    return Outcome::Failed(
-                        JobState::Failed,
-                        format!("job {}: worker {} planned a different stage graph than the others (this is a Weir bug)", job.name, lost_name(i)),
-                    );
-                }
-                fingerprint = Some(f);
+            Some(Event::From(i, ToCoordinator::Reserved { address, .. }, _)) => {
                 addresses[i] = Some(address);
             }
             Some(Event::From(i, ToCoordinator::Finished { error, .. }, _)) => {
@@ -500,7 +494,6 @@ async fn run_attempt(
     // the completed attempt counts (committed, as Dataflow reports them).
     let mut metrics: Vec<Vec<beam::MonitoringInfo>> = vec![vec![]; workers.len()];
     let mut stages: Vec<Vec<weir_engine::StageProgress>> = vec![vec![]; workers.len()];
-    let same_plan = job.plan.as_ref().map(super::worker::fingerprint) == fingerprint;
     while finished.contains(&false) {
         if failure.is_none() && job.cancel.load(Ordering::SeqCst) {
             failure = Some(Outcome::Failed(JobState::Cancelled, "job cancelled".into()));
@@ -570,11 +563,9 @@ async fn run_attempt(
                     metrics[i] = m.attempted;
                     job.metrics.replace_with(&metrics);
                 }
-                // Stage progress, when the workers' stages are this job's.
-                if same_plan {
-                    stages[i] = s;
-                    job.progress.publish_parts(&stages);
-                }
+                // The workers run this job's plan: their stages are its stages.
+                stages[i] = s;
+                job.progress.publish_parts(&stages);
             }
             Some(Event::From(i, m, _)) => relay(job, &lost_name(i), m),
         }

@@ -20,8 +20,11 @@ pub enum ToWorker {
     Welcome { worker_id: String },
     /// The worker is refused (bad token, other version); the connection ends.
     Refused { why: String },
-    /// Plan the job for attempt `attempt` and reserve a timely port. Body:
-    /// a `PrepareJobRequest` (pipeline after staging, options, job name).
+    /// Take the job for attempt `attempt` and reserve a timely port. Body:
+    /// a `u32` big-endian length and a `PrepareJobRequest` (pipeline after
+    /// staging, options, job name), then the coordinator's plan of it
+    /// (`weir_plan::Plan::to_bytes`), which the worker runs as it is, bound
+    /// to its own Fn API.
     Prepare {
         attempt: String,
         job_id: String,
@@ -51,13 +54,8 @@ pub enum ToCoordinator {
         name: String,
         version: String,
     },
-    /// Attempt planned; the worker's timely listener will be at `address`.
-    /// `fingerprint` names the stage graph planned, equal on every worker.
-    Reserved {
-        attempt: String,
-        address: String,
-        fingerprint: String,
-    },
+    /// Attempt taken; the worker's timely listener will be at `address`.
+    Reserved { attempt: String, address: String },
     /// A job message (stream view) at `importance`
     /// (`JobMessage.MessageImportance`).
     Message {

@@ -1,6 +1,6 @@
 //! The worker side of cluster mode (`weir worker --coordinator`): registers
-//! with the coordinator, and for each attempt it is given plans the job,
-//! starts its own SDK harnesses (one runner harness per worker, as on
+//! with the coordinator, and for each attempt it is given runs the
+//! coordinator's plan of the job bound to its own Fn API, starts its own SDK harnesses (one runner harness per worker, as on
 //! Dataflow's worker VMs), joins the attempt's timely computation and
 //! reports messages, metrics and the end state back.
 
@@ -248,28 +248,30 @@ fn stop(job: Arc<Job>, attempts: Attempts, attempt: String) {
     });
 }
 
-/// Plans attempt `attempt` of job `job_id` from `body` (a `PrepareJobRequest`)
-/// with this worker's Fn API, as Prepare does on a single server.
+/// Takes attempt `attempt` of job `job_id` from `body` (a length-prefixed
+/// `PrepareJobRequest`, then the coordinator's plan; see
+/// [`ToWorker::Prepare`]), the plan bound to this worker's Fn API.
 fn prepare(
     registry: &JobRegistry,
     attempt: &str,
     job_id: &str,
     body: &[u8],
 ) -> Result<Arc<Job>, String> {
-    let req = beam::PrepareJobRequest::decode(body)
-        .map_err(|e| format!("the coordinator sent an undecodable job: {e}"))?;
+    let undecodable = |what: &str| format!("the coordinator sent an undecodable job {job_id}: {what}");
+    let len = body
+        .get(..4)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        .ok_or_else(|| undecodable("no PrepareJobRequest"))?;
+    let (request, plan) = body[4..]
+        .split_at_checked(len)
+        .ok_or_else(|| undecodable("a truncated PrepareJobRequest"))?;
+    let req = beam::PrepareJobRequest::decode(request).map_err(|e| undecodable(&e.to_string()))?;
+    let mut plan = weir_plan::Plan::from_bytes(plan).map_err(|e| undecodable(&e.to_string()))?;
+    plan.rebind_fn_api(&registry.url)
+        .map_err(|e| undecodable(&e.to_string()))?;
     let pipeline = req.pipeline.unwrap_or_default();
     let options = req.pipeline_options.unwrap_or_default();
     let validated = crate::options::validate(&options).map_err(|e| e.to_string())?;
-    let plan = weir_plan::plan(
-        &pipeline,
-        &weir_plan::PlanOptions {
-            fn_api_url: registry.url.clone(),
-            streaming: validated.streaming,
-            drain: crate::options::has_experiment(&options, crate::options::TEST_DRAIN_EXPERIMENT),
-        },
-    )
-    .map_err(|e| format!("job {job_id} cannot be planned on this worker: {e}"))?;
     let locations = crate::locations::resolve(
         &validated,
         &registry.default_locations(),
@@ -339,22 +341,6 @@ fn staged_artifact(job_id: &str, path: &str) -> Result<crate::registry::StagedAr
         location,
         path: object,
     })
-}
-
-/// A short stable name of the stage graph `plan` makes: equal on every
-/// worker of an attempt, or the workers would build different dataflows.
-pub(crate) fn fingerprint(plan: &weir_plan::Plan) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for s in &plan.graph.stages {
-        s.id.hash(&mut h);
-        s.name.hash(&mut h);
-    }
-    for p in &plan.graph.pcollections {
-        p.id.hash(&mut h);
-    }
-    plan.graph.streaming.hash(&mut h);
-    format!("{:016x}", h.finish())
 }
 
 /// Ports of timely listeners this process's attempts hold.
@@ -477,18 +463,16 @@ async fn run_attempt(
             vec![],
         ));
     };
-    let plan = job.plan.as_ref().expect("prepared with a plan");
     match reserve(&host, timely_port) {
         Ok((address, port)) => {
             let _ = out.send((
                 ToCoordinator::Reserved {
                     attempt: attempt.clone(),
                     address,
-                    fingerprint: fingerprint(plan),
                 },
                 vec![],
             ));
-            tracing::info!(%attempt, workers, "attempt planned; waiting for its peers");
+            tracing::info!(%attempt, workers, "attempt taken; waiting for its peers");
             let peers = tokio::select! {
                 p = start => p.ok(),
                 _ = async { while !job.cancel.load(Ordering::SeqCst) { tokio::time::sleep(Duration::from_millis(100)).await } } => None,
