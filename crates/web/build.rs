@@ -10,5 +10,8 @@ fn main() {
             dagre.display()
         );
     }
-    println!("cargo:rustc-env=WEIR_DAGRE_JS={}", dagre.canonicalize().unwrap().display());
+    println!(
+        "cargo:rustc-env=WEIR_DAGRE_JS={}",
+        dagre.canonicalize().unwrap().display()
+    );
 }

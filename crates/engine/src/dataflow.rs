@@ -223,7 +223,11 @@ impl JobContext {
         if self.config.cluster.is_none() || peers == 0 {
             return;
         }
-        let target = if peers.is_power_of_two() { hash & (peers - 1) } else { hash % peers };
+        let target = if peers.is_power_of_two() {
+            hash & (peers - 1)
+        } else {
+            hash % peers
+        };
         if from / self.local_workers != target as usize / self.local_workers {
             self.status.exchanged(bytes as u64);
         }
@@ -242,7 +246,13 @@ impl JobContext {
     }
 
     /// Adds to stage `stage`'s counts.
-    pub(crate) fn count(&self, stage: usize, elements_in: usize, elements_out: usize, bundles: u64) {
+    pub(crate) fn count(
+        &self,
+        stage: usize,
+        elements_in: usize,
+        elements_out: usize,
+        bundles: u64,
+    ) {
         let mut all = self.status.cells();
         if let Some(c) = all.counts.get_mut(stage) {
             c.elements_in += elements_in as u64;
@@ -256,9 +266,8 @@ impl JobContext {
     fn report_outputs(&self, worker: usize, probes: &[ProbeHandle<Time>]) {
         let mut all = self.status.cells();
         for (stage, probe) in probes.iter().enumerate() {
-            all.output[stage][worker % self.local_workers] = probe.with_frontier(|f| {
-                (!f.is_empty()).then(|| watermark_of(f.as_ref()))
-            });
+            all.output[stage][worker % self.local_workers] =
+                probe.with_frontier(|f| (!f.is_empty()).then(|| watermark_of(f.as_ref())));
         }
     }
 
@@ -402,36 +411,65 @@ pub fn run_job(
         },
     };
     let worker_ctx = ctx.clone();
-    let timely_config = match &config.cluster {
-        None => timely::Config::process(workers),
-        Some(peers) => timely::Config {
-            communication: timely::CommunicationConfig::Cluster {
-                threads: workers,
-                process: peers.process,
-                addresses: peers.addresses.clone(),
-                report: false,
-                zerocopy: false,
-            },
-            worker: timely::WorkerConfig::default(),
-        },
-    };
-    let guards = timely::execute(timely_config, move |worker| {
-        let ctx = worker_ctx.clone();
-        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            run_worker(worker, &ctx, &cancel)
-        }));
-        if let Err(panic) = caught {
-            let text = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic without a message".into());
-            ctx.fail(EngineError::Internal(format!("a timely worker panicked: {text}")));
+    let (allocators, comms): (Vec<_>, Box<dyn std::any::Any + Send>) = match &config.cluster {
+        None => timely::CommunicationConfig::Process(workers)
+            .try_build()
+            .map_err(EngineError::Internal)?,
+        Some(peers) => {
+            use timely::communication::allocator::zero_copy::initialize::initialize_networking_from_sockets;
+            use timely::communication::allocator::ProcessBuilder;
+            let sockets = crate::peers::connect(peers, PEERS_WITHIN, &cancel).map_err(|e| {
+                if cancel.load(Ordering::SeqCst) {
+                    EngineError::Cancelled
+                } else {
+                    EngineError::Internal(e)
+                }
+            })?;
+            let hooks = timely::communication::Hooks::default();
+            let local = ProcessBuilder::new_typed_vector(
+                workers,
+                hooks.refill.clone(),
+                hooks.spill.clone(),
+            );
+            let (builders, guard) =
+                initialize_networking_from_sockets(local, sockets, peers.process, workers, hooks)
+                    .map_err(|e| EngineError::Internal(format!("timely networking: {e}")))?;
+            (
+                builders
+                    .into_iter()
+                    .map(timely::communication::AllocatorBuilder::Tcp)
+                    .collect(),
+                Box::new(guard),
+            )
         }
-    })
+    };
+    let guards = timely::execute::execute_from(
+        allocators,
+        comms,
+        timely::WorkerConfig::default(),
+        move |worker| {
+            let ctx = worker_ctx.clone();
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                run_worker(worker, &ctx, &cancel)
+            }));
+            if let Err(panic) = caught {
+                let text = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".into());
+                ctx.fail(EngineError::Internal(format!(
+                    "a timely worker panicked: {text}"
+                )));
+            }
+        },
+    )
     .map_err(EngineError::Internal)?;
     finish(ctx, guards)
 }
+
+/// How long the processes of a cluster attempt get to connect to each other.
+const PEERS_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Builds and steps the job's dataflow on one timely worker until it is
 /// done or stopped.
@@ -483,7 +521,10 @@ fn run_worker(worker: &mut timely::worker::Worker, ctx: &JobContext, cancel: &At
 }
 
 /// Waits for the worker threads of `guards` and returns the job's result.
-fn finish(ctx: JobContext, guards: timely::communication::initialize::WorkerGuards<()>) -> Result<()> {
+fn finish(
+    ctx: JobContext,
+    guards: timely::communication::initialize::WorkerGuards<()>,
+) -> Result<()> {
     if ctx.config.cluster.is_some() {
         // Joining would also join timely's network threads, which end only
         // once every other process has ended its part too: a process whose
@@ -655,7 +696,11 @@ mod tests {
                 in_flight: 1,
                 ..StageStatus::default()
             },
-            counts: StageCounts { elements_in: n, elements_out: 2 * n, bundles: 1 },
+            counts: StageCounts {
+                elements_in: n,
+                elements_out: 2 * n,
+                bundles: 1,
+            },
             output_watermark: out.map(Timestamp),
             reported: true,
         };
@@ -669,7 +714,14 @@ mod tests {
         assert_eq!(got[0].status.watermark, Some(Timestamp(7)));
         assert_eq!(got[0].status.in_flight, 2);
         assert_eq!(got[0].output_watermark, Some(Timestamp(5)));
-        assert_eq!((got[0].counts.elements_in, got[0].counts.elements_out, got[0].counts.bundles), (7, 14, 2));
+        assert_eq!(
+            (
+                got[0].counts.elements_in,
+                got[0].counts.elements_out,
+                got[0].counts.bundles
+            ),
+            (7, 14, 2)
+        );
         // A process that is done does not hide the other's watermark.
         assert_eq!(got[1].status.watermark, Some(Timestamp(2)));
         assert_eq!(got[1].output_watermark, Some(Timestamp(1)));

@@ -36,6 +36,7 @@ pub mod merge_windows;
 mod operators;
 pub mod outputs;
 pub mod panes;
+mod peers;
 pub mod side_input;
 mod spill;
 mod time;
@@ -44,9 +45,9 @@ pub mod triggers;
 pub mod user_state;
 
 pub use bundle::{BundleProcessor, BundleRequest, BundleResult, Completion, OnSplit, Splits};
-pub use outputs::{OutputSpill, SpilledOutput};
 pub use dataflow::{run_job, Progress, StageCounts, StageProgress, StageStatus};
 pub use error::{EngineError, Result};
+pub use outputs::{OutputSpill, SpilledOutput};
 
 /// How a job is run.
 #[derive(Clone, Debug)]

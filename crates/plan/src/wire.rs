@@ -61,7 +61,8 @@ impl Plan {
             bytes = &bytes[4 + len..];
             Ok(body)
         };
-        let invalid = |what: &str, e: String| PlanError::Invalid(format!("a shipped plan's {what}: {e}"));
+        let invalid =
+            |what: &str, e: String| PlanError::Invalid(format!("a shipped plan's {what}: {e}"));
         let header: Header = serde_json::from_slice(part("stage graph")?)
             .map_err(|e| invalid("stage graph", e.to_string()))?;
         let register = beam::RegisterRequest::decode(part("descriptors")?)
@@ -107,8 +108,12 @@ impl Plan {
             at(&mut d.state_api_service_descriptor);
             at(&mut d.timer_api_service_descriptor);
             for (id, t) in d.transforms.iter_mut() {
-                let Some(spec) = t.spec.as_mut() else { continue };
-                if spec.urn != urns::transform::DATA_SOURCE && spec.urn != urns::transform::DATA_SINK {
+                let Some(spec) = t.spec.as_mut() else {
+                    continue;
+                };
+                if spec.urn != urns::transform::DATA_SOURCE
+                    && spec.urn != urns::transform::DATA_SINK
+                {
                     continue;
                 }
                 let mut port = beam::RemoteGrpcPort::decode(spec.payload.as_slice()).map_err(|e| {

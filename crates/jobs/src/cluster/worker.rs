@@ -257,7 +257,8 @@ fn prepare(
     job_id: &str,
     body: &[u8],
 ) -> Result<Arc<Job>, String> {
-    let undecodable = |what: &str| format!("the coordinator sent an undecodable job {job_id}: {what}");
+    let undecodable =
+        |what: &str| format!("the coordinator sent an undecodable job {job_id}: {what}");
     let len = body
         .get(..4)
         .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
