@@ -139,8 +139,9 @@ pub struct GroupByKeyBuffer {
     window_coder: Coder,
     windowing: Windowing,
     hasher: foldhash::fast::RandomState,
-    /// Slot ids, found by hashing their key's bytes.
-    table: HashTable<u32>,
+    /// Slot ids with their key's hash ([`KeyHash`]): lookups compare keys
+    /// only on equal hashes, and growing the table rehashes no key.
+    table: HashTable<(u32, KeyHash)>,
     slots: Vec<Option<Slot>>,
     /// Slot ids free for reuse (not in `table`).
     free: Vec<u32>,
@@ -194,6 +195,15 @@ pub struct HotKey {
 
 /// Smallest number of values for a key to be reported hot.
 const HOT_KEY_MIN_VALUES: u64 = 1000;
+
+/// The hash of a key's bytes kept beside its slot id in the lookup table.
+type KeyHash = u32;
+
+/// A [`KeyHash`] as the table's 64-bit hash: its bits in both halves, so
+/// bucket index (low bits) and control byte (top bits) both vary.
+fn spread(h: KeyHash) -> u64 {
+    (u64::from(h) << 32) | u64::from(h)
+}
 
 /// Where the routing hash of a key comes from: the same on every worker.
 const ROUTE_SEED: u64 = 0x5745_4952_4742_4b31;
@@ -512,14 +522,18 @@ impl GroupByKeyBuffer {
         Ok(foldhash::fast::FixedState::with_seed(ROUTE_SEED).hash_one(key))
     }
 
+    fn key_hash(&self, key: &[u8]) -> KeyHash {
+        self.hasher.hash_one(key) as KeyHash
+    }
+
     fn find(&self, key: &[u8]) -> Option<u32> {
-        let hash = self.hasher.hash_one(key);
+        let h = self.key_hash(key);
         let slots = &self.slots;
         self.table
-            .find(hash, |&id| {
-                slots[id as usize].as_ref().is_some_and(|s| s.key == key)
+            .find(spread(h), |&(id, other)| {
+                other == h && slots[id as usize].as_ref().is_some_and(|s| s.key == key)
             })
-            .copied()
+            .map(|&(id, _)| id)
     }
 
     /// The slot of `key`, created if absent.
@@ -541,22 +555,20 @@ impl GroupByKeyBuffer {
         });
         self.live += 1;
         self.held_bytes += key.len();
-        let hash = self.hasher.hash_one(key);
+        let h = self.key_hash(key);
         if !self.dead.is_empty() && self.table.len() >= self.table.capacity() {
-            // The table is about to rehash every entry: dead ones have no key.
+            // The table is about to grow: drop dead entries first.
             self.drop_dead();
         }
-        let (slots, hasher) = (&self.slots, &self.hasher);
-        self.table.insert_unique(hash, id, |&other| {
-            hasher.hash_one(&slots[other as usize].as_ref().expect("live slot").key)
-        });
+        self.table
+            .insert_unique(spread(h), (id, h), |&(_, other)| spread(other));
         id
     }
 
     /// Removes freed slots from the table; their ids become reusable.
     fn drop_dead(&mut self) {
         let slots = &self.slots;
-        self.table.retain(|id| slots[*id as usize].is_some());
+        self.table.retain(|(id, _)| slots[*id as usize].is_some());
         self.free.append(&mut self.dead);
     }
 

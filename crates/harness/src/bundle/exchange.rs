@@ -192,11 +192,11 @@ impl Inner {
                 },
             )),
         })?;
-        let data = |chunk: &[u8], is_last: bool| beam::Elements {
+        let data = |chunk: Vec<u8>, is_last: bool| beam::Elements {
             data: vec![beam::elements::Data {
                 instruction_id: instruction_id.to_string(),
                 transform_id: stage.input_transform_id.clone(),
-                data: chunk.to_vec(),
+                data: chunk,
                 is_last,
             }],
             timers: vec![],
@@ -231,18 +231,19 @@ impl Inner {
             }
         }
         // Whole elements only in each Data message, about DATA_CHUNK_BYTES each.
+        // Each chunk is moved into its message, not copied.
         let mut chunk = Vec::new();
         for element in &request.input {
             if !chunk.is_empty() && chunk.len() + element.len() > DATA_CHUNK_BYTES {
-                worker.send_data(data(&chunk, false))?;
-                chunk.clear();
+                let full = std::mem::replace(&mut chunk, Vec::with_capacity(DATA_CHUNK_BYTES));
+                worker.send_data(data(full, false))?;
             }
             chunk.extend_from_slice(element);
         }
         if !chunk.is_empty() {
-            worker.send_data(data(&chunk, false))?;
+            worker.send_data(data(chunk, false))?;
         }
-        worker.send_data(data(&[], true))?;
+        worker.send_data(data(Vec::new(), true))?;
         // Every timer family is an input stream of the bundle, ended by an
         // empty is_last message (SDKs drop the payload of an is_last message).
         if !stage.timer_families.is_empty() {
