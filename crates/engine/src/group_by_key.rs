@@ -128,8 +128,6 @@ impl KeyGroups {
 #[derive(Debug)]
 struct Slot {
     key: Vec<u8>,
-    /// Its key's hash, as in the table.
-    hash: KeyHash,
     groups: KeyGroups,
     /// Values seen for this key since the last hot-key report.
     seen: u64,
@@ -147,6 +145,9 @@ pub struct GroupByKeyBuffer {
     slots: Vec<Option<Slot>>,
     /// Slot ids free for reuse (not in `table`).
     free: Vec<u32>,
+    /// Slot ids freed but still in `table` (skipped by lookups); dropped
+    /// from it in one pass once they outnumber the live keys.
+    dead: Vec<u32>,
     live: usize,
     /// Window max timestamp -> slots that got a window with it. Entries go
     /// stale when windows merge or fire; stale ones are skipped.
@@ -324,6 +325,7 @@ impl GroupByKeyBuffer {
             table: HashTable::new(),
             slots: Vec::new(),
             free: Vec::new(),
+            dead: Vec::new(),
             live: 0,
             expiry: BTreeMap::new(),
             hot: None,
@@ -428,6 +430,7 @@ impl GroupByKeyBuffer {
         );
         self.slots.clear();
         self.free.clear();
+        self.dead.clear();
         self.table.clear();
         self.expiry.clear();
         self.live = 0;
@@ -524,10 +527,7 @@ impl GroupByKeyBuffer {
     }
 
     fn find(&self, key: &[u8]) -> Option<u32> {
-        self.find_hashed(key, self.key_hash(key))
-    }
-
-    fn find_hashed(&self, key: &[u8], h: KeyHash) -> Option<u32> {
+        let h = self.key_hash(key);
         let slots = &self.slots;
         self.table
             .find(spread(h), |&(id, other)| {
@@ -538,8 +538,7 @@ impl GroupByKeyBuffer {
 
     /// The slot of `key`, created if absent.
     fn slot_for(&mut self, key: &[u8]) -> u32 {
-        let h = self.key_hash(key);
-        if let Some(id) = self.find_hashed(key, h) {
+        if let Some(id) = self.find(key) {
             return id;
         }
         let id = match self.free.pop() {
@@ -551,15 +550,26 @@ impl GroupByKeyBuffer {
         };
         self.slots[id as usize] = Some(Slot {
             key: key.to_vec(),
-            hash: h,
             groups: KeyGroups::Many(BTreeMap::new()),
             seen: 0,
         });
         self.live += 1;
         self.held_bytes += key.len();
+        let h = self.key_hash(key);
+        if !self.dead.is_empty() && self.table.len() >= self.table.capacity() {
+            // The table is about to grow: drop dead entries first.
+            self.drop_dead();
+        }
         self.table
             .insert_unique(spread(h), (id, h), |&(_, other)| spread(other));
         id
+    }
+
+    /// Removes freed slots from the table; their ids become reusable.
+    fn drop_dead(&mut self) {
+        let slots = &self.slots;
+        self.table.retain(|(id, _)| slots[*id as usize].is_some());
+        self.free.append(&mut self.dead);
     }
 
     fn free_slot(&mut self, id: u32) {
@@ -568,15 +578,14 @@ impl GroupByKeyBuffer {
         };
         self.held_bytes -= slot.key.len();
         self.live -= 1;
+        self.dead.push(id);
         if self.live == 0 {
             self.slots.clear();
             self.free.clear();
+            self.dead.clear();
             self.table.clear();
-        } else {
-            if let Ok(entry) = self.table.find_entry(spread(slot.hash), |&(i, _)| i == id) {
-                entry.remove();
-            }
-            self.free.push(id);
+        } else if self.dead.len() > self.live.max(1024) {
+            self.drop_dead();
         }
         if let Some((hot_slot, _, _)) = &mut self.hot {
             if *hot_slot == Some(id) {
@@ -726,7 +735,8 @@ impl GroupByKeyBuffer {
         if self.live == 0 {
             self.slots.clear();
             self.free.clear();
-                self.table.clear();
+            self.dead.clear();
+            self.table.clear();
             self.expiry.clear();
         } else {
             for s in self.slots.iter_mut().flatten() {
