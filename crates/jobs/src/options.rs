@@ -130,24 +130,15 @@ pub fn sdk_harness_plan(validated: &JobOptions, options: &Struct) -> SdkHarnessP
 }
 
 /// The [`SdkHarnessPlan`] of one worker process of a cluster job, where
-/// `num_workers` counts worker processes: one worker's harnesses, its
-/// [`sdk_workers_per_environment`] divided among the `colocated` worker
-/// processes of the attempt on its machine (at least one each).
-pub fn sdk_harness_plan_on_worker(
-    validated: &JobOptions,
-    options: &Struct,
-    colocated: usize,
-) -> SdkHarnessPlan {
+/// `num_workers` counts worker processes: one worker's harnesses.
+pub fn sdk_harness_plan_on_worker(validated: &JobOptions, options: &Struct) -> SdkHarnessPlan {
     let one = JobOptions {
         num_workers: None,
         max_num_workers: None,
         autoscaling_algorithm: None,
         ..validated.clone()
     };
-    let mut plan = sdk_harness_plan(&one, options);
-    plan.per_worker = (plan.per_worker / colocated.max(1)).max(1);
-    plan.scaling = weir_harness::environment::Scaling::Fixed(plan.per_worker);
-    plan
+    sdk_harness_plan(&one, options)
 }
 
 /// The Go SDK's flags: `beam:option:go_options:v1` (older SDKs: `options`)
