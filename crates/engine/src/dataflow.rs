@@ -468,8 +468,11 @@ pub fn run_job(
     finish(ctx, guards)
 }
 
-/// How long the processes of a cluster attempt get to connect to each other.
-const PEERS_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long the processes of a cluster attempt get to connect to each
+/// other: each first starts its SDK harnesses (an image pull, a pip install,
+/// a JVM), so this is long; a lost worker ends the wait sooner, through the
+/// coordinator's cancel.
+const PEERS_WITHIN: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
 /// Builds and steps the job's dataflow on one timely worker until it is
 /// done or stopped.

@@ -199,10 +199,11 @@ const HOT_KEY_MIN_VALUES: u64 = 1000;
 /// The hash of a key's bytes kept beside its slot id in the lookup table.
 type KeyHash = u32;
 
-/// A [`KeyHash`] as the table's 64-bit hash: its bits in both halves, so
-/// bucket index (low bits) and control byte (top bits) both vary.
+/// A [`KeyHash`] as the table's 64-bit hash: multiplied by an odd
+/// constant, so that the bucket index (low bits) and the control byte (top
+/// bits) vary independently however large the table.
 fn spread(h: KeyHash) -> u64 {
-    (u64::from(h) << 32) | u64::from(h)
+    u64::from(h).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// Where the routing hash of a key comes from: the same on every worker.

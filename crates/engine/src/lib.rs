@@ -101,6 +101,9 @@ pub struct ClusterPeers {
     /// `host:port` of every process's timely listener, in process order;
     /// the same list in every process.
     pub addresses: Vec<String>,
+    /// Names the attempt (the same in its processes, different in any
+    /// other), so that a process of another attempt cannot join this one.
+    pub session: String,
 }
 
 /// A sink for engine notices (e.g. hot keys), shown in the job's messages.

@@ -716,6 +716,7 @@ fn group_and_sum_across_three_processes_same_result() {
                 cluster: Some(weir_engine::ClusterPeers {
                     process,
                     addresses: addresses.clone(),
+                    session: "test-attempt".into(),
                 }),
                 ..config(2, 3)
             };

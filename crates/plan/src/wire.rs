@@ -57,8 +57,9 @@ impl Plan {
             let bad = || PlanError::Invalid(format!("a shipped plan's {what} is truncated"));
             let len = bytes.get(..4).ok_or_else(bad)?;
             let len = u32::from_be_bytes(len.try_into().map_err(|_| bad())?) as usize;
-            let body = bytes.get(4..4 + len).ok_or_else(bad)?;
-            bytes = &bytes[4 + len..];
+            let end = len.checked_add(4).ok_or_else(bad)?;
+            let body = bytes.get(4..end).ok_or_else(bad)?;
+            bytes = &bytes[end..];
             Ok(body)
         };
         let invalid =
@@ -69,6 +70,12 @@ impl Plan {
             .map_err(|e| invalid("descriptors", e.to_string()))?;
         let components = beam::Components::decode(part("environments")?)
             .map_err(|e| invalid("environments", e.to_string()))?;
+        if !bytes.is_empty() {
+            return Err(invalid(
+                "end",
+                format!("{} bytes follow its last part", bytes.len()),
+            ));
+        }
         if header.descriptor_keys.len() != register.process_bundle_descriptor.len() {
             return Err(invalid(
                 "descriptors",

@@ -1930,4 +1930,10 @@ fn a_truncated_shipped_plan_is_refused_naming_its_part() {
             other => panic!("cut at {cut}: {:?}", other.map(|p| p.graph.stages.len())),
         }
     }
+    let mut longer = shipped.clone();
+    longer.push(0);
+    match Plan::from_bytes(&longer) {
+        Err(PlanError::Invalid(m)) => assert!(m.contains("1 bytes follow"), "{m}"),
+        other => panic!("trailing byte: {:?}", other.map(|p| p.graph.stages.len())),
+    }
 }

@@ -119,10 +119,10 @@ impl Coordinator {
                         "the worker's token does not match the coordinator's --auth_token"
                             .to_string(),
                     )
-                } else if version != env!("CARGO_PKG_VERSION") {
+                } else if version != super::protocol::version() {
                     Some(format!(
                         "the worker runs Weir {version}, the coordinator {}",
-                        env!("CARGO_PKG_VERSION")
+                        super::protocol::version()
                     ))
                 } else {
                     None
@@ -327,11 +327,7 @@ pub(crate) async fn run_job(
             job_name: job.name.clone(),
         }
         .encode_to_vec();
-        let mut body = Vec::with_capacity(4 + prepare.len() + plan.len());
-        body.extend_from_slice(&(prepare.len() as u32).to_be_bytes());
-        body.extend_from_slice(&prepare);
-        body.extend_from_slice(&plan);
-        body
+        super::protocol::prepare_body(&prepare, &plan)
     };
     for n in 1..=max_attempts {
         // A restart runs on what is left (or was replaced), at least one worker.

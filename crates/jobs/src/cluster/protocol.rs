@@ -8,6 +8,45 @@
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+/// This protocol's version, part of what a worker's Hello must match (with
+/// the Weir version): raised with every change of the frames or bodies.
+pub const PROTOCOL: u32 = 2;
+
+/// The version string of a Hello: Weir's version and [`PROTOCOL`].
+pub fn version() -> String {
+    format!(
+        "{} (cluster protocol {PROTOCOL})",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// The body of [`ToWorker::Prepare`]: a `u32` big-endian length, the
+/// encoded `PrepareJobRequest`, then the plan's bytes.
+pub fn prepare_body(request: &[u8], plan: &[u8]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(4 + request.len() + plan.len());
+    body.extend_from_slice(&(request.len() as u32).to_be_bytes());
+    body.extend_from_slice(request);
+    body.extend_from_slice(plan);
+    body
+}
+
+/// The encoded `PrepareJobRequest` and plan of a [`prepare_body`].
+///
+/// # Errors
+/// Says what is missing when the body is shorter than its length prefix.
+pub fn split_prepare_body(body: &[u8]) -> Result<(&[u8], &[u8]), String> {
+    let len = body
+        .get(..4)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        .ok_or("no PrepareJobRequest length")?;
+    body[4..].split_at_checked(len).ok_or_else(|| {
+        format!(
+            "a PrepareJobRequest of {len} bytes cut short at {}",
+            body.len() - 4
+        )
+    })
+}
+
 /// Largest header or body accepted, in bytes: a pipeline at Weir's
 /// `--max_pipeline_bytes` ceiling fits.
 pub const MAX_FRAME_BYTES: usize = 1 << 30;
@@ -165,6 +204,25 @@ pub async fn read_frame_within<R: AsyncRead + Unpin, M: for<'de> Deserialize<'de
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prepare_bodies_split_back_into_request_and_plan() {
+        let body = prepare_body(b"request", b"plan bytes");
+        assert_eq!(
+            split_prepare_body(&body),
+            Ok((&b"request"[..], &b"plan bytes"[..]))
+        );
+        assert_eq!(
+            split_prepare_body(&prepare_body(b"", b"")),
+            Ok((&b""[..], &b""[..]))
+        );
+        assert!(split_prepare_body(&body[..6])
+            .unwrap_err()
+            .contains("cut short"));
+        assert!(split_prepare_body(&body[..3])
+            .unwrap_err()
+            .contains("no PrepareJobRequest"));
+    }
 
     #[tokio::test]
     async fn frames_round_trip_header_and_body() {

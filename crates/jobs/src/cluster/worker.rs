@@ -111,7 +111,7 @@ async fn serve(
     let hello = ToCoordinator::Hello {
         token: config.token.clone(),
         name: config.name.clone(),
-        version: env!("CARGO_PKG_VERSION").to_string(),
+        version: super::protocol::version(),
     };
     if let Err(e) = write_frame(&mut wr, &hello, &[]).await {
         tracing::warn!("lost the coordinator: {e}");
@@ -202,7 +202,11 @@ async fn serve(
                     .get_mut(&attempt)
                     .and_then(|a| a.start.take());
                 if let Some(start) = start {
-                    let _ = start.send(ClusterPeers { process, addresses });
+                    let _ = start.send(ClusterPeers {
+                        process,
+                        addresses,
+                        session: attempt.clone(),
+                    });
                 }
             }
             ToWorker::Cancel { attempt } => {
@@ -259,13 +263,7 @@ fn prepare(
 ) -> Result<Arc<Job>, String> {
     let undecodable =
         |what: &str| format!("the coordinator sent an undecodable job {job_id}: {what}");
-    let len = body
-        .get(..4)
-        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
-        .ok_or_else(|| undecodable("no PrepareJobRequest"))?;
-    let (request, plan) = body[4..]
-        .split_at_checked(len)
-        .ok_or_else(|| undecodable("a truncated PrepareJobRequest"))?;
+    let (request, plan) = super::protocol::split_prepare_body(body).map_err(|e| undecodable(&e))?;
     let req = beam::PrepareJobRequest::decode(request).map_err(|e| undecodable(&e.to_string()))?;
     let mut plan = weir_plan::Plan::from_bytes(plan).map_err(|e| undecodable(&e.to_string()))?;
     plan.rebind_fn_api(&registry.url)
