@@ -82,7 +82,7 @@ def exchanged_bytes(weir_bin, port):
 
 def client_command(bench, mode, port, args, prefix):
   py = sys.executable
-  common = ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port]
+  common = ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port] + wb.PORTABLE_CLIENT
   if mode == MODES[1]:
     common.append('--num_workers=3')
   if bench == 'wordcount':

@@ -117,7 +117,7 @@ def run_once(runner, n, args, out_dir):
   else:
     server, port, logf = start_server(runner, args, out_dir)
     cmd += ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port,
-            '--environment_type=LOOPBACK']
+            '--environment_type=LOOPBACK'] + wb.PORTABLE_CLIENT
   try:
     srv = psutil.Process(server.pid) if server else None
     cpu0 = wb._cpu(srv) if srv else 0.0

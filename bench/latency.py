@@ -147,7 +147,7 @@ def run_once(runner, args, out_dir):
   os.makedirs(data_dir)
   cmd = [sys.executable, os.path.abspath(__file__), '--child', str(args.seconds),
          str(args.rate), str(args.keys), data_dir, '--streaming',
-         '--runner=PortableRunner', '--environment_type=LOOPBACK']
+         '--runner=PortableRunner', '--environment_type=LOOPBACK'] + wb.PORTABLE_CLIENT
   server, port, logf = start_server(runner, args, out_dir)
   cmd.append('--job_endpoint=localhost:%d' % port)
   try:

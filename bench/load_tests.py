@@ -216,7 +216,7 @@ def run_weir(py, weir_bin, module, opts, out_dir, timeout):
                     error='weir serve did not start: %s' % e)
       runner_opts = ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port,
                      '--environment_type=PROCESS',
-                     process_environment_config(weir_bin, py)]
+                     process_environment_config(weir_bin, py)] + wb.PORTABLE_CLIENT
       r = run_client(py, module, runner_opts + opts, out_dir, timeout, weir)
     finally:
       stop_server(weir)
@@ -235,7 +235,7 @@ def run_loopback(name, py, weir_bin, prism_bin, module, opts, out_dir, timeout):
                 error='%s did not start: %s' % (name, e))
   try:
     runner_opts = ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port,
-                   '--environment_type=LOOPBACK']
+                   '--environment_type=LOOPBACK'] + wb.PORTABLE_CLIENT
     r = run_client(py, module, runner_opts + opts, out_dir, timeout, proc)
   finally:
     stop_server(proc)

@@ -83,6 +83,7 @@ def options(config, ports, args):
     return ['--runner=DirectRunner']
   server = 'prism' if config == 'prism' else 'weir'
   opts = ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % ports[server]]
+  opts += wb.PORTABLE_CLIENT
   if config == 'weir-process':
     opts += ['--environment_type=PROCESS', wb.process_environment_config(args.weir_bin, py)]
   else:

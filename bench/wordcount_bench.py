@@ -210,6 +210,14 @@ def stop_server(proc):
     proc.wait()
 
 
+# Beam's local runners (DirectRunner, PrismRunner) skip staging the
+# submission environment's package list, a `pip freeze` in the client
+# (`python_sdk_dependencies`); WeirRunner skips it too. Portable clients here,
+# of Weir and of Prism alike, skip it the same way, so that the benchmarks
+# compare runners rather than that client-side step.
+PORTABLE_CLIENT = ['--experiments=disable_logging_submission_environment']
+
+
 def process_environment_config(weir_bin, py):
   """The --environment_config that has Weir start SDK workers with `weir boot`."""
   return '--environment_config=' + json.dumps(
@@ -270,7 +278,7 @@ def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout):
     wait_for_job_api('localhost:%d' % port, weir, log_path)
     reaped_before = reaped_children_cpu(psutil.Process(weir.pid))
     extra = ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port,
-             '--environment_type=%s' % env_type]
+             '--environment_type=%s' % env_type] + PORTABLE_CLIENT
     if env_type == 'PROCESS':
       extra.append(process_environment_config(weir_bin, py))
     prefix = os.path.join(out_dir, 'counts')

@@ -111,6 +111,24 @@ def test_explicit_job_endpoint_starts_no_server(monkeypatch):
     grpc_server.stop(None)
 
 
+def test_no_submission_environment_list_is_staged():
+  """As Beam's local runners (DirectRunner, PrismRunner), WeirRunner stages
+  no `pip freeze` list of the submission environment (Weir does not read
+  it); Beam's PortableRunner does."""
+  weir = _import_weir()
+  from apache_beam.options.pipeline_options import PipelineOptions
+  from apache_beam.runners.portability.portable_runner import PortableRunner
+
+  def staged(runner, name):
+    options = PipelineOptions(['--runner=' + name, '--job_endpoint=127.0.0.1:1',
+                               '--environment_type=LOOPBACK'])
+    return [a.role_payload for a in runner.default_environment(options).artifacts()]
+
+  listed = lambda payloads: any(b'submission_environment_dependencies' in p for p in payloads)
+  assert listed(staged(PortableRunner(), 'PortableRunner')), 'PortableRunner stages the list'
+  assert not listed(staged(weir.WeirRunner(), 'weir.WeirRunner'))
+
+
 def test_explicit_job_endpoint_runs_on_that_server(weir_server, tmp_path):
   """A whole pipeline with --runner=weir.WeirRunner --job_endpoint=...: runs on
   the session's weir serve; no binary to start is even findable."""

@@ -60,7 +60,14 @@ class WeirRunner(portable_runner.PortableRunner):
 
   def default_environment(self, options):
     """LOOPBACK unless ``--environment_type`` (or
-    ``--output_executable_path``) is set, then Beam's default handling."""
+    ``--output_executable_path``) is set, then Beam's default handling.
+
+    Like Beam's local runners (DirectRunner, PrismRunner), it does not stage
+    the list of packages installed where the pipeline is submitted (a
+    ``pip freeze``, about half a second): Weir does not read it."""
+    debug = options.view_as(pipeline_options.DebugOptions)
+    if not debug.lookup_experiment('disable_logging_submission_environment'):
+      debug.add_experiment('disable_logging_submission_environment')
     portable_options = options.view_as(pipeline_options.PortableOptions)
     if (not portable_options.environment_type and
         not portable_options.output_executable_path):
