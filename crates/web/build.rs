@@ -10,8 +10,5 @@ fn main() {
             dagre.display()
         );
     }
-    println!(
-        "cargo:rustc-env=WEIR_DAGRE_JS={}",
-        dagre.canonicalize().unwrap().display()
-    );
+    println!("cargo:rustc-env=WEIR_DAGRE_JS={}", dagre.canonicalize().unwrap().display());
 }

@@ -80,8 +80,7 @@ mod tests {
         let one = impulse_element(&Coder::Bytes);
         let mut two = one.clone();
         two.extend_from_slice(&one);
-        let (parts, _) =
-            split_prefix(&Coder::Bytes, &Coder::GlobalWindow, &two, usize::MAX).unwrap();
+        let (parts, _) = split_prefix(&Coder::Bytes, &Coder::GlobalWindow, &two, usize::MAX).unwrap();
         assert_eq!(parts, vec![one.clone(), one]);
     }
 
@@ -118,10 +117,7 @@ mod tests {
                 WindowedValue::decode(&vc, &wc, p).unwrap().1
             );
         }
-        assert_eq!(
-            split_prefix(&vc, &wc, &bytes, usize::MAX).unwrap(),
-            (parts.to_vec(), bytes.len())
-        );
+        assert_eq!(split_prefix(&vc, &wc, &bytes, usize::MAX).unwrap(), (parts.to_vec(), bytes.len()));
         let first_two = parts[0].len() + parts[1].len();
         assert_eq!(
             split_prefix(&vc, &wc, &bytes, first_two).unwrap(),

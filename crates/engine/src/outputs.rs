@@ -102,13 +102,8 @@ impl OutputReader {
     ) -> Result<(Vec<Vec<u8>>, usize), String> {
         loop {
             let more = self.file.is_some() || self.tail.is_some();
-            let (elements, used) = split_whole(
-                value_coder,
-                window_coder,
-                &self.buf[self.pos..],
-                max_bytes,
-                more,
-            )?;
+            let (elements, used) =
+                split_whole(value_coder, window_coder, &self.buf[self.pos..], max_bytes, more)?;
             if !elements.is_empty() || !more {
                 self.pos += used;
                 return Ok((elements, used));
@@ -224,13 +219,8 @@ mod tests {
         let bytes = want.concat();
         for cut in [0, 1, 17, 110, bytes.len() / 2, bytes.len() - 1, bytes.len()] {
             for max_bytes in [1, 250, 1 << 20] {
-                let r =
-                    OutputReader::new(Some(spilled(&bytes[..cut])), bytes[cut..].to_vec()).unwrap();
-                assert_eq!(
-                    read_all(r, max_bytes).unwrap(),
-                    want,
-                    "cut {cut}, slices of {max_bytes}"
-                );
+                let r = OutputReader::new(Some(spilled(&bytes[..cut])), bytes[cut..].to_vec()).unwrap();
+                assert_eq!(read_all(r, max_bytes).unwrap(), want, "cut {cut}, slices of {max_bytes}");
             }
         }
         let r = OutputReader::new(None, bytes.clone()).unwrap();
@@ -243,11 +233,7 @@ mod tests {
         let big = element(0, 7, 3 * READ_BYTES);
         let want = [elements(2, 10), vec![big], elements(3, 5)].concat();
         let bytes = want.concat();
-        let r = OutputReader::new(
-            Some(spilled(&bytes[..bytes.len() - 20])),
-            bytes[bytes.len() - 20..].to_vec(),
-        )
-        .unwrap();
+        let r = OutputReader::new(Some(spilled(&bytes[..bytes.len() - 20])), bytes[bytes.len() - 20..].to_vec()).unwrap();
         assert_eq!(read_all(r, 64).unwrap(), want);
     }
 
@@ -256,11 +242,7 @@ mod tests {
     fn a_partial_last_element_is_an_error() {
         let bytes = elements(3, 10).concat();
         let short = &bytes[..bytes.len() - 2];
-        let err = read_all(
-            OutputReader::new(Some(spilled(short)), vec![]).unwrap(),
-            1 << 20,
-        )
-        .unwrap_err();
+        let err = read_all(OutputReader::new(Some(spilled(short)), vec![]).unwrap(), 1 << 20).unwrap_err();
         assert!(err.starts_with("truncated input"), "{err}");
         let err = read_all(OutputReader::new(None, short.to_vec()).unwrap(), 1 << 20).unwrap_err();
         assert!(err.starts_with("truncated input"), "{err}");
@@ -269,14 +251,8 @@ mod tests {
     #[test]
     fn spill_threshold_follows_the_budget() {
         let dir = std::path::PathBuf::from("/d");
-        assert_eq!(
-            OutputSpill::for_budget(dir.clone(), 10 << 20).above_bytes,
-            (10 << 20) / 4
-        );
-        assert_eq!(
-            OutputSpill::for_budget(dir.clone(), 1 << 10).above_bytes,
-            1 << 20
-        );
+        assert_eq!(OutputSpill::for_budget(dir.clone(), 10 << 20).above_bytes, (10 << 20) / 4);
+        assert_eq!(OutputSpill::for_budget(dir.clone(), 1 << 10).above_bytes, 1 << 20);
         assert_eq!(OutputSpill::for_budget(dir, 8 << 30).above_bytes, 64 << 20);
     }
 }

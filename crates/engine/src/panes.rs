@@ -29,9 +29,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use weir_graph::{Accumulation, OutputTime, WindowFn, Windowing};
 use weir_model::windowed_value::{encode_iterable, split_kv};
 use weir_model::{Coder, PaneInfo, PaneTiming, Timestamp, Window, WindowedValue};
+use weir_graph::{Accumulation, OutputTime, WindowFn, Windowing};
 
 use crate::merge_windows::Merges;
 use crate::triggers::{CompiledTrigger, TriggerContext, TriggerState};
@@ -599,10 +599,7 @@ mod tests {
         let mut b = PaneBuffer::new(coder(), Coder::IntervalWindow, w);
         let mut out = vec![];
         for v in 1..=3 {
-            out.extend(
-                b.insert(&element("k", v, v as i64), Timestamp(0), 0)
-                    .unwrap(),
-            );
+            out.extend(b.insert(&element("k", v, v as i64), Timestamp(0), 0).unwrap());
         }
         out.extend(b.advance(Timestamp(10), 0)); // on time
         out.extend(b.insert(&element("k", 7, 7), Timestamp(50), 0).unwrap()); // late
@@ -611,33 +608,9 @@ mod tests {
         assert_eq!(
             decode(out),
             vec![
-                (
-                    "k".into(),
-                    vec![1, 2, 3],
-                    PaneTiming::OnTime,
-                    0,
-                    0,
-                    true,
-                    false
-                ),
-                (
-                    "k".into(),
-                    vec![1, 2, 3, 7],
-                    PaneTiming::Late,
-                    1,
-                    1,
-                    false,
-                    false
-                ),
-                (
-                    "k".into(),
-                    vec![1, 2, 3, 7],
-                    PaneTiming::Late,
-                    2,
-                    2,
-                    false,
-                    true
-                ),
+                ("k".into(), vec![1, 2, 3], PaneTiming::OnTime, 0, 0, true, false),
+                ("k".into(), vec![1, 2, 3, 7], PaneTiming::Late, 1, 1, false, false),
+                ("k".into(), vec![1, 2, 3, 7], PaneTiming::Late, 2, 2, false, true),
             ]
         );
     }
@@ -653,23 +626,12 @@ mod tests {
             windowing(trigger, Accumulation::Discarding, 0),
         );
         for v in 1..=3 {
-            assert!(b
-                .insert(&element("k", v, v as i64), Timestamp(0), 1000)
-                .unwrap()
-                .is_empty());
+            assert!(b.insert(&element("k", v, v as i64), Timestamp(0), 1000).unwrap().is_empty());
         }
         let out = b.advance(Timestamp(0), 1000);
         assert_eq!(
             decode(out),
-            vec![(
-                "k".into(),
-                vec![1, 2, 3],
-                PaneTiming::Early,
-                0,
-                -1,
-                true,
-                false
-            )]
+            vec![("k".into(), vec![1, 2, 3], PaneTiming::Early, 0, -1, true, false)]
         );
         assert!(b.advance(Timestamp(0), 1001).is_empty());
     }

@@ -37,9 +37,9 @@
 
 use std::collections::HashMap;
 
-use weir_graph::{Accumulation, SideInputKind, SideWindowFn, Trigger, Windowing};
 use weir_model::windowed_value::split_kv;
 use weir_model::{Coder, PaneTiming, Timestamp, Window, WindowedValue};
+use weir_graph::{Accumulation, SideInputKind, SideWindowFn, Trigger, Windowing};
 
 /// How side data arriving later changes a window's contents.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -372,9 +372,7 @@ pub fn side_ready(side: &SideProgress<'_>, main: &Window) -> bool {
         return true;
     }
     match mapped_window(side.window_fn, main) {
-        Some(Window::Global) => {
-            side.watermark > Window::Global.max_timestamp() || (side.triggered && side.any)
-        }
+        Some(Window::Global) => side.watermark > Window::Global.max_timestamp() || (side.triggered && side.any),
         Some(w) => {
             if side.watermark > w.max_timestamp() {
                 return true;
@@ -448,9 +446,7 @@ mod tests {
         assert_eq!(live.iterable("t", "s", &[]), Some(vec![1]));
         // An element that does not decode changes nothing.
         let before = live.identity();
-        assert!(std::sync::Arc::make_mut(&mut live)
-            .insert(&spec, &[], 0)
-            .is_err());
+        assert!(std::sync::Arc::make_mut(&mut live).insert(&spec, &[], 0).is_err());
         assert_eq!(live.identity(), before);
 
         let mut other = SideInputs::new(std::slice::from_ref(&spec));
@@ -458,10 +454,7 @@ mod tests {
             .insert(&spec, &element(1, Window::Global, PaneInfo::default()), 0)
             .unwrap();
         assert_ne!(other.identity(), live.identity());
-        assert_ne!(
-            SideInputs::default().identity(),
-            SideInputs::default().identity()
-        );
+        assert_ne!(SideInputs::default().identity(), SideInputs::default().identity());
     }
 
     #[test]
@@ -602,14 +595,8 @@ mod tests {
     fn triggered_global_side_window_is_ready_once_any_element_arrived() {
         let none = |_: &[u8]| false;
         let main = interval(0, 5_000);
-        assert!(!side_ready(
-            &progress(SideWindowFn::Global, true, 1_000_000, false, &none),
-            &main
-        ));
-        assert!(side_ready(
-            &progress(SideWindowFn::Global, true, 0, true, &none),
-            &main
-        ));
+        assert!(!side_ready(&progress(SideWindowFn::Global, true, 1_000_000, false, &none), &main));
+        assert!(side_ready(&progress(SideWindowFn::Global, true, 0, true, &none), &main));
     }
 
     #[test]
@@ -620,14 +607,8 @@ mod tests {
         // ones missed the rest.
         let none = |_: &[u8]| false;
         let main = interval(0, 5_000);
-        assert!(!side_ready(
-            &progress(SideWindowFn::Global, false, 130, true, &none),
-            &main
-        ));
-        let done = SideProgress {
-            done: true,
-            ..progress(SideWindowFn::Global, false, 130, true, &none)
-        };
+        assert!(!side_ready(&progress(SideWindowFn::Global, false, 130, true, &none), &main));
+        let done = SideProgress { done: true, ..progress(SideWindowFn::Global, false, 130, true, &none) };
         assert!(side_ready(&done, &main));
     }
 

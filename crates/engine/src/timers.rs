@@ -8,9 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use weir_graph::TimerFamily;
 use weir_model::varint::decode_varint;
 use weir_model::{Coder, PaneInfo, Timestamp, Window};
+use weir_graph::TimerFamily;
 
 /// Identity of a timer: (family index, key bytes, windows bytes, tag bytes).
 type TimerId = (usize, Vec<u8>, Vec<u8>, Vec<u8>);
@@ -183,11 +183,7 @@ impl TimerStore {
     /// the window's other timers did to its state (e.g. an OrderedList
     /// `clearRange` in an `@OnTimer`), as it runs last for its window in
     /// Beam's model.
-    pub fn take_ready(
-        &mut self,
-        last: Option<usize>,
-        ready: impl Fn(bool, Timestamp) -> bool,
-    ) -> Option<Vec<Vec<u8>>> {
+    pub fn take_ready(&mut self, last: Option<usize>, ready: impl Fn(bool, Timestamp) -> bool) -> Option<Vec<Vec<u8>>> {
         let mut due: Vec<(Timestamp, TimerId)> = self
             .timers
             .iter()
@@ -292,10 +288,7 @@ mod tests {
     fn window_expiration_timers_wait_for_the_other_families() {
         let mut f = family();
         f.window_coder = Coder::IntervalWindow;
-        let interval = Window::Interval {
-            start: Timestamp(0),
-            end: Timestamp(10),
-        };
+        let interval = Window::Interval { start: Timestamp(0), end: Timestamp(10) };
         let mut s = TimerStore::new(&[f.clone(), f]);
         // Family 0: a user timer at 5; family 1: the expiration timer (fires after 9).
         let mut user = vec![1, b'a', 0];

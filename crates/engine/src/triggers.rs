@@ -13,8 +13,8 @@
 //! milliseconds since the Unix epoch (or since the start of a TestStream's
 //! clock).
 
-use weir_graph::Trigger;
 use weir_model::Timestamp;
+use weir_graph::Trigger;
 
 /// What a trigger sees when it is evaluated.
 #[derive(Clone, Copy, Debug)]

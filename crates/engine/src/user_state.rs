@@ -992,11 +992,8 @@ mod tests {
             .unwrap();
         a.commit();
         let b = BundleUserState::new(base.clone());
-        b.ordered_list_append(
-            &all.cell,
-            &entries(&[(1, "b2"), (9, "i"), (i64::MIN, "min")]),
-        )
-        .unwrap();
+        b.ordered_list_append(&all.cell, &entries(&[(1, "b2"), (9, "i"), (i64::MIN, "min")]))
+            .unwrap();
         let expected = [
             (i64::MIN, "min"),
             (-3, "neg"),
@@ -1028,8 +1025,7 @@ mod tests {
         .to_vec();
         assert_eq!(read_all(&b, &all), after);
         // An append after the clear is kept, in a cleared range too.
-        b.ordered_list_append(&all.cell, &entries(&[(3, "c")]))
-            .unwrap();
+        b.ordered_list_append(&all.cell, &entries(&[(3, "c")])).unwrap();
         assert_eq!(
             read_all(&b, &list("k", Some((0, 6)))),
             vec![(3, "c".to_string())]
@@ -1146,8 +1142,7 @@ mod tests {
         b.multimap_append(&entry(windows[0], "k", "m"), &cat(&["x"]));
         let mut l = list("k", None);
         l.cell.window = windows[0].to_vec();
-        b.ordered_list_append(&l.cell, &entries(&[(1, "o")]))
-            .unwrap();
+        b.ordered_list_append(&l.cell, &entries(&[(1, "o")])).unwrap();
         b.append(
             &StateCell {
                 transform_id: "other".into(),
@@ -1303,8 +1298,7 @@ mod tests {
                 match next(4) {
                     0 | 1 => {
                         let v = format!("{bundle}-{op}");
-                        b.ordered_list_append(&all.cell, &entries(&[(lo, &v)]))
-                            .unwrap();
+                        b.ordered_list_append(&all.cell, &entries(&[(lo, &v)])).unwrap();
                         view.push((lo, v));
                     }
                     2 => {

@@ -543,9 +543,7 @@ fn fan_out_group_sum_with(
 
 /// The graph of [`fan_out_group_sum`] and its stage functions; the Sum
 /// stage pushes each group's (key, sum, count) into `sums`.
-fn fan_out_job(
-    sums: Arc<Mutex<Vec<(String, i64, usize)>>>,
-) -> (Arc<StageGraph>, Vec<(usize, StageFn)>) {
+fn fan_out_job(sums: Arc<Mutex<Vec<(String, i64, usize)>>>) -> (Arc<StageGraph>, Vec<(usize, StageFn)>) {
     let mut g = GraphBuilder::default();
     let imp = g.impulse();
     let seeds = g.pc("seeds", Coder::VarInt);
@@ -666,12 +664,7 @@ fn progress_of_a_finished_job_shows_every_stage_done() {
     assert_eq!(stages.len(), graph.stages.len());
     for (stage, p) in graph.stages.iter().zip(&stages) {
         assert_eq!(p.output_watermark, None, "{}: output done", stage.name);
-        assert_eq!(
-            p.status.in_flight + p.status.pending,
-            0,
-            "{}: nothing left",
-            stage.name
-        );
+        assert_eq!(p.status.in_flight + p.status.pending, 0, "{}: nothing left", stage.name);
         // Runner stages without an operator of their own (Impulse) never report.
         let reports = !matches!(stage.kind, StageKind::Impulse { .. });
         assert_eq!(p.reported, reports, "{}", stage.name);
@@ -680,16 +673,10 @@ fn progress_of_a_finished_job_shows_every_stage_done() {
         }
     }
     // Impulse, Seeds, FanOut, Group, Sum: 1 seed call, 50 seeds, 1000 pairs, 7 groups.
-    let counts: Vec<(u64, u64)> = stages
-        .iter()
-        .map(|p| (p.counts.elements_in, p.counts.elements_out))
-        .collect();
+    let counts: Vec<(u64, u64)> = stages.iter().map(|p| (p.counts.elements_in, p.counts.elements_out)).collect();
     assert_eq!(counts, vec![(0, 1), (1, 50), (50, 1000), (1000, 7), (7, 0)]);
     let fan_bundles = sdk.0.stats.bundle_sizes(2).len() as u64;
-    assert_eq!(
-        stages[2].counts.bundles, fan_bundles,
-        "the FanOut bundles the SDK ran"
-    );
+    assert_eq!(stages[2].counts.bundles, fan_bundles, "the FanOut bundles the SDK ran");
 }
 
 /// Cluster mode in one test: three "processes" (each its own `run_job`,
@@ -739,10 +726,7 @@ fn group_and_sum_across_three_processes_same_result() {
     assert_eq!(got, expected_sums());
     // The Impulse is on process 0, and FanOut's round-robin stays in its
     // process: the pairs reach the other processes' GroupByKeys over TCP.
-    assert!(
-        exchanged[0] > 0,
-        "bytes sent by each process: {exchanged:?}"
-    );
+    assert!(exchanged[0] > 0, "bytes sent by each process: {exchanged:?}");
 }
 
 #[test]
@@ -1662,8 +1646,7 @@ impl BundleProcessor for TimerAtSdk {
         std::thread::spawn(move || {
             let mut timers = Vec::new();
             for bytes in &request.input {
-                let (wv, _) =
-                    WindowedValue::decode(&kv_coder(), &Coder::GlobalWindow, bytes).unwrap();
+                let (wv, _) = WindowedValue::decode(&kv_coder(), &Coder::GlobalWindow, bytes).unwrap();
                 let (key, _) = read_kv_str_int(&wv.value);
                 let at = Timestamp(wv.timestamp.0 + sdk.offset_ms);
                 timers.extend(string(&key));
@@ -1686,29 +1669,17 @@ impl BundleProcessor for TimerAtSdk {
                     bytes = &bytes[pos..];
                 }
             }
-            done(Ok(BundleResult {
-                timers: vec![timers],
-                ..BundleResult::default()
-            }))
+            done(Ok(BundleResult { timers: vec![timers], ..BundleResult::default() }))
         });
     }
 }
 
 /// TestStream -> a stateful stage with one event-time timer per element.
-fn timers_under_test_stream(
-    events: Vec<weir_plan::TestStreamEvent>,
-    offset_ms: i64,
-) -> Vec<(String, i64)> {
+fn timers_under_test_stream(events: Vec<weir_plan::TestStreamEvent>, offset_ms: i64) -> Vec<(String, i64)> {
     use weir_plan::TimerFamily;
     let mut g = GraphBuilder::default();
     let raw = g.pc("raw", kv_coder());
-    g.stage(
-        "TestStream",
-        StageKind::TestStream {
-            outputs: vec![raw],
-            events,
-        },
-    );
+    g.stage("TestStream", StageKind::TestStream { outputs: vec![raw], events });
     let stage = g.sdk("Timers", raw, vec![], vec![]);
     if let StageKind::Sdk(sdk) = &mut g.stages[stage].kind {
         sdk.stateful = true;
@@ -1722,19 +1693,11 @@ fn timers_under_test_stream(
     }
     let mut graph = (*g.build()).clone();
     graph.streaming = true;
-    let sdk = TimerAtSdk {
-        offset_ms,
-        fired: Arc::default(),
-    };
+    let sdk = TimerAtSdk { offset_ms, fired: Arc::default() };
     let (tx, rx) = mpsc::channel();
     let processor = sdk.clone();
     std::thread::spawn(move || {
-        let _ = tx.send(run_job(
-            Arc::new(graph),
-            Arc::new(processor),
-            config(1, 100),
-            no_cancel(),
-        ));
+        let _ = tx.send(run_job(Arc::new(graph), Arc::new(processor), config(1, 100), no_cancel()));
     });
     rx.recv_timeout(Duration::from_secs(30))
         .expect("the job finishes (a timer at the watermark must not stall it)")
@@ -1752,14 +1715,8 @@ fn timers_under_test_stream(
 fn event_time_timer_at_the_watermark_fires_at_the_end_of_a_test_stream() {
     use weir_plan::TestStreamEvent;
     let events = vec![
-        TestStreamEvent::Watermark {
-            output: 0,
-            to: Timestamp(10),
-        },
-        TestStreamEvent::Elements {
-            output: 0,
-            elements: vec![(kv_str_int("k", 1), Timestamp(10))],
-        },
+        TestStreamEvent::Watermark { output: 0, to: Timestamp(10) },
+        TestStreamEvent::Elements { output: 0, elements: vec![(kv_str_int("k", 1), Timestamp(10))] },
     ];
     assert_eq!(timers_under_test_stream(events, 0), [("k".to_string(), 10)]);
 }
@@ -1771,27 +1728,12 @@ fn event_time_timer_at_the_watermark_fires_at_the_end_of_a_test_stream() {
 fn relative_event_time_timer_fires_when_the_watermark_passes_it() {
     use weir_plan::TestStreamEvent;
     let events = vec![
-        TestStreamEvent::Watermark {
-            output: 0,
-            to: Timestamp(0),
-        },
-        TestStreamEvent::Elements {
-            output: 0,
-            elements: vec![(kv_str_int("hello", 37), Timestamp(0))],
-        },
-        TestStreamEvent::Watermark {
-            output: 0,
-            to: Timestamp(1000),
-        },
-        TestStreamEvent::Watermark {
-            output: 0,
-            to: Timestamp::MAX,
-        },
+        TestStreamEvent::Watermark { output: 0, to: Timestamp(0) },
+        TestStreamEvent::Elements { output: 0, elements: vec![(kv_str_int("hello", 37), Timestamp(0))] },
+        TestStreamEvent::Watermark { output: 0, to: Timestamp(1000) },
+        TestStreamEvent::Watermark { output: 0, to: Timestamp::MAX },
     ];
-    assert_eq!(
-        timers_under_test_stream(events, 1000),
-        [("hello".to_string(), 1000)]
-    );
+    assert_eq!(timers_under_test_stream(events, 1000), [("hello".to_string(), 1000)]);
 }
 
 /// A TestStream keeps a watermark per output (`AdvanceWatermark` names its
@@ -1807,26 +1749,11 @@ fn test_stream_outputs_advance_their_watermarks_on_their_own() {
     let main = g.pc("main", kv_coder());
     let side = g.pc("side", kv_coder());
     let events = vec![
-        TestStreamEvent::Watermark {
-            output: 0,
-            to: Timestamp(100),
-        },
-        TestStreamEvent::Elements {
-            output: 1,
-            elements: vec![(kv_str_int("a", 1), Timestamp(5))],
-        },
-        TestStreamEvent::Watermark {
-            output: 1,
-            to: Timestamp(100),
-        },
+        TestStreamEvent::Watermark { output: 0, to: Timestamp(100) },
+        TestStreamEvent::Elements { output: 1, elements: vec![(kv_str_int("a", 1), Timestamp(5))] },
+        TestStreamEvent::Watermark { output: 1, to: Timestamp(100) },
     ];
-    g.stage(
-        "TestStream",
-        StageKind::TestStream {
-            outputs: vec![main, side],
-            events,
-        },
-    );
+    g.stage("TestStream", StageKind::TestStream { outputs: vec![main, side], events });
     let fixed = Windowing {
         window_fn: WindowFn::NonMerging,
         allowed_lateness_ms: GC_LATENESS_MS,
@@ -1847,36 +1774,18 @@ fn test_stream_outputs_advance_their_watermarks_on_their_own() {
     }
     let mut graph = (*g.build()).clone();
     graph.streaming = true;
-    let sdk = GcSdk {
-        window_stage,
-        buffer_stage,
-        log: Arc::default(),
-        cells_left: Arc::default(),
-    };
+    let sdk = GcSdk { window_stage, buffer_stage, log: Arc::default(), cells_left: Arc::default() };
     let (tx, rx) = mpsc::channel();
     let processor = sdk.clone();
     std::thread::spawn(move || {
-        let _ = tx.send(run_job(
-            Arc::new(graph),
-            Arc::new(processor),
-            config(1, 100),
-            no_cancel(),
-        ));
+        let _ = tx.send(run_job(Arc::new(graph), Arc::new(processor), config(1, 100), no_cancel()));
     });
-    rx.recv_timeout(Duration::from_secs(30))
-        .expect("job finishes")
-        .expect("job succeeds");
+    rx.recv_timeout(Duration::from_secs(30)).expect("job finishes").expect("job succeeds");
     let log = sdk.log.lock().unwrap().clone();
-    let seen: Vec<&GcEvent> = log
-        .iter()
-        .filter(|e| !matches!(e, GcEvent::Expire(..)))
-        .collect();
+    let seen: Vec<&GcEvent> = log.iter().filter(|e| !matches!(e, GcEvent::Expire(..))).collect();
     assert_eq!(
         seen,
-        [
-            &GcEvent::Element("a".into(), 0, 1),
-            &GcEvent::Timer("a".into(), 0, vec![1])
-        ],
+        [&GcEvent::Element("a".into(), 0, 1), &GcEvent::Timer("a".into(), 0, vec![1])],
         "{log:?}"
     );
 }

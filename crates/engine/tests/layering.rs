@@ -18,10 +18,7 @@ const FORBIDDEN: &[(&str, &str)] = &[
 /// The host's target triple (`rustc -vV`), so the walk needs only the
 /// packages this platform builds.
 fn host() -> String {
-    let out = Command::new("rustc")
-        .arg("-vV")
-        .output()
-        .expect("rustc runs");
+    let out = Command::new("rustc").arg("-vV").output().expect("rustc runs");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .find_map(|l| l.strip_prefix("host: "))

@@ -22,11 +22,7 @@ pub struct Rng(u64);
 impl Rng {
     /// A generator from `seed` (0 is replaced by a fixed odd constant).
     pub fn new(seed: u64) -> Rng {
-        Rng(if seed == 0 {
-            0x9E37_79B9_7F4A_7C15
-        } else {
-            seed
-        })
+        Rng(if seed == 0 { 0x9E37_79B9_7F4A_7C15 } else { seed })
     }
     /// The next 64 random bits.
     pub fn next(&mut self) -> u64 {
@@ -117,10 +113,7 @@ impl Mutator {
         for _ in 0..n {
             match rng.below(10) {
                 0 => self.bytes(rng, &mut req),
-                1 => mutate_options(
-                    rng,
-                    req.pipeline_options.get_or_insert_with(Default::default),
-                ),
+                1 => mutate_options(rng, req.pipeline_options.get_or_insert_with(Default::default)),
                 _ => {
                     if let Some(p) = req.pipeline.as_mut() {
                         self.structure(rng, p);
@@ -248,19 +241,10 @@ impl Mutator {
                         cid.clone(),
                         beam::Coder {
                             spec: Some(beam::FunctionSpec {
-                                urn: if rng.one_in(2) {
-                                    "beam:coder:kv:v1"
-                                } else {
-                                    "beam:coder:iterable:v1"
-                                }
-                                .into(),
+                                urn: if rng.one_in(2) { "beam:coder:kv:v1" } else { "beam:coder:iterable:v1" }.into(),
                                 payload: vec![],
                             }),
-                            component_coder_ids: if rng.one_in(2) {
-                                vec![prev.clone(), prev]
-                            } else {
-                                vec![prev]
-                            },
+                            component_coder_ids: if rng.one_in(2) { vec![prev.clone(), prev] } else { vec![prev] },
                         },
                     );
                     prev = cid;
@@ -347,10 +331,7 @@ impl Mutator {
             }
             17 => {
                 let (cid, e) = (id(rng, &coders), id(rng, &envs));
-                if let Some(ws) = rng
-                    .pick(&strategies)
-                    .and_then(|x| c.windowing_strategies.get_mut(x))
-                {
+                if let Some(ws) = rng.pick(&strategies).and_then(|x| c.windowing_strategies.get_mut(x)) {
                     match rng.below(5) {
                         0 => ws.window_coder_id = cid,
                         1 => ws.environment_id = e,
@@ -415,13 +396,7 @@ impl Mutator {
             _ => {
                 // A transform's outputs fed back to its own input (a dataflow cycle).
                 if let Some(t) = rng.pick(&transforms).and_then(|x| c.transforms.get_mut(x)) {
-                    if let Some(o) = t
-                        .outputs
-                        .keys()
-                        .min()
-                        .and_then(|k| t.outputs.get(k))
-                        .cloned()
-                    {
+                    if let Some(o) = t.outputs.keys().min().and_then(|k| t.outputs.get(k)).cloned() {
                         t.inputs.insert("fuzz-loop".into(), o);
                     }
                 }
@@ -449,14 +424,7 @@ fn flip_some(rng: &mut Rng, b: &mut Vec<u8>) {
 }
 
 /// Points an id inside a transform's payload elsewhere.
-fn rewire_payload(
-    rng: &mut Rng,
-    t: &mut beam::PTransform,
-    coder: &str,
-    pc: &str,
-    transform: &str,
-    ws: &str,
-) {
+fn rewire_payload(rng: &mut Rng, t: &mut beam::PTransform, coder: &str, pc: &str, transform: &str, ws: &str) {
     let Some(spec) = t.spec.as_mut() else { return };
     if let Ok(mut p) = beam::ParDoPayload::decode(spec.payload.as_slice()) {
         if spec.urn.contains("pardo") || spec.urn.contains("sdf") {
@@ -472,12 +440,7 @@ fn rewire_payload(
                         name,
                         beam::SideInput {
                             access_pattern: Some(beam::FunctionSpec {
-                                urn: if rng.one_in(2) {
-                                    "beam:side_input:iterable:v1"
-                                } else {
-                                    "beam:side_input:multimap:v1"
-                                }
-                                .into(),
+                                urn: if rng.one_in(2) { "beam:side_input:iterable:v1" } else { "beam:side_input:multimap:v1" }.into(),
                                 payload: vec![],
                             }),
                             ..Default::default()
@@ -544,8 +507,7 @@ fn rewire_payload(
                         tag: String::new(),
                     })
                 };
-                p.events
-                    .push(beam::test_stream_payload::Event { event: Some(e) });
+                p.events.push(beam::test_stream_payload::Event { event: Some(e) });
             }
             spec.payload = p.encode_to_vec();
             return;
@@ -575,9 +537,7 @@ fn random_trigger(rng: &mut Rng, depth: usize) -> beam::Trigger {
                 0 => T::Repeat(Box::new(beam::trigger::Repeat {
                     subtrigger: Some(Box::new(t)),
                 })),
-                1 => T::AfterAny(beam::trigger::AfterAny {
-                    subtriggers: vec![t],
-                }),
+                1 => T::AfterAny(beam::trigger::AfterAny { subtriggers: vec![t] }),
                 2 => T::OrFinally(Box::new(beam::trigger::OrFinally {
                     main: Some(Box::new(t)),
                     finally: None,
@@ -604,24 +564,8 @@ fn random_value(rng: &mut Rng, depth: usize) -> Value {
             }),
             1 => Kind::BoolValue(rng.one_in(2)),
             2 => Kind::NullValue(0),
-            3 => Kind::StringValue("x".repeat(if rng.one_in(10) {
-                200_000
-            } else {
-                rng.below(40)
-            })),
-            _ => Kind::StringValue(
-                [
-                    "true",
-                    "-5",
-                    "gs://b/x",
-                    "/tmp/fuzz",
-                    "THROUGHPUT_BASED",
-                    "",
-                    "1e9",
-                    "{\"a\":",
-                ][rng.below(8)]
-                .into(),
-            ),
+            3 => Kind::StringValue("x".repeat(if rng.one_in(10) { 200_000 } else { rng.below(40) })),
+            _ => Kind::StringValue(["true", "-5", "gs://b/x", "/tmp/fuzz", "THROUGHPUT_BASED", "", "1e9", "{\"a\":"][rng.below(8)].into()),
         }
     } else if rng.one_in(2) {
         Kind::ListValue(ListValue {

@@ -42,9 +42,7 @@ fn args() -> anyhow::Result<Args> {
     let mut it = std::env::args().skip(1);
     let mode = it.next().unwrap_or_default();
     if mode != "planner" && mode != "server" {
-        bail!(
-            "usage: weir-fuzz planner|server [--secs N] [--seed N] [--seeds DIR]... [--weir BIN]"
-        );
+        bail!("usage: weir-fuzz planner|server [--secs N] [--seed N] [--seeds DIR]... [--weir BIN]");
     }
     let mut a = Args {
         mode,
@@ -69,10 +67,7 @@ fn args() -> anyhow::Result<Args> {
         }
     }
     if a.seeds.is_empty() {
-        a.seeds = vec![
-            "tests/fuzz/seeds".into(),
-            "crates/plan/tests/fixtures".into(),
-        ];
+        a.seeds = vec!["tests/fuzz/seeds".into(), "crates/plan/tests/fixtures".into()];
     }
     Ok(a)
 }
@@ -85,10 +80,7 @@ fn load_seeds(dirs: &[PathBuf]) -> anyhow::Result<Vec<(String, beam::PrepareJobR
         };
         let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
         paths.sort();
-        for path in paths
-            .into_iter()
-            .filter(|p| p.extension().is_some_and(|e| e == "pb"))
-        {
+        for path in paths.into_iter().filter(|p| p.extension().is_some_and(|e| e == "pb")) {
             let bytes = std::fs::read(&path)?;
             let name = path.display().to_string();
             // A PrepareJobRequest has the pipeline in field 1; a bare Pipeline
@@ -96,9 +88,7 @@ fn load_seeds(dirs: &[PathBuf]) -> anyhow::Result<Vec<(String, beam::PrepareJobR
             let req = match beam::PrepareJobRequest::decode(bytes.as_slice()) {
                 Ok(r) if r.pipeline.as_ref().is_some_and(|p| p.components.is_some()) => r,
                 _ => beam::PrepareJobRequest {
-                    pipeline: Some(
-                        beam::Pipeline::decode(bytes.as_slice()).with_context(|| name.clone())?,
-                    ),
+                    pipeline: Some(beam::Pipeline::decode(bytes.as_slice()).with_context(|| name.clone())?),
                     job_name: "fuzz".into(),
                     ..Default::default()
                 },
@@ -156,13 +146,10 @@ fn planner(a: &Args, m: &Mutator) -> anyhow::Result<Tally> {
             .stack_size(2 << 20)
             .spawn(move || {
                 let r = std::panic::catch_unwind(|| {
-                    weir_plan::plan(
-                        &pipeline,
-                        &weir_plan::PlanOptions {
-                            fn_api_url: "localhost:1".into(),
-                            ..Default::default()
-                        },
-                    )
+                    weir_plan::plan(&pipeline, &weir_plan::PlanOptions {
+                        fn_api_url: "localhost:1".into(),
+                        ..Default::default()
+                    })
                     .map(|_| ())
                 });
                 let _ = tx.send(r);
@@ -181,8 +168,7 @@ fn planner(a: &Args, m: &Mutator) -> anyhow::Result<Tally> {
                     weir_plan::PlanError::Internal(_) => "Internal",
                 };
                 *t.refused.entry(kind.into()).or_default() += 1;
-                (kind == "Internal" || e.to_string().trim().is_empty())
-                    .then(|| format!("internal error: {e}"))
+                (kind == "Internal" || e.to_string().trim().is_empty()).then(|| format!("internal error: {e}"))
             }
             Ok(Err(_)) => Some("the planner panicked".to_string()),
             Err(_) => Some(format!("the planner took more than {CASE_LIMIT:?}")),
@@ -190,11 +176,7 @@ fn planner(a: &Args, m: &Mutator) -> anyhow::Result<Tally> {
         if let Some(why) = verdict {
             t.failures += 1;
             let path = save(&a.out, &format!("planner-{}-{}.pb", a.seed, t.cases), &req);
-            eprintln!(
-                "FAILURE (case {} from {seed}): {why}; saved {}",
-                t.cases,
-                path.display()
-            );
+            eprintln!("FAILURE (case {} from {seed}): {why}; saved {}", t.cases, path.display());
             if why.contains("took more") {
                 break; // the thread still runs; stop here
             }
@@ -256,10 +238,7 @@ fn start_server(weir: &Path) -> anyhow::Result<Server> {
 }
 
 fn server(a: &Args, m: &Mutator) -> anyhow::Result<Tally> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let mut s = start_server(&a.weir)?;
     rt.block_on(async {
         use beam::job_service_client::JobServiceClient;
@@ -285,9 +264,7 @@ fn server(a: &Args, m: &Mutator) -> anyhow::Result<Tally> {
                     let id = r.into_inner().preparation_id;
                     // Never run a mutated pipeline (its environments may run
                     // any command): cancel it.
-                    let _ = client
-                        .cancel(beam::CancelJobRequest { job_id: id.clone() })
-                        .await;
+                    let _ = client.cancel(beam::CancelJobRequest { job_id: id.clone() }).await;
                     known_ids.push(id);
                     if known_ids.len() > 50 {
                         known_ids.remove(0);
@@ -307,11 +284,7 @@ fn server(a: &Args, m: &Mutator) -> anyhow::Result<Tally> {
                             | tonic::Code::ResourceExhausted
                     );
                     if !refusal || !named {
-                        failure = Some(format!(
-                            "Prepare answered {:?}: {}",
-                            status.code(),
-                            status.message()
-                        ));
+                        failure = Some(format!("Prepare answered {:?}: {}", status.code(), status.message()));
                     }
                 }
             }
@@ -327,34 +300,16 @@ fn server(a: &Args, m: &Mutator) -> anyhow::Result<Tally> {
                         }
                         id
                     }
-                    _ => [
-                        "",
-                        "job-",
-                        "../../etc",
-                        "\u{0}",
-                        "job-00000000000000000000000000000000",
-                    ][rng.below(5)]
-                    .to_string(),
+                    _ => ["", "job-", "../../etc", "\u{0}", "job-00000000000000000000000000000000"][rng.below(5)].to_string(),
                 };
-                let r =
-                    tokio::time::timeout(RPC_LIMIT, job_api_call(&mut client, &mut rng, id)).await;
+                let r = tokio::time::timeout(RPC_LIMIT, job_api_call(&mut client, &mut rng, id)).await;
                 failure = match r {
                     Err(_) => Some("a Job API call took more than 30 s".into()),
-                    Ok(Err(status))
-                        if matches!(
-                            status.code(),
-                            tonic::Code::NotFound
-                                | tonic::Code::FailedPrecondition
-                                | tonic::Code::InvalidArgument
-                        ) && !status.message().is_empty() =>
-                    {
-                        None
-                    }
-                    Ok(Err(status)) => Some(format!(
-                        "a Job API call answered {:?}: {}",
+                    Ok(Err(status)) if matches!(
                         status.code(),
-                        status.message()
-                    )),
+                        tonic::Code::NotFound | tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument
+                    ) && !status.message().is_empty() => None,
+                    Ok(Err(status)) => Some(format!("a Job API call answered {:?}: {}", status.code(), status.message())),
                     Ok(Ok(())) => None,
                 };
             }
@@ -364,11 +319,7 @@ fn server(a: &Args, m: &Mutator) -> anyhow::Result<Tally> {
             if let Some(why) = failure {
                 t.failures += 1;
                 let path = save(&a.out, &format!("server-{}-{}.pb", a.seed, t.cases), &req);
-                eprintln!(
-                    "FAILURE (case {} from {seed}): {why}; saved {}",
-                    t.cases,
-                    path.display()
-                );
+                eprintln!("FAILURE (case {} from {seed}): {why}; saved {}", t.cases, path.display());
                 if why.contains("died") || why.contains("took more") {
                     break;
                 }
@@ -391,26 +342,11 @@ async fn job_api_call(
 ) -> Result<(), tonic::Status> {
     use futures_lite::next;
     match rng.below(9) {
-        0 => client
-            .get_state(beam::GetJobStateRequest { job_id: id })
-            .await
-            .map(|_| ()),
-        1 => client
-            .get_pipeline(beam::GetJobPipelineRequest { job_id: id })
-            .await
-            .map(|_| ()),
-        2 => client
-            .cancel(beam::CancelJobRequest { job_id: id })
-            .await
-            .map(|_| ()),
-        3 => client
-            .drain(beam::DrainJobRequest { job_id: id })
-            .await
-            .map(|_| ()),
-        4 => client
-            .get_job_metrics(beam::GetJobMetricsRequest { job_id: id })
-            .await
-            .map(|_| ()),
+        0 => client.get_state(beam::GetJobStateRequest { job_id: id }).await.map(|_| ()),
+        1 => client.get_pipeline(beam::GetJobPipelineRequest { job_id: id }).await.map(|_| ()),
+        2 => client.cancel(beam::CancelJobRequest { job_id: id }).await.map(|_| ()),
+        3 => client.drain(beam::DrainJobRequest { job_id: id }).await.map(|_| ()),
+        4 => client.get_job_metrics(beam::GetJobMetricsRequest { job_id: id }).await.map(|_| ()),
         5 => client
             .run(beam::RunJobRequest {
                 preparation_id: id,
@@ -420,15 +356,13 @@ async fn job_api_call(
             .map(|_| ()),
         6 => {
             let mut req = tonic::Request::new(beam::JobMessagesRequest { job_id: id });
-            req.metadata_mut()
-                .insert("weir-follow", "false".parse().expect("ascii"));
+            req.metadata_mut().insert("weir-follow", "false".parse().expect("ascii"));
             let mut s = client.get_message_stream(req).await?.into_inner();
             next(&mut s).await
         }
         7 => {
             let mut req = tonic::Request::new(beam::GetJobStateRequest { job_id: id });
-            req.metadata_mut()
-                .insert("weir-follow", "false".parse().expect("ascii"));
+            req.metadata_mut().insert("weir-follow", "false".parse().expect("ascii"));
             let mut s = client.get_state_stream(req).await?.into_inner();
             next(&mut s).await
         }
@@ -447,27 +381,13 @@ mod futures_lite {
 fn main() -> anyhow::Result<()> {
     let a = args()?;
     let seeds = load_seeds(&a.seeds)?;
-    eprintln!(
-        "weir-fuzz {}: {} seeds, rng seed {}, {} s",
-        a.mode,
-        seeds.len(),
-        a.seed,
-        a.secs
-    );
+    eprintln!("weir-fuzz {}: {} seeds, rng seed {}, {} s", a.mode, seeds.len(), a.seed, a.secs);
     let m = Mutator::new(seeds);
     let start = Instant::now();
-    let t = if a.mode == "planner" {
-        planner(&a, &m)?
-    } else {
-        server(&a, &m)?
-    };
+    let t = if a.mode == "planner" { planner(&a, &m)? } else { server(&a, &m)? };
     t.report(&a.mode, start.elapsed());
     if t.failures > 0 {
-        bail!(
-            "{} failing cases (saved under {})",
-            t.failures,
-            a.out.display()
-        );
+        bail!("{} failing cases (saved under {})", t.failures, a.out.display());
     }
     Ok(())
 }

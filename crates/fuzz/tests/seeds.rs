@@ -11,10 +11,7 @@ fn seeds() -> Vec<(String, beam::PrepareJobRequest)> {
     for sdk in ["python", "java", "go"] {
         let path = dir.join(format!("{sdk}_wordcount.pb"));
         let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        out.push((
-            sdk.to_string(),
-            beam::PrepareJobRequest::decode(bytes.as_slice()).unwrap(),
-        ));
+        out.push((sdk.to_string(), beam::PrepareJobRequest::decode(bytes.as_slice()).unwrap()));
     }
     out
 }
@@ -30,11 +27,7 @@ fn every_captured_seed_plans() {
             },
         )
         .unwrap_or_else(|e| panic!("{sdk}: {e}"));
-        assert!(
-            plan.graph.stages.len() >= 3,
-            "{sdk}: {} stages",
-            plan.graph.stages.len()
-        );
+        assert!(plan.graph.stages.len() >= 3, "{sdk}: {} stages", plan.graph.stages.len());
     }
 }
 
@@ -54,8 +47,5 @@ fn mutations_change_the_request_and_stay_well_formed() {
         assert!(back == req);
         changed += usize::from(!originals.contains(&req));
     }
-    assert!(
-        changed >= 45,
-        "only {changed} of 50 mutations changed their seed"
-    );
+    assert!(changed >= 45, "only {changed} of 50 mutations changed their seed");
 }

@@ -395,10 +395,7 @@ impl StageGraph {
     /// per window).
     pub fn runs_triggers(&self, input: PCollectionIndex, output: PCollectionIndex) -> bool {
         self.streaming
-            || (self.pcollections[input]
-                .windowing
-                .trigger
-                .uses_processing_time()
+            || (self.pcollections[input].windowing.trigger.uses_processing_time()
                 && !self.feeds_side_input(output))
     }
 }
@@ -435,23 +432,14 @@ mod tests {
 
     #[test]
     fn processing_time_is_found_anywhere_in_the_trigger_tree() {
-        let apt = Trigger::AfterProcessingTime {
-            delay_ms: 1,
-            align: None,
-        };
+        let apt = Trigger::AfterProcessingTime { delay_ms: 1, align: None };
         assert!(apt.uses_processing_time());
         assert!(Trigger::AfterSynchronizedProcessingTime.uses_processing_time());
         assert!(Trigger::Repeatedly(Box::new(apt.clone())).uses_processing_time());
-        assert!(Trigger::AfterEndOfWindow {
-            early: Some(Box::new(apt.clone())),
-            late: None
-        }
-        .uses_processing_time());
-        assert!(Trigger::AfterEndOfWindow {
-            early: None,
-            late: Some(Box::new(apt.clone()))
-        }
-        .uses_processing_time());
+        assert!(Trigger::AfterEndOfWindow { early: Some(Box::new(apt.clone())), late: None }
+            .uses_processing_time());
+        assert!(Trigger::AfterEndOfWindow { early: None, late: Some(Box::new(apt.clone())) }
+            .uses_processing_time());
         assert!(Trigger::OrFinally {
             main: Box::new(Trigger::ElementCount(2)),
             finally: Box::new(apt.clone())
@@ -467,10 +455,7 @@ mod tests {
             id: id.into(),
             value_coder: Coder::Bytes,
             window_coder: Coder::GlobalWindow,
-            windowing: Windowing {
-                trigger,
-                ..Windowing::global()
-            },
+            windowing: Windowing { trigger, ..Windowing::global() },
         };
         let sdk = |input, outputs: Vec<PCollectionIndex>, sides: Vec<PCollectionIndex>| {
             StageKind::Sdk(SdkStage {
@@ -498,11 +483,7 @@ mod tests {
                 window_expiration_family: None,
             })
         };
-        let stage = |id: &str, kind| Stage {
-            id: id.into(),
-            name: id.into(),
-            kind,
-        };
+        let stage = |id: &str, kind| Stage { id: id.into(), name: id.into(), kind };
         StageGraph {
             pcollections: vec![
                 pc("pc0", trigger),
@@ -513,14 +494,7 @@ mod tests {
             ],
             stages: vec![
                 stage("impulse", StageKind::Impulse { output: 0 }),
-                stage(
-                    "gbk",
-                    StageKind::GroupByKey {
-                        input: 0,
-                        output: 1,
-                        merge_windows: None,
-                    },
-                ),
+                stage("gbk", StageKind::GroupByKey { input: 0, output: 1, merge_windows: None }),
                 stage("after", sdk(1, vec![2], vec![])),
                 stage("impulse2", StageKind::Impulse { output: 3 }),
                 stage("main", sdk(3, vec![4], side.into_iter().collect())),
@@ -541,10 +515,7 @@ mod tests {
 
     #[test]
     fn batch_runs_processing_time_triggers_unless_they_feed_a_side_input() {
-        let apt = Trigger::Repeatedly(Box::new(Trigger::AfterProcessingTime {
-            delay_ms: 1,
-            align: None,
-        }));
+        let apt = Trigger::Repeatedly(Box::new(Trigger::AfterProcessingTime { delay_ms: 1, align: None }));
         assert!(graph(apt.clone(), None).runs_triggers(0, 1));
         assert!(!graph(apt.clone(), Some(2)).runs_triggers(0, 1));
         assert!(!graph(Trigger::ElementCount(2), None).runs_triggers(0, 1));

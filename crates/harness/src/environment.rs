@@ -1197,10 +1197,7 @@ mod tests {
         // Never answered: stop gives up after STOP_GRACE and fails it.
         let (other, _control_rx) = connected_worker(&fn_api, "job-worker-2");
         let harnesses = harnesses_of(&fn_api);
-        harnesses
-            .pool()
-            .workers
-            .insert("env".into(), vec![other.clone()]);
+        harnesses.pool().workers.insert("env".into(), vec![other.clone()]);
         let stuck = other
             .send(beam::InstructionRequest {
                 instruction_id: "bundle-2".into(),

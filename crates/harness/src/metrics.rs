@@ -132,20 +132,12 @@ impl JobMetrics {
 
     /// Counts one retried bundle attempt of stage `stage` (its index in the graph).
     pub fn bundle_retried(&self, stage: usize) {
-        *self
-            .retries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(stage)
-            .or_default() += 1;
+        *self.retries.lock().unwrap_or_else(|p| p.into_inner()).entry(stage).or_default() += 1;
     }
 
     /// Retried bundle attempts per stage index (stages without retries absent).
     pub fn retries(&self) -> BTreeMap<usize, u64> {
-        self.retries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.retries.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Every aggregated MonitoringInfo.

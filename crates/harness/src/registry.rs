@@ -463,10 +463,7 @@ mod tests {
     fn byte_chunks_spill_past_the_threshold_and_keep_the_order() {
         use std::io::{Read, Seek};
         let dir = std::env::temp_dir().join(format!("weir-chunks-test-{}", std::process::id()));
-        let spill = OutputSpill {
-            dir: dir.clone(),
-            above_bytes: 4,
-        };
+        let spill = OutputSpill { dir: dir.clone(), above_bytes: 4 };
         let mut s = ByteChunks::default();
         for chunk in [&b"ab"[..], b"cd", b"e", b"fgh", b"i"] {
             s.push_spilling(chunk.to_vec(), Some(&spill));
@@ -480,21 +477,14 @@ mod tests {
         spilled.file.rewind().unwrap();
         spilled.file.read_to_end(&mut head).unwrap();
         assert_eq!(head, b"abcde");
-        assert_eq!(
-            std::fs::read_dir(&dir).unwrap().count(),
-            0,
-            "the file is unlinked"
-        );
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "the file is unlinked");
         // Without a spill nothing is written.
         let mut t = ByteChunks::default();
         t.push_spilling(b"abcdefgh".to_vec(), None);
         assert_eq!(t.into_parts().unwrap().0.map(|s| s.len), None);
         // A folder that cannot be made fails the stream, with the path.
         let mut u = ByteChunks::default();
-        let bad = OutputSpill {
-            dir: "/proc/weir-no".into(),
-            above_bytes: 0,
-        };
+        let bad = OutputSpill { dir: "/proc/weir-no".into(), above_bytes: 0 };
         u.push_spilling(b"x".to_vec(), Some(&bad));
         u.push_spilling(b"yz".to_vec(), Some(&bad));
         assert_eq!(u.len(), 1, "a doomed stream holds no more chunks");

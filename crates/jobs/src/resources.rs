@@ -116,12 +116,7 @@ fn varint(v: u64, out: &mut Vec<u8>) {
 impl JobResources {
     /// The samples kept so far, oldest first.
     pub fn history(&self) -> Vec<Sample> {
-        self.history
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .copied()
-            .collect()
+        self.history.lock().unwrap_or_else(|p| p.into_inner()).iter().copied().collect()
     }
 
     /// A copy of the current figures.
@@ -279,9 +274,7 @@ impl Sampler {
         let now = SystemTime::now();
         u.sampled_at = Some(now);
         let sample = Sample {
-            at_ms: now
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            at_ms: now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
             runner_cpu_ms: u.runner_cpu_ms,
             runner_memory: u.runner_memory,
             sdk_cpu_ms: u.sdk_cpu_ms(),

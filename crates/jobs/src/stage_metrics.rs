@@ -36,13 +36,7 @@ fn millis(w: Option<weir_model::Timestamp>) -> i64 {
     w.map_or(i64::MAX, |t| t.millis())
 }
 
-fn info(
-    urn: &str,
-    ty: &str,
-    labels: &[(&str, &str)],
-    at_ms: i64,
-    value: i64,
-) -> beam::MonitoringInfo {
+fn info(urn: &str, ty: &str, labels: &[(&str, &str)], at_ms: i64, value: i64) -> beam::MonitoringInfo {
     let mut payload = Vec::new();
     if ty == m::TYPE_LATEST_INT64 {
         weir_model::varint::encode_varint(at_ms, &mut payload);
@@ -52,10 +46,7 @@ fn info(
         urn: urn.into(),
         r#type: ty.into(),
         payload,
-        labels: labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
+        labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         ..Default::default()
     }
 }
@@ -75,53 +66,27 @@ pub fn kind_name(kind: &weir_graph::StageKind) -> &'static str {
 
 /// The job's stages as MonitoringInfos (see the module doc); none before it runs.
 pub fn monitoring_infos(job: &Job) -> Vec<beam::MonitoringInfo> {
-    let Some(plan) = job.plan.as_ref() else {
-        return vec![];
-    };
+    let Some(plan) = job.plan.as_ref() else { return vec![] };
     let at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
     let retries = job.metrics.retries();
     let mut out = vec![];
     for (i, p) in job.progress.stages().iter().enumerate() {
-        let Some(stage) = plan.graph.stages.get(i) else {
-            continue;
-        };
+        let Some(stage) = plan.graph.stages.get(i) else { continue };
         let name: String = stage.name.chars().take(MAX_NAME_CHARS).collect();
-        let labels = [
-            ("STAGE", stage.id.as_str()),
-            ("STAGE_NAME", name.as_str()),
-            ("STAGE_KIND", kind_name(&stage.kind)),
-        ];
+        let labels = [("STAGE", stage.id.as_str()), ("STAGE_NAME", name.as_str()), ("STAGE_KIND", kind_name(&stage.kind))];
         let sum = |urn, v: u64| info(urn, m::TYPE_SUM_INT64, &labels, at, v as i64);
         out.push(sum(ELEMENTS_IN, p.counts.elements_in));
         out.push(sum(ELEMENTS_OUT, p.counts.elements_out));
         out.push(sum(BUNDLES, p.counts.bundles));
         out.push(sum(RETRIES, retries.get(&i).copied().unwrap_or(0)));
-        out.push(info(
-            IN_FLIGHT,
-            m::TYPE_LATEST_INT64,
-            &labels,
-            at,
-            p.status.in_flight as i64,
-        ));
+        out.push(info(IN_FLIGHT, m::TYPE_LATEST_INT64, &labels, at, p.status.in_flight as i64));
         if p.reported {
-            out.push(info(
-                INPUT_WATERMARK,
-                m::TYPE_LATEST_INT64,
-                &labels,
-                at,
-                millis(p.status.watermark),
-            ));
+            out.push(info(INPUT_WATERMARK, m::TYPE_LATEST_INT64, &labels, at, millis(p.status.watermark)));
         }
         if p.reported || p.output_watermark.is_none() {
-            out.push(info(
-                OUTPUT_WATERMARK,
-                m::TYPE_LATEST_INT64,
-                &labels,
-                at,
-                millis(p.output_watermark),
-            ));
+            out.push(info(OUTPUT_WATERMARK, m::TYPE_LATEST_INT64, &labels, at, millis(p.output_watermark)));
         }
     }
     out

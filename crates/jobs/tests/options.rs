@@ -583,11 +583,7 @@ fn worker_counts() {
             "max_num_workers",
             "must be a positive integer",
         );
-        if bad
-            .as_i64()
-            .or_else(|| bad.as_str().and_then(|s| s.parse().ok()))
-            != Some(0)
-        {
+        if bad.as_i64().or_else(|| bad.as_str().and_then(|s| s.parse().ok())) != Some(0) {
             refused(
                 one("number_of_worker_harness_threads", bad),
                 "number_of_worker_harness_threads",

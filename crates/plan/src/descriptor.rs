@@ -503,10 +503,7 @@ fn test_stream(b: &mut Builder<'_>, id: &str, t: &beam::PTransform) -> Result<St
     use beam::test_stream_payload::event::Event;
     let payload = t.spec.as_ref().map(|s| s.payload.as_slice()).unwrap_or(&[]);
     let p = beam::TestStreamPayload::decode(payload).map_err(|e| {
-        PlanError::Invalid(format!(
-            "TestStream {id} ({}): bad TestStreamPayload: {e}",
-            t.unique_name
-        ))
+        PlanError::Invalid(format!("TestStream {id} ({}): bad TestStreamPayload: {e}", t.unique_name))
     })?;
     if p.endpoint.is_some() && p.events.is_empty() {
         return Err(PlanError::Unsupported {
@@ -526,8 +523,7 @@ fn test_stream(b: &mut Builder<'_>, id: &str, t: &beam::PTransform) -> Result<St
             if tags.len() == 1 {
                 Some(0)
             } else {
-                tags.iter()
-                    .position(|t| *t == "None" || *t == "main" || *t == "out")
+                tags.iter().position(|t| *t == "None" || *t == "main" || *t == "out")
             }
         } else {
             tags.iter().position(|t| *t == tag)
@@ -551,12 +547,7 @@ fn test_stream(b: &mut Builder<'_>, id: &str, t: &beam::PTransform) -> Result<St
                     elements: add
                         .elements
                         .iter()
-                        .map(|el| {
-                            (
-                                elements_form.wire_form(&el.encoded_element),
-                                weir_model::Timestamp(el.timestamp),
-                            )
-                        })
+                        .map(|el| (elements_form.wire_form(&el.encoded_element), weir_model::Timestamp(el.timestamp)))
                         .collect(),
                 }
             }
@@ -585,25 +576,15 @@ fn side_window_fn(c: &beam::Components, pc: &str) -> SideWindowFn {
     else {
         return SideWindowFn::Other;
     };
-    let ms = |d: Option<weir_proto::prost_types::Duration>| {
-        d.map(|d| d.seconds * 1000 + i64::from(d.nanos) / 1_000_000)
-            .unwrap_or(0)
-    };
-    let at = |t: Option<weir_proto::prost_types::Timestamp>| {
-        t.map(|t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000)
-            .unwrap_or(0)
-    };
+    let ms = |d: Option<weir_proto::prost_types::Duration>| d.map(|d| d.seconds * 1000 + i64::from(d.nanos) / 1_000_000).unwrap_or(0);
+    let at = |t: Option<weir_proto::prost_types::Timestamp>| t.map(|t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000).unwrap_or(0);
     match f.urn.as_str() {
         urns::window_fn::GLOBAL => SideWindowFn::Global,
         urns::window_fn::FIXED => match beam::FixedWindowsPayload::decode(f.payload.as_slice()) {
-            Ok(p) if ms(p.size) > 0 => SideWindowFn::Fixed {
-                size_ms: ms(p.size),
-                offset_ms: at(p.offset),
-            },
+            Ok(p) if ms(p.size) > 0 => SideWindowFn::Fixed { size_ms: ms(p.size), offset_ms: at(p.offset) },
             _ => SideWindowFn::Other,
         },
-        urns::window_fn::SLIDING => match beam::SlidingWindowsPayload::decode(f.payload.as_slice())
-        {
+        urns::window_fn::SLIDING => match beam::SlidingWindowsPayload::decode(f.payload.as_slice()) {
             Ok(p) if ms(p.size) > 0 && ms(p.period) > 0 => SideWindowFn::Sliding {
                 size_ms: ms(p.size),
                 period_ms: ms(p.period),

@@ -300,9 +300,7 @@ mod tests {
                             "last".to_string(),
                             beam::StateSpec {
                                 spec: Some(beam::state_spec::Spec::ReadModifyWriteSpec(
-                                    beam::ReadModifyWriteStateSpec {
-                                        coder_id: "c".into(),
-                                    },
+                                    beam::ReadModifyWriteStateSpec { coder_id: "c".into() },
                                 )),
                                 ..Default::default()
                             },

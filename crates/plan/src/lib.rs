@@ -22,9 +22,9 @@ mod wire;
 use std::collections::HashMap;
 
 pub use error::{PlanError, Result};
-pub use graph::*;
 /// The stage graph types (`weir-graph`), where the plan puts its result.
 pub use weir_graph as graph;
+pub use graph::*;
 use weir_proto::beam;
 
 /// What the plan needs to know about the running harness.

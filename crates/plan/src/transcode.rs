@@ -186,8 +186,7 @@ fn transcode_test_stream_outputs(
             "TestStream {id}: unknown element coder {element_coder:?}"
         )));
     }
-    let element_coder =
-        crate::coders::test_stream_element_coder(&mut c.coders, &element_coder)?.coder_id;
+    let element_coder = crate::coders::test_stream_element_coder(&mut c.coders, &element_coder)?.coder_id;
     let mut tags: Vec<String> = t.outputs.keys().cloned().collect();
     tags.sort();
     let mut transcoders = Vec::new();

@@ -232,12 +232,7 @@ fn trigger_depth(t: &beam::Trigger) -> usize {
                 .into_iter()
                 .chain(e.late_firings.as_deref())
                 .collect(),
-            Some(T::OrFinally(o)) => o
-                .main
-                .as_deref()
-                .into_iter()
-                .chain(o.finally.as_deref())
-                .collect(),
+            Some(T::OrFinally(o)) => o.main.as_deref().into_iter().chain(o.finally.as_deref()).collect(),
             Some(T::Repeat(r)) => r.subtrigger.as_deref().into_iter().collect(),
             _ => vec![],
         };
@@ -307,10 +302,7 @@ mod tests {
         // A diamond (b listed by a twice) would otherwise double the leaves per level.
         let p = pipeline(
             &["a"],
-            vec![
-                ("a", composite("A", &["b", "b"])),
-                ("b", composite("B", &[])),
-            ],
+            vec![("a", composite("A", &["b", "b"])), ("b", composite("B", &[]))],
         );
         assert_eq!(
             invalid(check(&p)),

@@ -181,18 +181,9 @@ mod tests {
     #[test]
     fn closing_emit_always_is_honoured_except_for_python() {
         let envs: HashMap<String, beam::Environment> = [
-            (
-                "java".to_string(),
-                env(&["beam:version:sdk_base:apache/beam_java17_sdk:2.73.0"]),
-            ),
-            (
-                "py".to_string(),
-                env(&["beam:version:sdk_base:apache/beam_python3.11_sdk:2.77.0"]),
-            ),
-            (
-                "py-packed".to_string(),
-                env(&["beam:combinefn:packed_python:v1"]),
-            ),
+            ("java".to_string(), env(&["beam:version:sdk_base:apache/beam_java17_sdk:2.73.0"])),
+            ("py".to_string(), env(&["beam:version:sdk_base:apache/beam_python3.11_sdk:2.77.0"])),
+            ("py-packed".to_string(), env(&["beam:combinefn:packed_python:v1"])),
         ]
         .into();
         let ws = |env: &str, closing: beam::closing_behavior::Enum| beam::WindowingStrategy {

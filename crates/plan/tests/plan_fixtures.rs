@@ -1831,9 +1831,7 @@ fn test_stream_elements(p: &Plan) -> Vec<String> {
     events
         .iter()
         .filter_map(|e| match e {
-            TestStreamEvent::Elements { elements, .. } => {
-                Some(elements.iter().map(|(v, _)| hex(v)))
-            }
+            TestStreamEvent::Elements { elements, .. } => Some(elements.iter().map(|(v, _)| hex(v))),
             _ => None,
         })
         .flatten()
@@ -1862,10 +1860,7 @@ fn go_test_stream_varint_elements_travel_length_prefixed() {
     // 91 92 93 @100 ms, watermark 110, 96 97 98 @120 ms, watermark 130;
     // a TestStream's elements travel as length_prefix(payload coder).
     let p = plan_fixture("go_test_stream_two_int64");
-    assert_eq!(
-        test_stream_elements(&p),
-        ["015b", "015c", "015d", "0160", "0161", "0162"]
-    );
+    assert_eq!(test_stream_elements(&p), ["015b", "015c", "015d", "0160", "0161", "0162"]);
 }
 
 // ------------------------------------------------------------ shipped plans
@@ -1902,20 +1897,12 @@ fn a_shipped_plan_rebound_to_another_fn_api_equals_planning_there() {
             format!("{:?}", there.graph),
             "{name}: stage graph"
         );
-        assert_eq!(
-            received.descriptors, there.descriptors,
-            "{name}: descriptors"
-        );
-        assert_eq!(
-            received.environments, there.environments,
-            "{name}: environments"
-        );
+        assert_eq!(received.descriptors, there.descriptors, "{name}: descriptors");
+        assert_eq!(received.environments, there.environments, "{name}: environments");
         // The rebinding reached every data port (the original URL is gone).
         let bytes = received.to_bytes();
         assert!(
-            !bytes
-                .windows(FN_API_URL.len())
-                .any(|w| w == FN_API_URL.as_bytes()),
+            !bytes.windows(FN_API_URL.len()).any(|w| w == FN_API_URL.as_bytes()),
             "{name}: the coordinator's Fn API address is left in the plan"
         );
     }

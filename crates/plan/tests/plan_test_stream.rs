@@ -33,19 +33,12 @@ const GO_CUSTOM: &str = "beam:go:coder:custom:v1";
 const JAVA_CUSTOM: &str = "beam:coders:javasdk:0.1";
 
 fn spec(urn: &str, payload: Vec<u8>) -> Option<beam::FunctionSpec> {
-    Some(beam::FunctionSpec {
-        urn: urn.into(),
-        payload,
-    })
+    Some(beam::FunctionSpec { urn: urn.into(), payload })
 }
 
 /// A coder; SDK-specific (custom) coders get a payload, as SDKs send them.
 fn coder(urn: &str, components: &[&str]) -> beam::Coder {
-    let payload = if urn.starts_with("beam:coder:") {
-        vec![]
-    } else {
-        b"serialized custom coder".to_vec()
-    };
+    let payload = if urn.starts_with("beam:coder:") { vec![] } else { b"serialized custom coder".to_vec() };
     beam::Coder {
         spec: spec(urn, payload),
         component_coder_ids: components.iter().map(|c| c.to_string()).collect(),
@@ -54,53 +47,35 @@ fn coder(urn: &str, components: &[&str]) -> beam::Coder {
 
 /// A pipeline TestStream(`payload_coder`, elements) -> WindowInto, whose
 /// TestStream output PCollection is coded `output_coder`.
-fn pipeline(
-    coders: &[(&str, beam::Coder)],
-    payload_coder: &str,
-    output_coder: &str,
-    elements: &[&[u8]],
-) -> beam::Pipeline {
+fn pipeline(coders: &[(&str, beam::Coder)], payload_coder: &str, output_coder: &str, elements: &[&[u8]]) -> beam::Pipeline {
     use beam::test_stream_payload::{event, Event, TimestampedElement};
     let events = vec![
         Event {
             event: Some(event::Event::ElementEvent(event::AddElements {
                 elements: elements
                     .iter()
-                    .map(|e| TimestampedElement {
-                        encoded_element: e.to_vec(),
-                        timestamp: 7,
-                    })
+                    .map(|e| TimestampedElement { encoded_element: e.to_vec(), timestamp: 7 })
                     .collect(),
                 tag: String::new(),
             })),
         },
         Event {
-            event: Some(event::Event::WatermarkEvent(event::AdvanceWatermark {
-                new_watermark: i64::MAX,
-                tag: String::new(),
-            })),
+            event: Some(event::Event::WatermarkEvent(event::AdvanceWatermark { new_watermark: i64::MAX, tag: String::new() })),
         },
     ];
-    let payload = beam::TestStreamPayload {
-        coder_id: payload_coder.into(),
-        events,
-        endpoint: None,
-    };
+    let payload = beam::TestStreamPayload { coder_id: payload_coder.into(), events, endpoint: None };
     let mut c = beam::Components::default();
     for (id, cd) in coders {
         c.coders.insert(id.to_string(), cd.clone());
     }
-    c.coders
-        .insert("gw".into(), coder("beam:coder:global_window:v1", &[]));
+    c.coders.insert("gw".into(), coder("beam:coder:global_window:v1", &[]));
     c.windowing_strategies.insert(
         "ws".into(),
         beam::WindowingStrategy {
             window_fn: spec("beam:window_fn:global_windows:v1", vec![]),
             merge_status: beam::merge_status::Enum::NonMerging as i32,
             window_coder_id: "gw".into(),
-            trigger: Some(beam::Trigger {
-                trigger: Some(beam::trigger::Trigger::Default(beam::trigger::Default {})),
-            }),
+            trigger: Some(beam::Trigger { trigger: Some(beam::trigger::Trigger::Default(beam::trigger::Default {})) }),
             accumulation_mode: beam::accumulation_mode::Enum::Discarding as i32,
             output_time: beam::output_time::Enum::EndOfWindow as i32,
             closing_behavior: beam::closing_behavior::Enum::EmitAlways as i32,
@@ -126,9 +101,7 @@ fn pipeline(
         beam::PTransform {
             unique_name: "Stream".into(),
             spec: spec(TEST_STREAM, payload.encode_to_vec()),
-            outputs: [("out".to_string(), "events".to_string())]
-                .into_iter()
-                .collect(),
+            outputs: [("out".to_string(), "events".to_string())].into_iter().collect(),
             ..Default::default()
         },
     );
@@ -140,23 +113,13 @@ fn pipeline(
         beam::PTransform {
             unique_name: "Window".into(),
             spec: spec(WINDOW_INTO, window_into.encode_to_vec()),
-            inputs: [("in".to_string(), "events".to_string())]
-                .into_iter()
-                .collect(),
-            outputs: [("out".to_string(), "windowed".to_string())]
-                .into_iter()
-                .collect(),
+            inputs: [("in".to_string(), "events".to_string())].into_iter().collect(),
+            outputs: [("out".to_string(), "windowed".to_string())].into_iter().collect(),
             environment_id: "env".into(),
             ..Default::default()
         },
     );
-    c.environments.insert(
-        "env".into(),
-        beam::Environment {
-            urn: "beam:env:external:v1".into(),
-            ..Default::default()
-        },
-    );
+    c.environments.insert("env".into(), beam::Environment { urn: "beam:env:external:v1".into(), ..Default::default() });
     beam::Pipeline {
         components: Some(c),
         root_transform_ids: vec!["stream".into(), "window".into()],
@@ -165,11 +128,7 @@ fn pipeline(
 }
 
 fn plan_ok(p: &beam::Pipeline) -> Plan {
-    let options = PlanOptions {
-        fn_api_url: "127.0.0.1:1".into(),
-        streaming: false,
-        drain: false,
-    };
+    let options = PlanOptions { fn_api_url: "127.0.0.1:1".into(), streaming: false, drain: false };
     plan(p, &options).unwrap_or_else(|e| panic!("planning failed: {e}"))
 }
 
@@ -177,24 +136,16 @@ fn plan_ok(p: &beam::Pipeline) -> Plan {
 /// of the PCollection they go into.
 fn elements(p: &Plan) -> (Vec<Vec<u8>>, Coder) {
     let StageKind::TestStream { outputs, events } = &p.graph.stages[0].kind else {
-        panic!(
-            "first stage is not the TestStream: {:?}",
-            p.graph.stages[0].kind
-        )
+        panic!("first stage is not the TestStream: {:?}", p.graph.stages[0].kind)
     };
     let elements = events
         .iter()
         .flat_map(|e| match e {
-            TestStreamEvent::Elements { elements, .. } => {
-                elements.iter().map(|(v, _)| v.clone()).collect()
-            }
+            TestStreamEvent::Elements { elements, .. } => elements.iter().map(|(v, _)| v.clone()).collect(),
             _ => vec![],
         })
         .collect();
-    (
-        elements,
-        p.graph.pcollections[outputs[0]].value_coder.clone(),
-    )
+    (elements, p.graph.pcollections[outputs[0]].value_coder.clone())
 }
 
 /// URNs of the transforms of the one SDK stage's descriptor.
@@ -218,23 +169,15 @@ fn source_coder(p: &Plan) -> String {
         .values()
         .find(|t| t.spec.as_ref().is_some_and(|s| s.urn == SOURCE))
         .expect("a source");
-    let port =
-        beam::RemoteGrpcPort::decode(source.spec.as_ref().unwrap().payload.as_slice()).unwrap();
+    let port = beam::RemoteGrpcPort::decode(source.spec.as_ref().unwrap().payload.as_slice()).unwrap();
     fn tree(coders: &HashMap<String, beam::Coder>, id: &str) -> String {
         let c = &coders[id];
         let urn = c.spec.as_ref().map(|s| s.urn.as_str()).unwrap_or("");
-        let short = urn
-            .strip_prefix("beam:coder:")
-            .unwrap_or(urn)
-            .trim_end_matches(":v1");
+        let short = urn.strip_prefix("beam:coder:").unwrap_or(urn).trim_end_matches(":v1");
         if c.component_coder_ids.is_empty() {
             short.to_string()
         } else {
-            let comps: Vec<String> = c
-                .component_coder_ids
-                .iter()
-                .map(|x| tree(coders, x))
-                .collect();
+            let comps: Vec<String> = c.component_coder_ids.iter().map(|x| tree(coders, x)).collect();
             format!("{short}({})", comps.join(", "))
         }
     }
@@ -244,45 +187,24 @@ fn source_coder(p: &Plan) -> String {
 #[test]
 fn python_string_elements_get_their_length() {
     // TestStream(coder=StrUtf8Coder()): "abc" is b"abc" (outer context).
-    let p = plan_ok(&pipeline(
-        &[("str", coder(STRING_UTF8, &[]))],
-        "str",
-        "str",
-        &[b"abc", b""],
-    ));
+    let p = plan_ok(&pipeline(&[("str", coder(STRING_UTF8, &[]))], "str", "str", &[b"abc", b""]));
     let (got, wire) = elements(&p);
     assert_eq!(got, vec![b"\x03abc".to_vec(), b"\x00".to_vec()]);
     assert_eq!(wire, Coder::LengthPrefix(Box::new(Coder::StringUtf8)));
-    assert_eq!(
-        source_coder(&p),
-        "windowed_value(length_prefix(string_utf8), global_window)"
-    );
+    assert_eq!(source_coder(&p), "windowed_value(length_prefix(string_utf8), global_window)");
     // The SDK re-encodes them into the declared string PCollection.
-    assert!(
-        sdk_urns(&p).contains(&FLATTEN.to_string()),
-        "{:?}",
-        sdk_urns(&p)
-    );
+    assert!(sdk_urns(&p).contains(&FLATTEN.to_string()), "{:?}", sdk_urns(&p));
 }
 
 #[test]
 fn java_kv_elements_keep_the_outer_value_inside_a_length_prefix() {
     // Java KvCoder<String, String>, outer context: the key nested
     // (length-prefixed), the value in the outer context (no length).
-    let coders = [
-        ("s", coder(STRING_UTF8, &[])),
-        ("kv", coder(KV, &["s", "s"])),
-    ];
+    let coders = [("s", coder(STRING_UTF8, &[])), ("kv", coder(KV, &["s", "s"]))];
     let p = plan_ok(&pipeline(&coders, "kv", "kv", &[b"\x01kvv"]));
     let (got, wire) = elements(&p);
     assert_eq!(got, vec![b"\x04\x01kvv".to_vec()]);
-    assert_eq!(
-        wire,
-        Coder::LengthPrefix(Box::new(Coder::Kv(
-            Box::new(Coder::StringUtf8),
-            Box::new(Coder::StringUtf8)
-        )))
-    );
+    assert_eq!(wire, Coder::LengthPrefix(Box::new(Coder::Kv(Box::new(Coder::StringUtf8), Box::new(Coder::StringUtf8)))));
 }
 
 #[test]
@@ -294,50 +216,27 @@ fn java_custom_coder_elements_are_length_prefixed_once() {
     let p = plan_ok(&pipeline(&coders, "int", "int", &[b"\x96\x01"]));
     let (got, wire) = elements(&p);
     assert_eq!(got, vec![b"\x02\x96\x01".to_vec()]);
-    assert!(
-        matches!(&wire, Coder::LengthPrefix(inner) if inner.urn() == JAVA_CUSTOM),
-        "{wire:?}"
-    );
+    assert!(matches!(&wire, Coder::LengthPrefix(inner) if inner.urn() == JAVA_CUSTOM), "{wire:?}");
 }
 
 #[test]
 fn go_custom_coder_elements_are_already_length_prefixed() {
     // Go `int`: payload coder c0 = the custom coder, output c1 =
     // length_prefix(c0); Go's encoder wrote varint length 1, then 0x0e.
-    let coders = [
-        ("c0", coder(GO_CUSTOM, &[])),
-        ("c1", coder(LENGTH_PREFIX, &["c0"])),
-    ];
-    let p = plan_ok(&pipeline(
-        &coders,
-        "c0",
-        "c1",
-        &[b"\x01\x0e", b"\x02\x80\x01"],
-    ));
+    let coders = [("c0", coder(GO_CUSTOM, &[])), ("c1", coder(LENGTH_PREFIX, &["c0"]))];
+    let p = plan_ok(&pipeline(&coders, "c0", "c1", &[b"\x01\x0e", b"\x02\x80\x01"]));
     let (got, wire) = elements(&p);
     assert_eq!(got, vec![b"\x01\x0e".to_vec(), b"\x02\x80\x01".to_vec()]);
-    assert!(
-        matches!(&wire, Coder::LengthPrefix(inner) if inner.urn() == GO_CUSTOM),
-        "{wire:?}"
-    );
+    assert!(matches!(&wire, Coder::LengthPrefix(inner) if inner.urn() == GO_CUSTOM), "{wire:?}");
     // The output already is length_prefix(c0): no transcoder.
-    assert!(
-        !sdk_urns(&p).contains(&FLATTEN.to_string()),
-        "{:?}",
-        sdk_urns(&p)
-    );
+    assert!(!sdk_urns(&p).contains(&FLATTEN.to_string()), "{:?}", sdk_urns(&p));
 }
 
 #[test]
 fn go_string_elements_are_wrapped_as_go_decodes_them() {
     // Go strings are nested even at the top level (varint length + bytes);
     // Go decodes length_prefix(string) as a length, then its own string.
-    let p = plan_ok(&pipeline(
-        &[("c0", coder(STRING_UTF8, &[]))],
-        "c0",
-        "c0",
-        &[b"\x02hi"],
-    ));
+    let p = plan_ok(&pipeline(&[("c0", coder(STRING_UTF8, &[]))], "c0", "c0", &[b"\x02hi"]));
     let (got, wire) = elements(&p);
     assert_eq!(got, vec![b"\x03\x02hi".to_vec()]);
     assert_eq!(wire, Coder::LengthPrefix(Box::new(Coder::StringUtf8)));
@@ -347,17 +246,10 @@ fn go_string_elements_are_wrapped_as_go_decodes_them() {
 fn length_prefixed_payload_coders_pass_through() {
     // A payload coder that is a length_prefix coder encodes the same in
     // both contexts: the elements are already in it.
-    let coders = [
-        ("v", coder(VARINT, &[])),
-        ("lp", coder(LENGTH_PREFIX, &["v"])),
-    ];
+    let coders = [("v", coder(VARINT, &[])), ("lp", coder(LENGTH_PREFIX, &["v"]))];
     let p = plan_ok(&pipeline(&coders, "lp", "v", &[b"\x01\x05"]));
     let (got, wire) = elements(&p);
     assert_eq!(got, vec![b"\x01\x05".to_vec()]);
     assert_eq!(wire, Coder::LengthPrefix(Box::new(Coder::VarInt)));
-    assert!(
-        sdk_urns(&p).contains(&FLATTEN.to_string()),
-        "{:?}",
-        sdk_urns(&p)
-    );
+    assert!(sdk_urns(&p).contains(&FLATTEN.to_string()), "{:?}", sdk_urns(&p));
 }

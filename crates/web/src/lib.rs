@@ -44,10 +44,7 @@ pub fn router(registry: Arc<JobRegistry>) -> Router {
         .route("/api/jobs/{id}/cancel", post(cancel))
         .route("/api/jobs/{id}/drain", post(drain))
         .route("/metrics", get(prometheus_text))
-        .layer(axum::middleware::from_fn_with_state(
-            registry.clone(),
-            access,
-        ))
+        .layer(axum::middleware::from_fn_with_state(registry.clone(), access))
         .with_state(registry)
 }
 
@@ -55,10 +52,7 @@ pub fn router(registry: Arc<JobRegistry>) -> Router {
 ///
 /// # Errors
 /// The I/O error that stopped the server.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    registry: Arc<JobRegistry>,
-) -> std::io::Result<()> {
+pub async fn serve(listener: tokio::net::TcpListener, registry: Arc<JobRegistry>) -> std::io::Result<()> {
     axum::serve(listener, router(registry)).await
 }
 
@@ -72,9 +66,7 @@ fn percent_decode(text: &str) -> Option<String> {
 fn percent_encode(text: &str) -> String {
     text.bytes()
         .map(|c| match c {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (c as char).to_string()
-            }
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (c as char).to_string(),
             _ => format!("%{c:02X}"),
         })
         .collect()
@@ -82,10 +74,7 @@ fn percent_encode(text: &str) -> String {
 
 /// The `token=` query parameter, decoded.
 fn query_token(query: Option<&str>) -> Option<String> {
-    query?
-        .split('&')
-        .find_map(|kv| kv.strip_prefix("token="))
-        .and_then(percent_decode)
+    query?.split('&').find_map(|kv| kv.strip_prefix("token=")).and_then(percent_decode)
 }
 
 /// The token a request presents: `?token=`, `Authorization: Bearer`, or the cookie.
@@ -93,10 +82,7 @@ fn presented_token(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
     if let Some(t) = query_token(query) {
         return Some(t);
     }
-    if let Some(v) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-    {
+    if let Some(v) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
         return Some(v.strip_prefix("Bearer ").unwrap_or(v).to_string());
     }
     headers
@@ -104,11 +90,7 @@ fn presented_token(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .find_map(|c| {
-            c.trim()
-                .strip_prefix(&format!("{TOKEN_COOKIE}="))
-                .and_then(percent_decode)
-        })
+        .find_map(|c| c.trim().strip_prefix(&format!("{TOKEN_COOKIE}=")).and_then(percent_decode))
 }
 
 /// The host name of a `Host` header value (`name:port`, `[v6]:port`).
@@ -116,13 +98,7 @@ fn host_name(host: &str) -> &str {
     if let Some(rest) = host.strip_prefix('[') {
         return rest.split(']').next().unwrap_or("");
     }
-    host.rsplit_once(':').map_or(host, |(name, port)| {
-        if port.chars().all(|c| c.is_ascii_digit()) {
-            name
-        } else {
-            host
-        }
-    })
+    host.rsplit_once(':').map_or(host, |(name, port)| if port.chars().all(|c| c.is_ascii_digit()) { name } else { host })
 }
 
 /// Whether a `Host` names this machine directly (an IP address, `localhost`
@@ -137,26 +113,13 @@ fn direct_host(host: &str) -> bool {
 /// 127.0.0.1 and read the UI); always, a cross-origin state change (a POST
 /// whose `Origin` is not this server, e.g. another localhost port's page).
 fn refused_origin(request: &Request, token_set: bool) -> Option<&'static str> {
-    let host = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !token_set && !host.is_empty() && !direct_host(host) {
         return Some("this Weir server has no Job API token, so its web UI answers only to an IP address or localhost in the Host header (not a DNS name that could point anywhere)");
     }
-    let origin = request
-        .headers()
-        .get(header::ORIGIN)
-        .and_then(|v| v.to_str().ok());
-    let same = |o: &str| {
-        o.split_once("://")
-            .is_some_and(|(_, rest)| rest.trim_end_matches('/') == host)
-    };
-    if request.method() != axum::http::Method::GET
-        && request.method() != axum::http::Method::HEAD
-        && origin.is_some_and(|o| !same(o))
-    {
+    let origin = request.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
+    let same = |o: &str| o.split_once("://").is_some_and(|(_, rest)| rest.trim_end_matches('/') == host);
+    if request.method() != axum::http::Method::GET && request.method() != axum::http::Method::HEAD && origin.is_some_and(|o| !same(o)) {
         return Some("cross-origin request refused (its Origin is not this server)");
     }
     None
@@ -165,11 +128,7 @@ fn refused_origin(request: &Request, token_set: bool) -> Option<&'static str> {
 /// The access policy: the Job API token when the server has one (see
 /// [`refused_origin`] for what is refused first). A valid `?token=` sets
 /// the cookie and redirects to the same page without the token in its URL.
-async fn access(
-    State(registry): State<Arc<JobRegistry>>,
-    request: Request,
-    next: Next,
-) -> Response {
+async fn access(State(registry): State<Arc<JobRegistry>>, request: Request, next: Next) -> Response {
     let security = registry.security();
     if let Some(why) = refused_origin(&request, security.token.is_some()) {
         return (StatusCode::FORBIDDEN, why).into_response();
@@ -197,25 +156,17 @@ async fn access(
         } else {
             format!("{}?{}", request.uri().path(), rest.join("&"))
         };
-        let cookie = format!(
-            "{TOKEN_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
-            percent_encode(&t)
-        );
+        let cookie = format!("{TOKEN_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", percent_encode(&t));
         return (
             StatusCode::SEE_OTHER,
-            [
-                (header::LOCATION, location),
-                (header::SET_COOKIE, cookie),
-                (header::REFERRER_POLICY, "no-referrer".to_string()),
-            ],
+            [(header::LOCATION, location), (header::SET_COOKIE, cookie), (header::REFERRER_POLICY, "no-referrer".to_string())],
         )
             .into_response();
     }
     let mut response = next.run(request).await;
-    response.headers_mut().insert(
-        header::REFERRER_POLICY,
-        axum::http::HeaderValue::from_static("no-referrer"),
-    );
+    response
+        .headers_mut()
+        .insert(header::REFERRER_POLICY, axum::http::HeaderValue::from_static("no-referrer"));
     response
 }
 
@@ -229,14 +180,7 @@ async fn job_page(Path(_id): Path<String>) -> Html<&'static str> {
 
 async fn asset(Path(name): Path<String>) -> Response {
     match assets::get(&name) {
-        Some((body, mime)) => (
-            [
-                (header::CONTENT_TYPE, mime),
-                (header::CACHE_CONTROL, "max-age=300"),
-            ],
-            body,
-        )
-            .into_response(),
+        Some((body, mime)) => ([(header::CONTENT_TYPE, mime), (header::CACHE_CONTROL, "max-age=300")], body).into_response(),
         None => (StatusCode::NOT_FOUND, format!("no asset {name}")).into_response(),
     }
 }
@@ -289,11 +233,7 @@ async fn drain(State(registry): State<Arc<JobRegistry>>, Path(id): Path<String>)
 async fn prometheus_text(State(registry): State<Arc<JobRegistry>>) -> Response {
     match metrics::render(&registry) {
         Ok(text) => ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], text).into_response(),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot encode the metrics: {e}"),
-        )
-            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the metrics: {e}")).into_response(),
     }
 }
 
@@ -303,35 +243,18 @@ mod tests {
 
     #[test]
     fn tokens_round_trip_through_query_and_cookie() {
-        assert_eq!(
-            query_token(Some("a=1&token=s%3Bx%20y")),
-            Some("s;x y".into())
-        );
-        assert_eq!(
-            percent_decode(&percent_encode("s;x y,é")),
-            Some("s;x y,é".into())
-        );
+        assert_eq!(query_token(Some("a=1&token=s%3Bx%20y")), Some("s;x y".into()));
+        assert_eq!(percent_decode(&percent_encode("s;x y,é")), Some("s;x y,é".into()));
         assert_eq!(percent_encode("ab-9_~."), "ab-9_~.");
         assert_eq!(query_token(Some("a=1")), None);
     }
 
     #[test]
     fn only_direct_hosts_are_trusted_without_a_token() {
-        for host in [
-            "127.0.0.1:8074",
-            "localhost:8074",
-            "LOCALHOST",
-            "app.localhost:1",
-            "[::1]:8074",
-            "10.0.0.5",
-        ] {
+        for host in ["127.0.0.1:8074", "localhost:8074", "LOCALHOST", "app.localhost:1", "[::1]:8074", "10.0.0.5"] {
             assert!(direct_host(host), "{host}");
         }
-        for host in [
-            "evil.example.com:8074",
-            "example.com",
-            "127.0.0.1.nip.io:8074",
-        ] {
+        for host in ["evil.example.com:8074", "example.com", "127.0.0.1.nip.io:8074"] {
             assert!(!direct_host(host), "{host}");
         }
     }

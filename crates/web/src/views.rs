@@ -24,8 +24,7 @@ pub fn state_name(s: JobState) -> &'static str {
 }
 
 fn millis(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 fn now_ms() -> u64 {
@@ -103,19 +102,11 @@ fn element_counts(infos: &[beam::MonitoringInfo]) -> BTreeMap<String, i64> {
 /// The value of a `sum_int64` MonitoringInfo.
 pub fn sum_value(info: &beam::MonitoringInfo) -> Option<i64> {
     (info.r#type == m::TYPE_SUM_INT64)
-        .then(|| {
-            weir_model::varint::decode_varint(&info.payload)
-                .ok()
-                .map(|(v, _)| v)
-        })
+        .then(|| weir_model::varint::decode_varint(&info.payload).ok().map(|(v, _)| v))
         .flatten()
 }
 
-fn graph_view(
-    graph: &StageGraph,
-    counts: &BTreeMap<String, i64>,
-    progress: &[weir_engine::StageProgress],
-) -> Value {
+fn graph_view(graph: &StageGraph, counts: &BTreeMap<String, i64>, progress: &[weir_engine::StageProgress]) -> Value {
     let mut produced: BTreeMap<usize, u64> = BTreeMap::new();
     for (i, s) in graph.stages.iter().enumerate() {
         // One output: its count is the stage's own (the engine's) count.
@@ -176,11 +167,7 @@ fn progress_view(job: &Job, progress: &[weir_engine::StageProgress]) -> Vec<Valu
         .enumerate()
         .map(|(i, p)| {
             let s = &p.status;
-            let input = if p.reported {
-                watermark(s.watermark)
-            } else {
-                json!("unknown")
-            };
+            let input = if p.reported { watermark(s.watermark) } else { json!("unknown") };
             let output = if p.reported || p.output_watermark.is_none() {
                 watermark(p.output_watermark)
             } else {
@@ -218,9 +205,7 @@ fn user_metrics(infos: &[beam::MonitoringInfo]) -> Vec<Value> {
             let label = |k: &str| i.labels.get(k).cloned().unwrap_or_default();
             let mut pos = 0;
             let mut ints = vec![];
-            while let Ok((v, used)) =
-                weir_model::varint::decode_varint(&i.payload[pos.min(i.payload.len())..])
-            {
+            while let Ok((v, used)) = weir_model::varint::decode_varint(&i.payload[pos.min(i.payload.len())..]) {
                 ints.push(v);
                 pos += used;
                 if pos >= i.payload.len() || ints.len() == 4 {
@@ -244,13 +229,7 @@ fn user_metrics(infos: &[beam::MonitoringInfo]) -> Vec<Value> {
             })
         })
         .collect();
-    out.sort_by_key(|v| {
-        (
-            v["step"].to_string(),
-            v["namespace"].to_string(),
-            v["name"].to_string(),
-        )
-    });
+    out.sort_by_key(|v| (v["step"].to_string(), v["namespace"].to_string(), v["name"].to_string()));
     out
 }
 
@@ -266,13 +245,7 @@ fn option_values(options: &prost_types::Struct) -> Value {
             Some(Kind::ListValue(l)) => Value::Array(l.values.iter().map(value).collect()),
         }
     }
-    Value::Object(
-        options
-            .fields
-            .iter()
-            .map(|(k, v)| (k.clone(), value(v)))
-            .collect(),
-    )
+    Value::Object(options.fields.iter().map(|(k, v)| (k.clone(), value(v))).collect())
 }
 
 /// One job in full: its summary, options, stage graph with live counts and
@@ -291,15 +264,7 @@ pub fn job(job: &Job) -> Value {
         .resources
         .history()
         .iter()
-        .map(|s| {
-            json!([
-                s.at_ms,
-                s.runner_cpu_ms,
-                s.runner_memory,
-                s.sdk_cpu_ms,
-                s.sdk_memory
-            ])
-        })
+        .map(|s| json!([s.at_ms, s.runner_cpu_ms, s.runner_memory, s.sdk_cpu_ms, s.sdk_memory]))
         .collect();
     let running = job.state() == JobState::Running;
     let mut v = summary(job);
@@ -336,19 +301,13 @@ pub fn logs(job: &Job, after: Option<u64>) -> Value {
     for e in history {
         match e.response {
             Some(Event::MessageResponse(msg)) => {
-                let Some(seq) = sequence(&msg.message_id) else {
-                    continue;
-                };
+                let Some(seq) = sequence(&msg.message_id) else { continue };
                 if after.is_some_and(|a| seq <= a) {
                     continue;
                 }
                 last = last.max(seq);
                 let importance = beam::job_message::MessageImportance::try_from(msg.importance)
-                    .map(|i| {
-                        i.as_str_name()
-                            .trim_start_matches("JOB_MESSAGE_")
-                            .to_string()
-                    })
+                    .map(|i| i.as_str_name().trim_start_matches("JOB_MESSAGE_").to_string())
                     .unwrap_or_else(|_| "UNKNOWN".into());
                 entries.push(json!({
                     "seq": seq,
@@ -373,42 +332,24 @@ mod tests {
     fn watermarks_read_as_numbers_or_named_ends() {
         assert_eq!(watermark(None), json!("done"));
         assert_eq!(watermark(Some(Timestamp::MIN)), json!("min"));
-        assert_eq!(
-            watermark(Some(Timestamp::END_OF_GLOBAL_WINDOW)),
-            json!("max")
-        );
-        assert_eq!(
-            watermark(Some(Timestamp(1_700_000_000_123))),
-            json!(1_700_000_000_123i64)
-        );
+        assert_eq!(watermark(Some(Timestamp::END_OF_GLOBAL_WINDOW)), json!("max"));
+        assert_eq!(watermark(Some(Timestamp(1_700_000_000_123))), json!(1_700_000_000_123i64));
     }
 
     #[test]
     fn a_job_waits_at_its_first_stage_with_an_unfinished_input() {
-        let done = StageProgress {
-            reported: true,
-            ..Default::default()
-        };
+        let done = StageProgress { reported: true, ..Default::default() };
         let open = StageProgress {
             reported: true,
-            status: StageStatus {
-                watermark: Some(Timestamp(5)),
-                ..Default::default()
-            },
+            status: StageStatus { watermark: Some(Timestamp(5)), ..Default::default() },
             ..Default::default()
         };
         let silent = StageProgress::default();
-        assert_eq!(
-            waits_at(&[done.clone(), silent.clone(), open.clone(), open.clone()]),
-            Some(2)
-        );
+        assert_eq!(waits_at(&[done.clone(), silent.clone(), open.clone(), open.clone()]), Some(2));
         assert_eq!(waits_at(&[done.clone(), silent]), None);
         let busy = StageProgress {
             reported: true,
-            status: StageStatus {
-                in_flight: 1,
-                ..Default::default()
-            },
+            status: StageStatus { in_flight: 1, ..Default::default() },
             ..Default::default()
         };
         assert_eq!(waits_at(&[done, busy]), Some(1));

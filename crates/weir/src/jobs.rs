@@ -58,9 +58,7 @@ fn token(args: &JobsArgs) -> anyhow::Result<Option<String>> {
         ),
         (None, None) => std::env::var("WEIR_AUTH_TOKEN").ok(),
     };
-    Ok(token
-        .map(|t| t.trim().to_string())
-        .filter(|t| !t.is_empty()))
+    Ok(token.map(|t| t.trim().to_string()).filter(|t| !t.is_empty()))
 }
 
 fn state_name(state: i32) -> &'static str {
@@ -234,21 +232,12 @@ struct StageRow {
 fn stage_rows(metrics: &[beam::MonitoringInfo]) -> Vec<StageRow> {
     use weir_jobs::stage_metrics as sm;
     let mut rows: BTreeMap<(usize, String), StageRow> = BTreeMap::new();
-    for m in metrics
-        .iter()
-        .filter(|m| m.urn.starts_with("weir:metric:stage:"))
-    {
-        let Some(id) = m.labels.get("STAGE") else {
-            continue;
-        };
+    for m in metrics.iter().filter(|m| m.urn.starts_with("weir:metric:stage:")) {
+        let Some(id) = m.labels.get("STAGE") else { continue };
         let latest = m.r#type == weir_proto::urns::monitoring::TYPE_LATEST_INT64;
         let value = last_varint(&m.payload, usize::from(latest)).unwrap_or(0);
         // Stage ids end in their number ("...-stage-12"): sort by it.
-        let number = id
-            .rsplit(|c: char| !c.is_ascii_digit())
-            .next()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(usize::MAX);
+        let number = id.rsplit(|c: char| !c.is_ascii_digit()).next().and_then(|n| n.parse().ok()).unwrap_or(usize::MAX);
         let row = rows.entry((number, id.clone())).or_default();
         row.name = m.labels.get("STAGE_NAME").cloned().unwrap_or_default();
         row.kind = m.labels.get("STAGE_KIND").cloned().unwrap_or_default();
@@ -273,10 +262,7 @@ fn watermark_text(w: Option<i64>) -> String {
         Some(i64::MAX) => "done".into(),
         Some(ms) if ms <= weir_model::Timestamp::MIN.millis() => "-inf".into(),
         Some(ms) if ms >= weir_model::Timestamp::END_OF_GLOBAL_WINDOW.millis() => "+inf".into(),
-        Some(ms) => when(&Timestamp {
-            seconds: ms.div_euclid(1000),
-            nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
-        }),
+        Some(ms) => when(&Timestamp { seconds: ms.div_euclid(1000), nanos: (ms.rem_euclid(1000) * 1_000_000) as i32 }),
     }
 }
 
@@ -301,14 +287,9 @@ async fn job_info(client: &mut Client, job_id: &str) -> anyhow::Result<beam::Job
 }
 
 /// The job's attempted MonitoringInfos (GetJobMetrics).
-async fn job_metrics(
-    client: &mut Client,
-    job_id: &str,
-) -> anyhow::Result<Vec<beam::MonitoringInfo>> {
+async fn job_metrics(client: &mut Client, job_id: &str) -> anyhow::Result<Vec<beam::MonitoringInfo>> {
     Ok(client
-        .get_job_metrics(beam::GetJobMetricsRequest {
-            job_id: job_id.to_string(),
-        })
+        .get_job_metrics(beam::GetJobMetricsRequest { job_id: job_id.to_string() })
         .await?
         .into_inner()
         .metrics
@@ -323,30 +304,15 @@ async fn watch(client: &mut Client, job_id: &str) -> anyhow::Result<()> {
     use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
     use std::io::IsTerminal;
     let tty = std::io::stdout().is_terminal();
-    let multi = MultiProgress::with_draw_target(if tty {
-        ProgressDrawTarget::stdout_with_hz(4)
-    } else {
-        ProgressDrawTarget::hidden()
-    });
-    let style =
-        ProgressStyle::with_template("{spinner} {prefix:.bold} {msg}").expect("a valid template");
-    let header = multi.add(
-        ProgressBar::new_spinner()
-            .with_style(ProgressStyle::with_template("{msg}").expect("a valid template")),
-    );
+    let multi = MultiProgress::with_draw_target(if tty { ProgressDrawTarget::stdout_with_hz(4) } else { ProgressDrawTarget::hidden() });
+    let style = ProgressStyle::with_template("{spinner} {prefix:.bold} {msg}").expect("a valid template");
+    let header = multi.add(ProgressBar::new_spinner().with_style(ProgressStyle::with_template("{msg}").expect("a valid template")));
     let mut bars: Vec<ProgressBar> = vec![];
     loop {
         let job = job_info(client, job_id).await?;
-        let state = beam::job_state::Enum::try_from(job.state)
-            .unwrap_or(beam::job_state::Enum::Unspecified);
+        let state = beam::job_state::Enum::try_from(job.state).unwrap_or(beam::job_state::Enum::Unspecified);
         let rows = stage_rows(&job_metrics(client, job_id).await?);
-        let title = format!(
-            "{} ({})  {}  {} stage(s)",
-            job.job_name,
-            job.job_id,
-            state_name(job.state),
-            rows.len()
-        );
+        let title = format!("{} ({})  {}  {} stage(s)", job.job_name, job.job_id, state_name(job.state), rows.len());
         let line = |row: &StageRow| {
             format!(
                 "in {:>10}  out {:>10}  in flight {:>3}  retries {}  wm {}",
@@ -359,17 +325,9 @@ async fn watch(client: &mut Client, job_id: &str) -> anyhow::Result<()> {
         };
         if !tty {
             // Not a terminal (a pipe, a log): the whole table once a second.
-            println!(
-                "{} {title}",
-                when(&Timestamp::from(std::time::SystemTime::now()))
-            );
+            println!("{} {title}", when(&Timestamp::from(std::time::SystemTime::now())));
             for row in &rows {
-                println!(
-                    "  {:<10} {:<40} {}",
-                    row.kind,
-                    clip(&row.name, 40),
-                    line(row)
-                );
+                println!("  {:<10} {:<40} {}", row.kind, clip(&row.name, 40), line(row));
             }
         }
         header.set_message(title);
@@ -490,10 +448,7 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
             let rows = stage_rows(&metrics);
             if !rows.is_empty() {
                 println!("stages:");
-                println!(
-                    "  {:<10} {:<48} {:>10} {:>10} {:>8} {:>7}  INPUT WATERMARK",
-                    "KIND", "STAGE", "IN", "OUT", "BUNDLES", "RETRIES"
-                );
+                println!("  {:<10} {:<48} {:>10} {:>10} {:>8} {:>7}  INPUT WATERMARK", "KIND", "STAGE", "IN", "OUT", "BUNDLES", "RETRIES");
                 for r in &rows {
                     println!(
                         "  {:<10} {:<48} {:>10} {:>10} {:>8} {:>7}  {}",

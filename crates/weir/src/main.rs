@@ -519,15 +519,9 @@ async fn supervise_local_worker(i: usize, at: std::net::SocketAddr, token: Optio
     };
     loop {
         let mut cmd = tokio::process::Command::new(&exe);
-        cmd.args([
-            "worker",
-            "--coordinator",
-            &at.to_string(),
-            "--name",
-            &format!("local-{i}"),
-        ])
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
+        cmd.args(["worker", "--coordinator", &at.to_string(), "--name", &format!("local-{i}")])
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
         if let Some(t) = &token {
             // Not in argv, where `ps` would show it.
             cmd.env("WEIR_AUTH_TOKEN", t);
@@ -542,10 +536,7 @@ async fn supervise_local_worker(i: usize, at: std::net::SocketAddr, token: Optio
         match cmd.spawn() {
             Ok(mut child) => {
                 let status = child.wait().await;
-                tracing::warn!(
-                    worker = i,
-                    "local worker exited ({status:?}); restarting it in 1 s"
-                );
+                tracing::warn!(worker = i, "local worker exited ({status:?}); restarting it in 1 s");
             }
             Err(e) => tracing::error!(worker = i, "cannot start local worker: {e}"),
         }
@@ -563,9 +554,7 @@ async fn worker(w: WorkerArgs) -> anyhow::Result<()> {
             .lines()
             .next()
             .map(|l| l.trim().to_string()),
-        (None, None) => std::env::var("WEIR_AUTH_TOKEN")
-            .ok()
-            .map(|t| t.trim().to_string()),
+        (None, None) => std::env::var("WEIR_AUTH_TOKEN").ok().map(|t| t.trim().to_string()),
     }
     .filter(|t| !t.is_empty());
     let mut argv: Vec<String> = vec![
@@ -585,8 +574,7 @@ async fn worker(w: WorkerArgs) -> anyhow::Result<()> {
     if let Some(t) = &token {
         argv.extend(["--auth_token".into(), t.clone()]);
     }
-    let matches =
-        ServeArgs::augment_args(clap::Command::new("serve")).try_get_matches_from(&argv)?;
+    let matches = ServeArgs::augment_args(clap::Command::new("serve")).try_get_matches_from(&argv)?;
     let args = <ServeArgs as clap::FromArgMatches>::from_arg_matches(&matches)?;
     let name = w.name.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -607,10 +595,7 @@ async fn worker(w: WorkerArgs) -> anyhow::Result<()> {
     .await
 }
 
-async fn serve(
-    args: ServeArgs,
-    worker: Option<weir_jobs::cluster::WorkerConfig>,
-) -> anyhow::Result<()> {
+async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>) -> anyhow::Result<()> {
     let security = weir_jobs::security::Security {
         token: auth_token(&args)?.map(Into::into),
         process_commands: args.allow_process_command.clone(),
@@ -641,12 +626,7 @@ async fn serve(
         Some(port) => {
             let l = tokio::net::TcpListener::bind((args.bind.as_str(), port))
                 .await
-                .with_context(|| {
-                    format!(
-                        "cannot bind the cluster port {}:{port} (--cluster_port)",
-                        args.bind
-                    )
-                })?;
+                .with_context(|| format!("cannot bind the cluster port {}:{port} (--cluster_port)", args.bind))?;
             let at = l.local_addr()?;
             tracing::info!("cluster coordinator: workers register on {at}");
             eprintln!("weir: cluster port listening on {at} (weir worker --coordinator {at})");
@@ -738,13 +718,10 @@ async fn ui_listener(args: &ServeArgs) -> anyhow::Result<Option<tokio::net::TcpL
     match tokio::net::TcpListener::bind((args.bind.as_str(), port)).await {
         Ok(l) => Ok(Some(l)),
         Err(e) if args.ui_port.is_none() => {
-            tracing::warn!(
-                "no web UI: port {port} is taken ({e}); pass --ui_port N (0: any free port)"
-            );
+            tracing::warn!("no web UI: port {port} is taken ({e}); pass --ui_port N (0: any free port)");
             Ok(None)
         }
-        Err(e) => Err(e)
-            .with_context(|| format!("cannot bind the web UI on {}:{port} (--ui_port)", args.bind)),
+        Err(e) => Err(e).with_context(|| format!("cannot bind the web UI on {}:{port} (--ui_port)", args.bind)),
     }
 }
 

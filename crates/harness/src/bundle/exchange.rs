@@ -105,15 +105,7 @@ impl Inner {
                 }
             } else if channel || splittable && request.input.len() == 1 {
                 splits = self
-                    .maybe_split(
-                        worker,
-                        instruction_id,
-                        request,
-                        stage,
-                        bundle,
-                        splits,
-                        channel,
-                    )
+                    .maybe_split(worker, instruction_id, request, stage, bundle, splits, channel)
                     .await?;
             }
             let Some((timeout, progress_every)) = watch else {

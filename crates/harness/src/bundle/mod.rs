@@ -257,10 +257,7 @@ impl Inner {
                 .enumerate()
                 .map(|(i, f)| ((f.transform_id.clone(), f.family_id.clone()), sinks + i))
                 .collect(),
-            outputs: Mutex::new((
-                (0..streams).map(|_| ByteChunks::default()).collect(),
-                streams,
-            )),
+            outputs: Mutex::new(((0..streams).map(|_| ByteChunks::default()).collect(), streams)),
             spill: request.spill_outputs.clone(),
             all_last: tokio::sync::Notify::new(),
             split_handed_over: std::sync::atomic::AtomicBool::new(false),

@@ -173,10 +173,7 @@ mod tests {
     fn a_channel_split_without_a_transform_id_still_hands_elements_back() {
         // Java 2.73: transform_id "".
         assert_eq!(handed_back(&[split("", 1)], 2, usize::MAX), Some(1..2));
-        assert_eq!(
-            handed_back(&[split("stage-3/source", 4)], 10, usize::MAX),
-            Some(4..10)
-        );
+        assert_eq!(handed_back(&[split("stage-3/source", 4)], 10, usize::MAX), Some(4..10));
     }
 
     #[test]

@@ -323,10 +323,7 @@ mod tests {
             .unwrap();
         b_tx.send(done(b"forged")).unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        assert_eq!(
-            *in_flight.outputs.lock().unwrap(),
-            (vec![ByteChunks::default()], 1)
-        );
+        assert_eq!(*in_flight.outputs.lock().unwrap(), (vec![ByteChunks::default()], 1));
         let (a_tx, a_rx) = tokio::sync::mpsc::unbounded_channel();
         let _a_stream = data
             .data(as_worker(

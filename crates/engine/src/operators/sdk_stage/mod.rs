@@ -27,10 +27,10 @@ use super::{Element, Elements, TaggedElements};
 use crate::bundle::{BundleRequest, BundleResult, OnSplit, Splits};
 use crate::dataflow::{JobContext, StageStatus};
 use crate::group_by_key::GroupByKeyBuffer;
-use crate::outputs::{OutputReader, OutputSpill};
 use crate::side_input::{SideInputSpec, SideInputs};
 use crate::time::{wall_millis, watermark_of, Time};
 use crate::timers::TimerStore;
+use crate::outputs::{OutputReader, OutputSpill};
 use crate::user_state::UserState;
 use crate::EngineError;
 

@@ -85,17 +85,13 @@ pub(super) fn release_ready<H: Hold>(
 /// `elements` (encoded windowed values of `info`) with their windows, for
 /// the wait for side windows; an element that does not decode gets none and
 /// runs at once (the SDK reports it).
-pub(super) fn with_windows(
-    info: &weir_graph::PCollectionInfo,
-    elements: Vec<Element>,
-) -> Vec<WindowedElement> {
+pub(super) fn with_windows(info: &weir_graph::PCollectionInfo, elements: Vec<Element>) -> Vec<WindowedElement> {
     elements
         .into_iter()
         .map(|e| {
-            let windows =
-                weir_model::WindowedValue::decode(&info.value_coder, &info.window_coder, &e)
-                    .map(|(wv, _)| wv.windows)
-                    .unwrap_or_default();
+            let windows = weir_model::WindowedValue::decode(&info.value_coder, &info.window_coder, &e)
+                .map(|(wv, _)| wv.windows)
+                .unwrap_or_default();
             (windows, e)
         })
         .collect()

@@ -61,12 +61,7 @@ impl<H: Hold> TimeSorted<H> {
             self.arrivals += 1;
             kept = true;
         }
-        if kept
-            && self
-                .hold
-                .as_ref()
-                .is_none_or(|h| hold.hold_time() < h.hold_time())
-        {
+        if kept && self.hold.as_ref().is_none_or(|h| hold.hold_time() < h.hold_time()) {
             self.hold = Some(hold);
         }
         dropped
@@ -83,14 +78,9 @@ impl<H: Hold> TimeSorted<H> {
     /// than any of theirs; then moves the hold of what still waits to
     /// `frontier` (the input frontier's least time), or to its least
     /// timestamp when that is earlier, never back. None when none is ready.
-    pub(super) fn release(
-        &mut self,
-        watermark: Timestamp,
-        frontier: Option<Time>,
-    ) -> Option<(H, Vec<Element>)> {
+    pub(super) fn release(&mut self, watermark: Timestamp, frontier: Option<Time>) -> Option<(H, Vec<Element>)> {
         let lateness = self.lateness_ms;
-        let ready =
-            |ts: &Timestamp| frontier.is_none() || ts.saturating_add_millis(lateness) < watermark;
+        let ready = |ts: &Timestamp| frontier.is_none() || ts.saturating_add_millis(lateness) < watermark;
         let mut out = Vec::new();
         while let Some(entry) = self.waiting.first_entry() {
             if !ready(&entry.key().0) {
@@ -98,10 +88,7 @@ impl<H: Hold> TimeSorted<H> {
             }
             out.push(entry.remove());
         }
-        let released = (!out.is_empty())
-            .then(|| self.hold.clone())
-            .flatten()
-            .map(|h| (h, out));
+        let released = (!out.is_empty()).then(|| self.hold.clone()).flatten().map(|h| (h, out));
         match self.waiting.keys().next() {
             None => self.hold = None,
             Some((least, _)) => {
@@ -141,18 +128,10 @@ mod tests {
     #[test]
     fn elements_wait_for_the_watermark_and_come_out_in_timestamp_order() {
         let mut s = TimeSorted::<Time>::new(0);
-        s.push(
-            time_at(Timestamp::MIN),
-            Timestamp::MIN,
-            [el(5), el(3), el(9), el(1)],
-        );
-        assert!(s
-            .release(Timestamp::MIN, Some(time_at(Timestamp::MIN)))
-            .is_none());
+        s.push(time_at(Timestamp::MIN), Timestamp::MIN, [el(5), el(3), el(9), el(1)]);
+        assert!(s.release(Timestamp::MIN, Some(time_at(Timestamp::MIN))).is_none());
         // The watermark at 5 releases 1 and 3 (passed), not 5 itself.
-        let (hold, out) = s
-            .release(Timestamp(5), Some(time_at(Timestamp(5))))
-            .unwrap();
+        let (hold, out) = s.release(Timestamp(5), Some(time_at(Timestamp(5)))).unwrap();
         assert_eq!(hold, time_at(Timestamp::MIN));
         assert_eq!(values(&out), [1, 3]);
         assert_eq!(s.len(), 2);
@@ -168,14 +147,8 @@ mod tests {
     fn batch_input_comes_out_sorted_when_the_input_is_done() {
         let mut s = TimeSorted::<Time>::new(0);
         for chunk in (0..1000i64).rev().collect::<Vec<_>>().chunks(7) {
-            s.push(
-                time_at(Timestamp::MIN),
-                Timestamp::MIN,
-                chunk.iter().map(|&t| el(t)),
-            );
-            assert!(s
-                .release(Timestamp::MIN, Some(time_at(Timestamp::MIN)))
-                .is_none());
+            s.push(time_at(Timestamp::MIN), Timestamp::MIN, chunk.iter().map(|&t| el(t)));
+            assert!(s.release(Timestamp::MIN, Some(time_at(Timestamp::MIN))).is_none());
         }
         let (_, out) = s.release(Timestamp(i64::MAX), None).unwrap();
         assert_eq!(values(&out), (0..1000).collect::<Vec<_>>());
@@ -197,20 +170,11 @@ mod tests {
         let mut s = TimeSorted::<Time>::new(5_000);
         s.push(time_at(Timestamp::MIN), Timestamp::MIN, [el(300), el(200)]);
         // Watermark 100: nothing has passed 200 + 5 s.
-        assert!(s
-            .release(Timestamp(100), Some(time_at(Timestamp(100))))
-            .is_none());
+        assert!(s.release(Timestamp(100), Some(time_at(Timestamp(100)))).is_none());
         // Late (behind the watermark) but within the lateness: they wait too.
-        assert_eq!(
-            s.push(time_at(Timestamp(100)), Timestamp(100), [el(50), el(99)]),
-            0
-        );
-        assert!(s
-            .release(Timestamp(5_050), Some(time_at(Timestamp(5_050))))
-            .is_none());
-        let (_, out) = s
-            .release(Timestamp(5_250), Some(time_at(Timestamp(5_250))))
-            .unwrap();
+        assert_eq!(s.push(time_at(Timestamp(100)), Timestamp(100), [el(50), el(99)]), 0);
+        assert!(s.release(Timestamp(5_050), Some(time_at(Timestamp(5_050)))).is_none());
+        let (_, out) = s.release(Timestamp(5_250), Some(time_at(Timestamp(5_250)))).unwrap();
         assert_eq!(values(&out), [50, 99, 200]);
         let (_, out) = s.release(Timestamp(i64::MAX), None).unwrap();
         assert_eq!(values(&out), [300]);
@@ -221,19 +185,12 @@ mod tests {
         let mut s = TimeSorted::<Time>::new(1_000);
         s.push(time_at(Timestamp::MIN), Timestamp::MIN, [el(5_000)]);
         // Watermark 3_000: 1_500 is late but within 1 s; 1_000 and 10 are not.
-        let dropped = s.push(
-            time_at(Timestamp(3_000)),
-            Timestamp(3_000),
-            [el(1_000), el(10), el(2_500)],
-        );
+        let dropped = s.push(time_at(Timestamp(3_000)), Timestamp(3_000), [el(1_000), el(10), el(2_500)]);
         assert_eq!(dropped, 2);
         let (_, out) = s.release(Timestamp(i64::MAX), None).unwrap();
         assert_eq!(values(&out), [2_500, 5_000]);
         // Nothing kept: no hold taken.
-        assert_eq!(
-            s.push(time_at(Timestamp(9_000)), Timestamp(9_000), [el(1)]),
-            1
-        );
+        assert_eq!(s.push(time_at(Timestamp(9_000)), Timestamp(9_000), [el(1)]), 1);
         assert!(s.hold.is_none());
     }
 
@@ -241,9 +198,7 @@ mod tests {
     fn everything_goes_once_the_input_is_done_even_with_endless_lateness() {
         let mut s = TimeSorted::<Time>::new(i64::MAX);
         s.push(time_at(Timestamp::MIN), Timestamp::MIN, [el(7), el(3)]);
-        assert!(s
-            .release(Timestamp(100), Some(time_at(Timestamp(100))))
-            .is_none());
+        assert!(s.release(Timestamp(100), Some(time_at(Timestamp(100)))).is_none());
         let (_, out) = s.release(Timestamp(i64::MAX), None).unwrap();
         assert_eq!(values(&out), [3, 7]);
     }
@@ -253,21 +208,15 @@ mod tests {
         let mut s = TimeSorted::<Time>::new(0);
         s.push(time_at(Timestamp(10)), Timestamp(10), [el(40)]);
         // The frontier moved to 20: the hold follows it (below 40).
-        assert!(s
-            .release(Timestamp(20), Some(time_at(Timestamp(20))))
-            .is_none());
+        assert!(s.release(Timestamp(20), Some(time_at(Timestamp(20)))).is_none());
         assert_eq!(s.hold, Some(time_at(Timestamp(20))));
         // A late element at 15 under a later hold: the hold stays at 20.
         s.push(time_at(Timestamp(30)), Timestamp(15), [el(15)]);
-        assert!(s
-            .release(Timestamp(15), Some(time_at(Timestamp(30))))
-            .is_none());
+        assert!(s.release(Timestamp(15), Some(time_at(Timestamp(30)))).is_none());
         assert_eq!(s.hold, Some(time_at(Timestamp(20))));
         // The frontier far ahead: the hold goes no further than 40... once
         // 15 is out.
-        let (hold, out) = s
-            .release(Timestamp(35), Some(time_at(Timestamp(100))))
-            .unwrap();
+        let (hold, out) = s.release(Timestamp(35), Some(time_at(Timestamp(100)))).unwrap();
         assert_eq!((hold, values(&out)), (time_at(Timestamp(20)), vec![15]));
         assert_eq!(s.hold, Some(time_at(Timestamp(40))));
     }
