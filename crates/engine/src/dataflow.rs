@@ -223,11 +223,7 @@ impl JobContext {
         if self.config.cluster.is_none() || peers == 0 {
             return;
         }
-        let target = if peers.is_power_of_two() {
-            hash & (peers - 1)
-        } else {
-            hash % peers
-        };
+        let target = if peers.is_power_of_two() { hash & (peers - 1) } else { hash % peers };
         if from / self.local_workers != target as usize / self.local_workers {
             self.status.exchanged(bytes as u64);
         }
@@ -246,13 +242,7 @@ impl JobContext {
     }
 
     /// Adds to stage `stage`'s counts.
-    pub(crate) fn count(
-        &self,
-        stage: usize,
-        elements_in: usize,
-        elements_out: usize,
-        bundles: u64,
-    ) {
+    pub(crate) fn count(&self, stage: usize, elements_in: usize, elements_out: usize, bundles: u64) {
         let mut all = self.status.cells();
         if let Some(c) = all.counts.get_mut(stage) {
             c.elements_in += elements_in as u64;
@@ -266,8 +256,9 @@ impl JobContext {
     fn report_outputs(&self, worker: usize, probes: &[ProbeHandle<Time>]) {
         let mut all = self.status.cells();
         for (stage, probe) in probes.iter().enumerate() {
-            all.output[stage][worker % self.local_workers] =
-                probe.with_frontier(|f| (!f.is_empty()).then(|| watermark_of(f.as_ref())));
+            all.output[stage][worker % self.local_workers] = probe.with_frontier(|f| {
+                (!f.is_empty()).then(|| watermark_of(f.as_ref()))
+            });
         }
     }
 
@@ -524,10 +515,7 @@ fn run_worker(worker: &mut timely::worker::Worker, ctx: &JobContext, cancel: &At
 }
 
 /// Waits for the worker threads of `guards` and returns the job's result.
-fn finish(
-    ctx: JobContext,
-    guards: timely::communication::initialize::WorkerGuards<()>,
-) -> Result<()> {
+fn finish(ctx: JobContext, guards: timely::communication::initialize::WorkerGuards<()>) -> Result<()> {
     if ctx.config.cluster.is_some() {
         // Joining would also join timely's network threads, which end only
         // once every other process has ended its part too: a process whose
@@ -699,11 +687,7 @@ mod tests {
                 in_flight: 1,
                 ..StageStatus::default()
             },
-            counts: StageCounts {
-                elements_in: n,
-                elements_out: 2 * n,
-                bundles: 1,
-            },
+            counts: StageCounts { elements_in: n, elements_out: 2 * n, bundles: 1 },
             output_watermark: out.map(Timestamp),
             reported: true,
         };
@@ -717,14 +701,7 @@ mod tests {
         assert_eq!(got[0].status.watermark, Some(Timestamp(7)));
         assert_eq!(got[0].status.in_flight, 2);
         assert_eq!(got[0].output_watermark, Some(Timestamp(5)));
-        assert_eq!(
-            (
-                got[0].counts.elements_in,
-                got[0].counts.elements_out,
-                got[0].counts.bundles
-            ),
-            (7, 14, 2)
-        );
+        assert_eq!((got[0].counts.elements_in, got[0].counts.elements_out, got[0].counts.bundles), (7, 14, 2));
         // A process that is done does not hide the other's watermark.
         assert_eq!(got[1].status.watermark, Some(Timestamp(2)));
         assert_eq!(got[1].output_watermark, Some(Timestamp(1)));

@@ -1,8 +1,9 @@
 //! The worker side of cluster mode (`weir worker --coordinator`): registers
 //! with the coordinator, and for each attempt it is given runs the
-//! coordinator's plan of the job bound to its own Fn API, starts its own SDK harnesses (one runner harness per worker, as on
-//! Dataflow's worker VMs), joins the attempt's timely computation and
-//! reports messages, metrics and the end state back.
+//! coordinator's plan of the job bound to its own Fn API, starts its own
+//! SDK harnesses (one runner harness per worker, as on Dataflow's worker
+//! VMs), joins the attempt's timely computation and reports messages,
+//! metrics and the end state back.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
