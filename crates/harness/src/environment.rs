@@ -260,8 +260,9 @@ pub struct SdkHarnesses {
     failure: Mutex<Option<String>>,
 }
 
-/// Starts `scaling.initial()` SDK harnesses for each environment, waits until
-/// they have all dialed the control service, and starts looking after them.
+/// Starts `scaling.initial()` SDK harnesses for each environment, all at
+/// once, returns as soon as each environment has one connected to the
+/// control service (the rest join as they connect), and looks after them.
 /// Each harness of an environment is sent at most [`bundles_per_harness`]
 /// bundles at a time (`harness_threads` is Dataflow's
 /// `number_of_worker_harness_threads`).
@@ -329,25 +330,65 @@ impl SdkHarnesses {
         self.pool.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Launches `per_environment` harnesses of every environment at once and
+    /// returns as soon as each environment has one connected: bundles start
+    /// on it while the others are still coming up (they join the pool as
+    /// they connect; [`SdkHarnesses::pick`] waits for them while they are
+    /// counted in `starting`).
+    ///
+    /// # Errors
+    /// The first launch or connection that fails before every environment
+    /// has a harness. One that fails later fails the job
+    /// ([`SdkHarnesses::fail`]) with the same message.
     async fn start_initial(self: &Arc<Self>, per_environment: usize) -> Result<()> {
         let mut env_ids: Vec<_> = self.environments.keys().cloned().collect();
         env_ids.sort();
-        let mut started = vec![];
-        for env_id in env_ids {
-            for _ in 0..per_environment {
-                started.push((env_id.clone(), self.launch(&env_id).await?));
+        {
+            let mut pool = self.pool();
+            for env_id in &env_ids {
+                *pool.starting.entry(env_id.clone()).or_default() += per_environment;
             }
         }
-        // All at once, so one that exits fails the start without waiting
-        // for another that has not connected yet.
-        futures::future::try_join_all(
-            started
-                .iter()
-                .map(|(_, (w, exit))| wait_connected(w, exit.clone())),
-        )
-        .await?;
-        for (env_id, (w, _)) in started {
-            self.join(&env_id, w);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Result<()>)>();
+        for env_id in &env_ids {
+            for _ in 0..per_environment {
+                let (this, env_id, tx) = (self.clone(), env_id.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let started = async {
+                        let (w, exit) = this.launch(&env_id).await?;
+                        if let Err(e) = wait_connected(&w, exit).await {
+                            this.stop_worker(&w, Duration::ZERO).await;
+                            return Err(e);
+                        }
+                        if this.stopping.load(Ordering::SeqCst) {
+                            this.stop_worker(&w, Duration::ZERO).await;
+                        } else {
+                            this.join(&env_id, w);
+                        }
+                        Ok(())
+                    }
+                    .await;
+                    this.done_starting(&env_id);
+                    // After start returned, nobody listens: a harness that
+                    // could not start then fails the job.
+                    if let Err(tokio::sync::mpsc::error::SendError((_, Err(e)))) = tx.send((env_id, started)) {
+                        if !this.stopping.load(Ordering::SeqCst) {
+                            this.fail(e.to_string());
+                        }
+                    }
+                });
+            }
+        }
+        drop(tx);
+        let mut waiting: std::collections::HashSet<String> = env_ids.into_iter().collect();
+        while !waiting.is_empty() {
+            match rx.recv().await {
+                Some((env_id, Ok(()))) => {
+                    waiting.remove(&env_id);
+                }
+                Some((_, Err(e))) => return Err(e),
+                None => break,
+            }
         }
         Ok(())
     }
@@ -794,9 +835,13 @@ impl SdkHarnesses {
         for (id, _) in &handles {
             self.fn_api.remove_worker(id);
         }
-        for (id, h) in handles {
-            stop_handle_of(h, &id, Duration::ZERO).await;
-        }
+        // All at once: each pool StopWorker or process kill waits on its own.
+        futures::future::join_all(
+            handles
+                .into_iter()
+                .map(|(id, h)| async move { stop_handle_of(h, &id, Duration::ZERO).await }),
+        )
+        .await;
         self.changed.notify_waiters();
     }
 }
@@ -1242,6 +1287,96 @@ mod tests {
             other => panic!("wrong error: {other}"),
         }
         assert!(err.to_string().contains("exit status 3"), "{err}");
+    }
+
+    /// `start` returns once one harness of the environment has connected,
+    /// not all of them: the other is still counted as starting (so bundles
+    /// wait for it), joins the pool when it connects, and one that exits
+    /// instead fails the job with its exit status.
+    #[tokio::test]
+    async fn start_returns_at_the_first_connection_and_a_late_failure_fails_the_job() {
+        let dir = tempfile_dir("first-connect");
+        let script = dir.join("boot.sh");
+        // Records its worker id, then exits 4 once the test drops a file
+        // named after it (harnesses never dial here; the test connects them).
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\nid=\"${{1#--id=}}\"\necho \"$id\" > {d}/started-$$\nwhile [ ! -e \"{d}/exit-$id\" ]; do sleep 0.02; done\nexit 4\n",
+                d = dir.display()
+            ),
+        )
+        .unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let fn_api = FnApi::new("localhost:1".into());
+        let envs = HashMap::from([("env".to_string(), process_env(&script.display().to_string()))]);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let starting = {
+            let (fn_api, cancel) = (fn_api.clone(), cancel.clone());
+            tokio::spawn(async move {
+                start(
+                    &fn_api,
+                    "job-fc",
+                    &envs,
+                    Scaling::Fixed(2),
+                    None,
+                    &beam::ProvisionInfo::default(),
+                    Arc::new(|_, _| {}),
+                    cancel,
+                )
+                .await
+            })
+        };
+        // Both harnesses are launched at once.
+        let ids = loop {
+            let ids: Vec<String> = std::fs::read_dir(&dir)
+                .unwrap()
+                .filter_map(|e| {
+                    let e = e.unwrap();
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.starts_with("started-")
+                        .then(|| std::fs::read_to_string(e.path()).unwrap_or_default().trim().to_string())
+                })
+                .filter(|id| !id.is_empty())
+                .collect();
+            if ids.len() == 2 {
+                break ids;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let first = fn_api.worker(&ids[0]).expect("launched worker");
+        let (tx, _control_rx) = tokio::sync::mpsc::unbounded_channel();
+        *first.control_tx.lock().unwrap() = Some(tx);
+        let _ = first.connected.send_replace(true);
+        let harnesses = tokio::time::timeout(Duration::from_secs(10), starting)
+            .await
+            .expect("start returns once one harness connected")
+            .unwrap()
+            .expect("started");
+        assert_eq!(
+            harnesses.workers("env").iter().map(|w| w.id.clone()).collect::<Vec<_>>(),
+            vec![ids[0].clone()]
+        );
+        assert_eq!(harnesses.pool().starting.get("env").copied(), Some(1));
+        assert!(!cancel.load(Ordering::SeqCst));
+
+        // The other exits before connecting: the job fails, naming its exit.
+        std::fs::write(dir.join(format!("exit-{}", ids[1])), "").unwrap();
+        let began = Instant::now();
+        while !cancel.load(Ordering::SeqCst) {
+            assert!(began.elapsed() < Duration::from_secs(10), "the job did not fail");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let why = harnesses.failure().unwrap_or_default();
+        assert!(why.contains(&ids[1]) && why.contains("exit status 4"), "{why}");
+        assert_eq!(harnesses.pool().starting.get("env").copied(), Some(0));
+        std::fs::write(dir.join(format!("exit-{}", ids[0])), "").unwrap();
+        harnesses.stop().await;
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// Each PROCESS harness runs in its own folder (its semi-persistent
