@@ -94,7 +94,7 @@ pub struct EngineConfig {
 /// This process's place in a job that runs across several processes
 /// (`weir worker`s): one timely computation whose processes connect to each
 /// other over TCP (timely's own transport).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct ClusterPeers {
     /// This process's index in `addresses`.
     pub process: usize,
@@ -104,6 +104,10 @@ pub struct ClusterPeers {
     /// Names the attempt (the same in its processes, different in any
     /// other), so that a process of another attempt cannot join this one.
     pub session: String,
+    /// This process's timely listener, bound to `addresses[process]` since
+    /// its port was chosen, so that no other socket can take the port in
+    /// between; `None`: the workers bind the address when they connect.
+    pub listener: Option<std::sync::Arc<std::net::TcpListener>>,
 }
 
 /// A sink for engine notices (e.g. hot keys), shown in the job's messages.

@@ -93,8 +93,13 @@ pub(crate) fn connect(
         .addresses
         .get(me)
         .ok_or_else(|| format!("process {me} is not among the attempt's {n} addresses"))?;
-    let listener = TcpListener::bind(mine.as_str())
-        .map_err(|e| format!("cannot listen on {mine} for the attempt's other workers: {e}"))?;
+    let listener = match &peers.listener {
+        Some(held) => held
+            .try_clone()
+            .map_err(|e| format!("cannot use the timely listener on {mine}: {e}"))?,
+        None => TcpListener::bind(mine.as_str())
+            .map_err(|e| format!("cannot listen on {mine} for the attempt's other workers: {e}"))?,
+    };
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("cannot poll the timely listener on {mine}: {e}"))?;
@@ -192,6 +197,7 @@ mod tests {
             process,
             addresses: addresses.to_vec(),
             session: session.into(),
+            listener: None,
         }
     }
 

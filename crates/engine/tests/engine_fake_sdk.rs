@@ -704,6 +704,7 @@ fn group_and_sum_across_three_processes_same_result() {
                     process,
                     addresses: addresses.clone(),
                     session: "test-attempt".into(),
+                    listener: None,
                 }),
                 ..config(2, 3)
             };

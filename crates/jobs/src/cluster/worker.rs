@@ -207,6 +207,7 @@ async fn serve(
                         process,
                         addresses,
                         session: attempt.clone(),
+                        listener: None,
                     });
                 }
             }
@@ -343,18 +344,15 @@ fn staged_artifact(job_id: &str, path: &str) -> Result<crate::registry::StagedAr
     })
 }
 
-/// Ports of timely listeners this process's attempts hold.
-static PORTS_IN_USE: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-
 /// How many ports past `--timely_port` a worker tries for concurrent jobs.
 const PORT_RANGE: u16 = 64;
 
-/// A port on `host` for an attempt's timely listener, checked by binding
-/// it: any free one when `first` is 0, else the first free one from
-/// `first` on that no other attempt here holds. Returns the address and
-/// the port (give it back with [`release_port`]).
-fn reserve(host: &str, first: u16) -> Result<(String, u16), String> {
-    let mut held = PORTS_IN_USE.lock().unwrap_or_else(|p| p.into_inner());
+/// An attempt's timely listener on `host`: any free port when `first` is
+/// 0, else the first free one from `first` on. Returns its address and the
+/// bound listener, which the attempt holds until it ends, so that neither
+/// another attempt nor any other socket (an outgoing connection's
+/// ephemeral port) takes the port before its workers connect.
+fn reserve(host: &str, first: u16) -> Result<(String, std::net::TcpListener), String> {
     let candidates: Vec<u16> = if first == 0 {
         vec![0]
     } else {
@@ -364,31 +362,20 @@ fn reserve(host: &str, first: u16) -> Result<(String, u16), String> {
     };
     let mut last = String::new();
     for port in candidates {
-        if port != 0 && held.contains(&port) {
-            continue;
-        }
         match std::net::TcpListener::bind((host, port)) {
             Ok(l) => {
                 let port = l.local_addr().map_err(|e| e.to_string())?.port();
-                held.push(port);
                 let address = if host.contains(':') {
                     format!("[{host}]:{port}")
                 } else {
                     format!("{host}:{port}")
                 };
-                return Ok((address, port));
+                return Ok((address, l));
             }
             Err(e) => last = format!("cannot listen on {host}:{port} for timely: {e}"),
         }
     }
     Err(last)
-}
-
-fn release_port(port: u16) {
-    PORTS_IN_USE
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .retain(|&p| p != port);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -464,7 +451,7 @@ async fn run_attempt(
         ));
     };
     match reserve(&host, timely_port) {
-        Ok((address, port)) => {
+        Ok((address, listener)) => {
             let _ = out.send((
                 ToCoordinator::Reserved {
                     attempt: attempt.clone(),
@@ -478,7 +465,8 @@ async fn run_attempt(
                 _ = async { while !job.cancel.load(Ordering::SeqCst) { tokio::time::sleep(Duration::from_millis(100)).await } } => None,
             };
             match peers {
-                Some(peers) => {
+                Some(mut peers) => {
+                    peers.listener = Some(Arc::new(listener));
                     // The coordinator's GetJobMetrics sees this worker's metrics while it runs.
                     let (ticker_job, ticker_out, ticker_attempt) =
                         (job.clone(), out.clone(), attempt.clone());
@@ -511,7 +499,6 @@ async fn run_attempt(
                 }
                 None => finish(JobState::Cancelled, "cancelled before it started".into()),
             }
-            release_port(port);
         }
         Err(e) => finish(JobState::Failed, e),
     }
@@ -520,4 +507,28 @@ async fn run_attempt(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&attempt);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reserved port stays bound until the attempt drops its listener:
+    /// nothing else can bind it, and the next reservation from the same
+    /// first port takes the one after it.
+    #[test]
+    fn a_reserved_port_is_held_until_the_listener_is_dropped() {
+        let (address, listener) = reserve("127.0.0.1", 0).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert_eq!(address, format!("127.0.0.1:{port}"));
+        assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_err());
+        if port < u16::MAX - PORT_RANGE {
+            let (next, other) = reserve("127.0.0.1", port).unwrap();
+            assert_ne!(next, address);
+            drop(other);
+        }
+        drop(listener);
+        let (again, _) = reserve("127.0.0.1", port).unwrap();
+        assert_eq!(again, address);
+    }
 }
