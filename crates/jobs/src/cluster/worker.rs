@@ -514,8 +514,8 @@ mod tests {
     use super::*;
 
     /// The reserved port stays bound until the attempt drops its listener:
-    /// nothing else can bind it, and the next reservation from the same
-    /// first port takes the one after it.
+    /// nothing else can bind it, a reservation from the same first port
+    /// takes another one, and once dropped the port can be reserved again.
     #[test]
     fn a_reserved_port_is_held_until_the_listener_is_dropped() {
         let (address, listener) = reserve("127.0.0.1", 0).unwrap();
