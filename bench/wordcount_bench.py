@@ -289,7 +289,8 @@ def wordcount_args(py, input_path, prefix, extra):
           '--output', prefix] + extra
 
 
-def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout, prism_bin=None):
+def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout, prism_bin=None,
+             options=()):
   """Runs wordcount on a job server started here: `weir serve`, or Prism when
   prism_bin is given (its PROCESS environment starting the same `weir boot`
   SDK workers as Weir's, through prism_process_config)."""
@@ -310,7 +311,7 @@ def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout, pri
     wait_for_job_api('localhost:%d' % port, server, log_path)
     reaped_before = reaped_children_cpu(psutil.Process(server.pid))
     extra = ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port,
-             '--environment_type=%s' % env_type] + PORTABLE_CLIENT
+             '--environment_type=%s' % env_type] + PORTABLE_CLIENT + list(options)
     if env_type == 'PROCESS':
       extra.append(prism_process_config(weir_bin, py, out_dir) if prism_bin else
                    process_environment_config(weir_bin, py))
@@ -361,6 +362,9 @@ def main():
   ap.add_argument('--interval', type=float, default=0.2, help='sampling period, s')
   ap.add_argument('--timeout', type=float, default=3600, help='per run, s')
   ap.add_argument('--json', metavar='PATH', help='also write the results as JSON')
+  ap.add_argument('--extra', action='append', default=[], metavar='OPT',
+                  help='a pipeline option for the Weir and Prism runs, e.g. '
+                       '--extra=--number_of_worker_harness_threads=1 (repeatable)')
   args = ap.parse_args()
 
   py = sys.executable
@@ -382,11 +386,12 @@ def main():
       if not os.access(args.weir_bin, os.X_OK):
         raise SystemExit('missing %s; run scripts/setup.sh' % args.weir_bin)
       results[name] = run_weir(py, os.path.abspath(args.weir_bin), input_path, out_dir,
-                               args.weir_env, args.interval, args.timeout)
+                               args.weir_env, args.interval, args.timeout,
+                               options=args.extra)
     elif name == 'prism':
       results[name] = run_weir(py, os.path.abspath(args.weir_bin), input_path, out_dir,
                                args.weir_env, args.interval, args.timeout,
-                               prism_bin=os.path.abspath(args.prism_bin))
+                               prism_bin=os.path.abspath(args.prism_bin), options=args.extra)
     else:
       results[name] = run_direct(py, input_path, out_dir, args.direct_workers,
                                  args.interval, args.timeout)
