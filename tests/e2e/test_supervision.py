@@ -122,14 +122,17 @@ def _max_overlap_per_process(lines):
 
 
 def test_number_of_worker_harness_threads_is_concurrent_bundles_per_harness(beam, weir_server):
-  one = run(beam, 'overlap', 'PROCESS', ONE_SDK)
+  one = run(beam, 'overlap', 'PROCESS', ONE_SDK, '--number_of_worker_harness_threads=1')
   assert one.returncode == 0, one.describe(weir_server)
-  assert 'runs up to 1 bundle(s) at a time' in one.stderr, one.describe()
+  assert 'runs up to 1 bundle(s) at a time (number_of_worker_harness_threads)' in one.stderr, \
+      one.describe()
   assert _max_overlap_per_process(one.output()[1]) == 1, dict(one.output()[1])
 
-  two = run(beam, 'overlap', 'PROCESS', ONE_SDK, '--number_of_worker_harness_threads=2')
+  # Unset, a Python SDK harness runs two bundles at a time.
+  two = run(beam, 'overlap', 'PROCESS', ONE_SDK)
   assert two.returncode == 0, two.describe(weir_server)
-  assert 'runs up to 2 bundle(s) at a time' in two.stderr, two.describe()
+  assert 'runs up to 2 bundle(s) at a time (the default for an SDK harness on one core)' \
+      in two.stderr, two.describe()
   lines = two.output()[1]
   assert len({l.split()[0] for l in lines}) == 1, dict(lines)
   assert _max_overlap_per_process(lines) == 2, dict(lines)

@@ -21,25 +21,33 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
 /// (see [`bundles_per_harness`]).
 pub const MULTI_CORE_BUNDLES_PER_HARNESS: usize = 16;
 
+/// Bundles one SDK harness of any other SDK (Python) runs at a time by
+/// default (see [`bundles_per_harness`]): its harness runs bundles on a
+/// thread pool but, under one interpreter lock, on about one core; a second
+/// bundle runs while the first waits (sleeps, I/O, state and data requests).
+pub const SINGLE_CORE_BUNDLES_PER_HARNESS: usize = 2;
+
 /// How many bundles Weir sends one SDK harness of `env` at a time:
 /// `harness_threads` (Dataflow's `number_of_worker_harness_threads`) when
 /// set; else [`MULTI_CORE_BUNDLES_PER_HARNESS`] for an SDK that declares
 /// `beam:protocol:multi_core_bundle_processing:v1` in the environment's
 /// capabilities (Java and Go, whose harnesses run bundles on many threads;
 /// Dataflow gives such an SDK one harness per worker VM for all its cores),
-/// else 1 (Python, whose bundles would contend for one interpreter lock).
+/// else [`SINGLE_CORE_BUNDLES_PER_HARNESS`] (Python, one harness per core).
 pub fn bundles_per_harness(env: &beam::Environment, harness_threads: Option<usize>) -> usize {
     match harness_threads {
         Some(n) => n.max(1),
-        None if env
-            .capabilities
-            .iter()
-            .any(|c| c == urns::protocol::MULTI_CORE_BUNDLE_PROCESSING) =>
-        {
-            MULTI_CORE_BUNDLES_PER_HARNESS
-        }
-        None => 1,
+        None if declares_multi_core(env) => MULTI_CORE_BUNDLES_PER_HARNESS,
+        None => SINGLE_CORE_BUNDLES_PER_HARNESS,
     }
+}
+
+/// Whether `env` declares `beam:protocol:multi_core_bundle_processing:v1`:
+/// its SDK harness runs bundles on many cores at once.
+pub fn declares_multi_core(env: &beam::Environment) -> bool {
+    env.capabilities
+        .iter()
+        .any(|c| c == urns::protocol::MULTI_CORE_BUNDLE_PROCESSING)
 }
 
 /// The semi-persistent folder (artifacts, pickled main session) of a PROCESS worker.
@@ -1453,8 +1461,15 @@ mod tests {
             bundles_per_harness(&env(GO), None),
             MULTI_CORE_BUNDLES_PER_HARNESS
         );
-        assert_eq!(bundles_per_harness(&env(PYTHON), None), 1);
-        assert_eq!(bundles_per_harness(&env(&[]), None), 1);
+        assert_eq!(
+            bundles_per_harness(&env(PYTHON), None),
+            SINGLE_CORE_BUNDLES_PER_HARNESS
+        );
+        assert_eq!(
+            bundles_per_harness(&env(&[]), None),
+            SINGLE_CORE_BUNDLES_PER_HARNESS
+        );
+        assert_eq!(bundles_per_harness(&env(PYTHON), Some(1)), 1);
         // number_of_worker_harness_threads wins, for every SDK.
         assert_eq!(bundles_per_harness(&env(PYTHON), Some(3)), 3);
         assert_eq!(bundles_per_harness(&env(JAVA), Some(2)), 2);

@@ -260,35 +260,33 @@ fn bundles_per_harness_text(
     environments: &std::collections::HashMap<String, beam::Environment>,
     harness_threads: Option<usize>,
 ) -> String {
-    use environment::bundles_per_harness;
-    let mut per_env: Vec<(&String, usize)> = environments
+    use environment::{bundles_per_harness, declares_multi_core};
+    let mut per_env: Vec<(&String, usize, &'static str)> = environments
         .iter()
-        .map(|(id, env)| (id, bundles_per_harness(env, harness_threads)))
+        .map(|(id, env)| {
+            let why = match harness_threads {
+                Some(_) => " (number_of_worker_harness_threads)",
+                None if declares_multi_core(env) => {
+                    " (the SDK declares beam:protocol:multi_core_bundle_processing:v1)"
+                }
+                None => " (the default for an SDK harness on one core)",
+            };
+            (id, bundles_per_harness(env, harness_threads), why)
+        })
         .collect();
     per_env.sort();
-    let why = |n: usize| match harness_threads {
-        Some(_) => " (number_of_worker_harness_threads)",
-        None if n > 1 => " (the SDK declares beam:protocol:multi_core_bundle_processing:v1)",
-        None => "",
-    };
     match per_env.as_slice() {
         [] => format!(
             "each SDK harness runs up to {} bundle(s) at a time",
-            harness_threads.unwrap_or(1)
+            harness_threads.unwrap_or(environment::SINGLE_CORE_BUNDLES_PER_HARNESS)
         ),
-        [(_, n), rest @ ..] if rest.iter().all(|(_, m)| m == n) => {
-            format!(
-                "each SDK harness runs up to {n} bundle(s) at a time{}",
-                why(*n)
-            )
+        [(_, n, why), rest @ ..] if rest.iter().all(|(_, m, w)| m == n && w == why) => {
+            format!("each SDK harness runs up to {n} bundle(s) at a time{why}")
         }
         _ => per_env
             .iter()
-            .map(|(id, n)| {
-                format!(
-                    "an SDK harness of environment {id} runs up to {n} bundle(s) at a time{}",
-                    why(*n)
-                )
+            .map(|(id, n, why)| {
+                format!("an SDK harness of environment {id} runs up to {n} bundle(s) at a time{why}")
             })
             .collect::<Vec<_>>()
             .join("; "),
@@ -318,7 +316,7 @@ mod tests {
         let python = envs(&[("py", &["beam:protocol:worker_status:v1"])]);
         assert_eq!(
             bundles_per_harness_text(&python, None),
-            "each SDK harness runs up to 1 bundle(s) at a time"
+            "each SDK harness runs up to 2 bundle(s) at a time (the default for an SDK harness on one core)"
         );
         assert_eq!(
             bundles_per_harness_text(&python, Some(2)),
@@ -332,7 +330,7 @@ mod tests {
         let both = envs(&[("py", &[]), ("java", &[MULTI])]);
         assert_eq!(
             bundles_per_harness_text(&both, None),
-            "an SDK harness of environment java runs up to 16 bundle(s) at a time (the SDK declares beam:protocol:multi_core_bundle_processing:v1); an SDK harness of environment py runs up to 1 bundle(s) at a time"
+            "an SDK harness of environment java runs up to 16 bundle(s) at a time (the SDK declares beam:protocol:multi_core_bundle_processing:v1); an SDK harness of environment py runs up to 2 bundle(s) at a time (the default for an SDK harness on one core)"
         );
         assert_eq!(
             bundles_per_harness_text(&both, Some(3)),
