@@ -261,6 +261,9 @@ pub struct SdkHarnesses {
     pool: Mutex<Pool>,
     changed: tokio::sync::Notify,
     stopping: AtomicBool,
+    /// Turns true when [`SdkHarnesses::stop`] begins: harnesses still
+    /// waiting to connect give up then, instead of at [`CONNECT_TIMEOUT`].
+    stopped: tokio::sync::watch::Sender<bool>,
     /// The job's cancel flag: set (with `failure`) when the job cannot go
     /// on, so its run stops and fails it with `failure`.
     cancel: Arc<AtomicBool>,
@@ -307,6 +310,7 @@ pub async fn start(
         pool: Mutex::default(),
         changed: tokio::sync::Notify::new(),
         stopping: AtomicBool::new(false),
+        stopped: tokio::sync::watch::channel(false).0,
         cancel: cancel.clone(),
         failure: Mutex::new(None),
     });
@@ -364,7 +368,7 @@ impl SdkHarnesses {
                 tokio::spawn(async move {
                     let started = async {
                         let (w, exit) = this.launch(&env_id).await?;
-                        if let Err(e) = wait_connected(&w, exit).await {
+                        if let Err(e) = wait_connected(&w, exit, this.stopped.subscribe()).await {
                             this.stop_worker(&w, Duration::ZERO).await;
                             return Err(e);
                         }
@@ -555,7 +559,7 @@ impl SdkHarnesses {
     async fn start_one(self: &Arc<Self>, env_id: &str) -> Result<Arc<Worker>> {
         let started = async {
             let (w, exit) = self.launch(env_id).await?;
-            if let Err(e) = wait_connected(&w, exit).await {
+            if let Err(e) = wait_connected(&w, exit, self.stopped.subscribe()).await {
                 self.stop_worker(&w, Duration::ZERO).await;
                 return Err(e);
             }
@@ -817,6 +821,7 @@ impl SdkHarnesses {
             // registered its handle before the drain below takes them.
             self.stopping.store(true, Ordering::SeqCst);
         }
+        self.stopped.send_replace(true);
         self.changed.notify_waiters();
         let deadline = Instant::now() + STOP_GRACE;
         while Instant::now() < deadline
@@ -859,8 +864,13 @@ impl SdkHarnesses {
 /// # Errors
 /// [`HarnessError::ExitedBeforeConnect`] as soon as its process exits
 /// first (with its exit status and last output lines),
-/// [`HarnessError::ConnectTimeout`] after [`CONNECT_TIMEOUT`].
-async fn wait_connected(w: &Worker, exit: Option<ProcessExit>) -> Result<()> {
+/// [`HarnessError::ConnectTimeout`] after [`CONNECT_TIMEOUT`],
+/// [`HarnessError::Cancelled`] as soon as `stopped` turns true.
+async fn wait_connected(
+    w: &Worker,
+    exit: Option<ProcessExit>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
     let mut rx = w.connected.subscribe();
     let connected = rx.wait_for(|c| *c);
     let exited = async {
@@ -889,6 +899,7 @@ async fn wait_connected(w: &Worker, exit: Option<ProcessExit>) -> Result<()> {
             status,
             stderr,
         }),
+        _ = stopped.wait_for(|s| *s) => Err(HarnessError::Cancelled),
     }
 }
 
@@ -1175,6 +1186,7 @@ mod tests {
             pool: Mutex::default(),
             changed: tokio::sync::Notify::new(),
             stopping: AtomicBool::new(false),
+            stopped: tokio::sync::watch::channel(false).0,
             cancel: Arc::new(AtomicBool::new(false)),
             failure: Mutex::new(None),
         })
@@ -1385,6 +1397,109 @@ mod tests {
         std::fs::write(dir.join(format!("exit-{}", ids[0])), "").unwrap();
         harnesses.stop().await;
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A worker pool that accepts every StartWorker and records the worker
+    /// ids, whose harnesses never dial (the test connects them).
+    struct SilentPool(Arc<Mutex<Vec<String>>>);
+
+    #[tonic::async_trait]
+    impl beam::beam_fn_external_worker_pool_server::BeamFnExternalWorkerPool for SilentPool {
+        async fn start_worker(
+            &self,
+            request: tonic::Request<beam::StartWorkerRequest>,
+        ) -> std::result::Result<tonic::Response<beam::StartWorkerResponse>, tonic::Status> {
+            self.0.lock().unwrap().push(request.into_inner().worker_id);
+            Ok(tonic::Response::new(beam::StartWorkerResponse::default()))
+        }
+
+        async fn stop_worker(
+            &self,
+            _: tonic::Request<beam::StopWorkerRequest>,
+        ) -> std::result::Result<tonic::Response<beam::StopWorkerResponse>, tonic::Status> {
+            Ok(tonic::Response::new(beam::StopWorkerResponse::default()))
+        }
+    }
+
+    /// Stopping a job ends the wait of a LOOPBACK/EXTERNAL harness that has
+    /// not connected yet at once, not after CONNECT_TIMEOUT: nothing of the
+    /// job's harness set is left waiting.
+    #[tokio::test]
+    async fn stop_ends_the_wait_of_a_pool_harness_that_never_connects() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("localhost:{}", listener.local_addr().unwrap().port());
+        let ids = Arc::new(Mutex::new(Vec::new()));
+        let pool = beam::beam_fn_external_worker_pool_server::BeamFnExternalWorkerPoolServer::new(
+            SilentPool(ids.clone()),
+        );
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(pool)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let external = beam::Environment {
+            urn: urns::env::EXTERNAL.into(),
+            payload: beam::ExternalPayload {
+                endpoint: Some(beam::ApiServiceDescriptor {
+                    url: endpoint,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+            ..Default::default()
+        };
+        let fn_api = FnApi::new("localhost:1".into());
+        let envs = HashMap::from([("env".to_string(), external)]);
+        let starting = {
+            let fn_api = fn_api.clone();
+            tokio::spawn(async move {
+                start(
+                    &fn_api,
+                    "job-stop-wait",
+                    &envs,
+                    Scaling::Fixed(2),
+                    None,
+                    &beam::ProvisionInfo::default(),
+                    Arc::new(|_, _| {}),
+                    Arc::new(AtomicBool::new(false)),
+                )
+                .await
+            })
+        };
+        let first = loop {
+            if let Some(id) = ids.lock().unwrap().first().cloned() {
+                break id;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let worker = fn_api.worker(&first).expect("launched worker");
+        let (tx, _control_rx) = tokio::sync::mpsc::unbounded_channel();
+        *worker.control_tx.lock().unwrap() = Some(tx);
+        let _ = worker.connected.send_replace(true);
+        let harnesses = tokio::time::timeout(Duration::from_secs(10), starting)
+            .await
+            .expect("start returns once one harness connected")
+            .unwrap()
+            .expect("started");
+        while ids.lock().unwrap().len() < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(harnesses.pool().starting.get("env").copied(), Some(1));
+        harnesses.stop().await;
+        let began = Instant::now();
+        while harnesses.pool().starting.get("env").copied() != Some(0) {
+            assert!(
+                began.elapsed() < Duration::from_secs(5),
+                "the unconnected harness still waits after stop"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Its task let go of the harness set too.
+        while Arc::strong_count(&harnesses) > 1 {
+            assert!(began.elapsed() < Duration::from_secs(5), "a task still holds the job's harnesses");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// Each PROCESS harness runs in its own folder (its semi-persistent
