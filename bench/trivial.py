@@ -99,6 +99,8 @@ def options(config, ports, args):
              wb.prism_process_config(args.weir_bin, py, args.out_dir)]
   else:
     opts += ['--environment_type=LOOPBACK']
+  if config.startswith('weir'):
+    opts += args.extra
   return opts
 
 
@@ -146,6 +148,9 @@ def main():
   ap.add_argument('--out-dir', default=os.path.join(BENCH, 'data', 'out', 'trivial'))
   ap.add_argument('--timeout', type=float, default=300, help='per client, s')
   ap.add_argument('--json', metavar='PATH', help='also write the results as JSON')
+  ap.add_argument('--extra', action='append', default=[], metavar='OPT',
+                  help='a pipeline option for the Weir runs, e.g. '
+                       '--extra=--number_of_worker_harness_threads=1 (repeatable)')
   args = ap.parse_args()
   args.weir_bin = os.path.abspath(args.weir_bin)
   configs = args.configs.split(',')
