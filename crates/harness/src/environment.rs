@@ -535,6 +535,8 @@ impl SdkHarnesses {
                     WorkerLog::Warning,
                     format!("SDK harness {} {what}; restarted as {}", worker.id, new.id),
                 ),
+                // The job is stopping: its replacement was not needed.
+                Err(_) if this.stopping.load(Ordering::SeqCst) => {}
                 Err(e) => {
                     let text = format!(
                         "SDK harness {} {what}; restarting it failed: {e}",
@@ -785,6 +787,9 @@ impl SdkHarnesses {
                 let env_id = env_id.to_string();
                 tokio::spawn(async move {
                     if let Err(e) = this.start_one(&env_id).await {
+                        if this.stopping.load(Ordering::SeqCst) {
+                            return;
+                        }
                         (this.log)(
                             WorkerLog::Warning,
                             format!("autoscaling (THROUGHPUT_BASED): starting an SDK harness of environment {env_id} failed: {e}"),
@@ -808,7 +813,7 @@ impl SdkHarnesses {
     }
 
     /// Stops every worker: StopWorker on pools, kill for processes. Workers
-    /// still starting are stopped as soon as they are up. Instructions
+    /// still starting stop waiting for their connection at once. Instructions
     /// already sent (bundles of a failed job's other keys, say) get up to
     /// [`STOP_GRACE`] to be answered first: an SDK harness tears down a
     /// DoFn when its bundle ends or its control stream closes after it, and
@@ -865,7 +870,7 @@ impl SdkHarnesses {
 /// [`HarnessError::ExitedBeforeConnect`] as soon as its process exits
 /// first (with its exit status and last output lines),
 /// [`HarnessError::ConnectTimeout`] after [`CONNECT_TIMEOUT`],
-/// [`HarnessError::Cancelled`] as soon as `stopped` turns true.
+/// [`HarnessError::Stopped`] as soon as `stopped` turns true.
 async fn wait_connected(
     w: &Worker,
     exit: Option<ProcessExit>,
@@ -899,7 +904,9 @@ async fn wait_connected(
             status,
             stderr,
         }),
-        _ = stopped.wait_for(|s| *s) => Err(HarnessError::Cancelled),
+        _ = stopped.wait_for(|s| *s) => Err(HarnessError::Stopped {
+            worker_id: w.id.clone(),
+        }),
     }
 }
 
@@ -1467,10 +1474,12 @@ mod tests {
                 .await
             })
         };
+        let began = Instant::now();
         let first = loop {
             if let Some(id) = ids.lock().unwrap().first().cloned() {
                 break id;
             }
+            assert!(began.elapsed() < Duration::from_secs(10), "no StartWorker");
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
         let worker = fn_api.worker(&first).expect("launched worker");
@@ -1483,6 +1492,7 @@ mod tests {
             .unwrap()
             .expect("started");
         while ids.lock().unwrap().len() < 2 {
+            assert!(began.elapsed() < Duration::from_secs(10), "no second StartWorker");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(harnesses.pool().starting.get("env").copied(), Some(1));

@@ -25,6 +25,10 @@ pub enum HarnessError {
     /// The job was cancelled while its SDK harnesses started.
     #[error("the job was cancelled while its SDK harnesses started")]
     Cancelled,
+    /// The job's SDK harnesses were stopped ([`crate::environment::SdkHarnesses::stop`])
+    /// before this one connected.
+    #[error("SDK harness {worker_id} was stopped before it connected")]
+    Stopped { worker_id: String },
     /// A Weir bug.
     #[error("internal error in Weir's harness (this is a Weir bug): {0}")]
     Internal(String),
