@@ -22,7 +22,9 @@ halved), the same for the server's children (the SDK workers it starts under
 PROCESS; LOOPBACK runs them in the client) and the ratios Weir / other.
 
     bench/trivial.py [--rounds 5] [--configs weir-loopback,weir-process,prism,prism-process,direct]
-                     [--json PATH]
+                     [--json PATH] [--extra=OPT ...]
+
+--extra adds a pipeline option to the Weir configurations (an A/B run of it).
 """
 
 import argparse

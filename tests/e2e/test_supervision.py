@@ -87,8 +87,10 @@ def test_stuck_element_in_streaming_job_is_retried_without_cap(beam, weir_server
 
 
 def test_throughput_based_autoscaling_follows_the_backlog(beam, weir_server):
+  # One bundle per harness: the backlog is then many bundles deep.
   got = run(beam, 'backlog', 'PROCESS', ONE_SDK, '--num_workers=1',
-            '--max_num_workers=3', '--autoscaling_algorithm=THROUGHPUT_BASED')
+            '--max_num_workers=3', '--autoscaling_algorithm=THROUGHPUT_BASED',
+            '--number_of_worker_harness_threads=1')
   assert got.returncode == 0, got.describe(weir_server)
   total = sum(b * 10 + i for b in range(3) for i in range(4))
   assert got.output()[1] == collections.Counter(['total %d of 12' % total])
@@ -131,7 +133,7 @@ def test_number_of_worker_harness_threads_is_concurrent_bundles_per_harness(beam
   # Unset, a Python SDK harness runs two bundles at a time.
   two = run(beam, 'overlap', 'PROCESS', ONE_SDK)
   assert two.returncode == 0, two.describe(weir_server)
-  assert 'runs up to 2 bundle(s) at a time (the default for an SDK harness on one core)' \
+  assert 'runs up to 2 bundle(s) at a time (the default for an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1)' \
       in two.stderr, two.describe()
   lines = two.output()[1]
   assert len({l.split()[0] for l in lines}) == 1, dict(lines)

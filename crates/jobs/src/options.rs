@@ -99,8 +99,8 @@ pub struct SdkHarnessPlan {
     pub scaling: weir_harness::environment::Scaling,
     /// Bundles one SDK harness runs at a time when set:
     /// `number_of_worker_harness_threads`. Unset, each environment's SDK
-    /// decides ([`weir_harness::environment::bundles_per_harness`]: several
-    /// for Java and Go, one for Python).
+    /// decides ([`weir_harness::environment::bundles_per_harness`]: 16 for
+    /// Java and Go, 2 for Python).
     pub harness_threads: Option<usize>,
 }
 

@@ -269,7 +269,7 @@ fn bundles_per_harness_text(
                 None if declares_multi_core(env) => {
                     " (the SDK declares beam:protocol:multi_core_bundle_processing:v1)"
                 }
-                None => " (the default for an SDK harness on one core)",
+                None => " (the default for an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1)",
             };
             (id, bundles_per_harness(env, harness_threads), why)
         })
@@ -286,7 +286,9 @@ fn bundles_per_harness_text(
         _ => per_env
             .iter()
             .map(|(id, n, why)| {
-                format!("an SDK harness of environment {id} runs up to {n} bundle(s) at a time{why}")
+                format!(
+                    "an SDK harness of environment {id} runs up to {n} bundle(s) at a time{why}"
+                )
             })
             .collect::<Vec<_>>()
             .join("; "),
@@ -316,7 +318,7 @@ mod tests {
         let python = envs(&[("py", &["beam:protocol:worker_status:v1"])]);
         assert_eq!(
             bundles_per_harness_text(&python, None),
-            "each SDK harness runs up to 2 bundle(s) at a time (the default for an SDK harness on one core)"
+            "each SDK harness runs up to 2 bundle(s) at a time (the default for an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1)"
         );
         assert_eq!(
             bundles_per_harness_text(&python, Some(2)),
@@ -330,7 +332,7 @@ mod tests {
         let both = envs(&[("py", &[]), ("java", &[MULTI])]);
         assert_eq!(
             bundles_per_harness_text(&both, None),
-            "an SDK harness of environment java runs up to 16 bundle(s) at a time (the SDK declares beam:protocol:multi_core_bundle_processing:v1); an SDK harness of environment py runs up to 2 bundle(s) at a time (the default for an SDK harness on one core)"
+            "an SDK harness of environment java runs up to 16 bundle(s) at a time (the SDK declares beam:protocol:multi_core_bundle_processing:v1); an SDK harness of environment py runs up to 2 bundle(s) at a time (the default for an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1)"
         );
         assert_eq!(
             bundles_per_harness_text(&both, Some(3)),
