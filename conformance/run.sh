@@ -47,7 +47,10 @@ PLUGIN_DIR="$(cd "$SHARED/conformance" 2>/dev/null && pwd)" ||
   die "no $SHARED/conformance (beam_test_options.py); set WEIR_SHARED_DIR"
 [ -f "$PLUGIN_DIR/beam_test_options.py" ] || die "missing $PLUGIN_DIR/beam_test_options.py"
 [ -x "$PY" ] || die "missing $PY; run scripts/setup.sh"
-if [ "$mode" = ledger ] && ! sed -e 's/#.*//' "$LEDGER" | grep -q '[^[:space:]]'; then
+# (A command substitution, not `sed | grep -q`: under pipefail grep's early
+# exit can kill sed with SIGPIPE and fail the pipeline, which read as "no tests"
+# and skipped the whole ledger.)
+if [ "$mode" = ledger ] && [ -z "$(sed -e 's/#.*//' -e 's/[[:space:]]//g' "$LEDGER")" ]; then
   echo "[conformance] the ledger ($LEDGER) lists no tests yet: nothing to run, OK"
   exit 0
 fi
