@@ -1214,10 +1214,40 @@ mod tests {
             beam::ProvisionInfo::default(),
             Arc::new(|_, _| {}),
         );
+        let rx = connect(&worker);
+        (worker, rx)
+    }
+
+    /// Marks `worker` connected, as if it had dialed the control service;
+    /// returns what it is sent.
+    fn connect(worker: &Worker) -> tokio::sync::mpsc::UnboundedReceiver<beam::InstructionRequest> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         *worker.control_tx.lock().unwrap() = Some(tx);
         let _ = worker.connected.send_replace(true);
-        (worker, rx)
+        rx
+    }
+
+    /// `start` of two harnesses of each of `envs` for job `job`, running.
+    fn spawn_start(
+        fn_api: &Arc<FnApi>,
+        job: &'static str,
+        envs: HashMap<String, beam::Environment>,
+        cancel: Arc<AtomicBool>,
+    ) -> tokio::task::JoinHandle<Result<Arc<SdkHarnesses>>> {
+        let fn_api = fn_api.clone();
+        tokio::spawn(async move {
+            start(
+                &fn_api,
+                job,
+                &envs,
+                Scaling::Fixed(2),
+                None,
+                &beam::ProvisionInfo::default(),
+                Arc::new(|_, _| {}),
+                cancel,
+            )
+            .await
+        })
     }
 
     /// `stop` lets an instruction already sent be answered before it closes
@@ -1342,22 +1372,7 @@ mod tests {
         let fn_api = FnApi::new("localhost:1".into());
         let envs = HashMap::from([("env".to_string(), process_env(&script.display().to_string()))]);
         let cancel = Arc::new(AtomicBool::new(false));
-        let starting = {
-            let (fn_api, cancel) = (fn_api.clone(), cancel.clone());
-            tokio::spawn(async move {
-                start(
-                    &fn_api,
-                    "job-fc",
-                    &envs,
-                    Scaling::Fixed(2),
-                    None,
-                    &beam::ProvisionInfo::default(),
-                    Arc::new(|_, _| {}),
-                    cancel,
-                )
-                .await
-            })
-        };
+        let starting = spawn_start(&fn_api, "job-fc", envs, cancel.clone());
         // Both harnesses are launched at once.
         let ids = loop {
             let ids: Vec<String> = std::fs::read_dir(&dir)
@@ -1375,10 +1390,7 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
-        let first = fn_api.worker(&ids[0]).expect("launched worker");
-        let (tx, _control_rx) = tokio::sync::mpsc::unbounded_channel();
-        *first.control_tx.lock().unwrap() = Some(tx);
-        let _ = first.connected.send_replace(true);
+        let _control_rx = connect(&fn_api.worker(&ids[0]).expect("launched worker"));
         let harnesses = tokio::time::timeout(Duration::from_secs(10), starting)
             .await
             .expect("start returns once one harness connected")
@@ -1458,22 +1470,12 @@ mod tests {
         };
         let fn_api = FnApi::new("localhost:1".into());
         let envs = HashMap::from([("env".to_string(), external)]);
-        let starting = {
-            let fn_api = fn_api.clone();
-            tokio::spawn(async move {
-                start(
-                    &fn_api,
-                    "job-stop-wait",
-                    &envs,
-                    Scaling::Fixed(2),
-                    None,
-                    &beam::ProvisionInfo::default(),
-                    Arc::new(|_, _| {}),
-                    Arc::new(AtomicBool::new(false)),
-                )
-                .await
-            })
-        };
+        let starting = spawn_start(
+            &fn_api,
+            "job-stop-wait",
+            envs,
+            Arc::new(AtomicBool::new(false)),
+        );
         let began = Instant::now();
         let first = loop {
             if let Some(id) = ids.lock().unwrap().first().cloned() {
@@ -1482,10 +1484,7 @@ mod tests {
             assert!(began.elapsed() < Duration::from_secs(10), "no StartWorker");
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
-        let worker = fn_api.worker(&first).expect("launched worker");
-        let (tx, _control_rx) = tokio::sync::mpsc::unbounded_channel();
-        *worker.control_tx.lock().unwrap() = Some(tx);
-        let _ = worker.connected.send_replace(true);
+        let _control_rx = connect(&fn_api.worker(&first).expect("launched worker"));
         let harnesses = tokio::time::timeout(Duration::from_secs(10), starting)
             .await
             .expect("start returns once one harness connected")
