@@ -5,7 +5,12 @@
 //! the client; other SDKs send the composite.
 //!
 //! Lifted only under the default trigger (each pane then combines all of
-//! its inputs); otherwise Weir runs the composite's own subtransforms.
+//! its inputs) and an end-of-window output time; otherwise Weir runs the
+//! composite's own subtransforms. The SDKs' precombines give a partial
+//! accumulator the timestamp of whichever input came first (Java's
+//! `PrecombineGroupingTable`; Go's, Beam issue #20436), so under
+//! `EARLIEST_IN_PANE` or `LATEST_IN_PANE` (`beam:runner_api OutputTime`) a
+//! lifted combine's pane timestamp would depend on the order of the bundle.
 
 use prost::Message;
 use weir_proto::{beam, urns};
@@ -37,11 +42,18 @@ pub(crate) fn lift(c: &mut beam::Components, id: &str) -> Result<Option<Vec<Stri
     let Some(in_pc) = c.pcollections.get(&input).cloned() else {
         return Ok(None);
     };
-    let default_trigger = c
-        .windowing_strategies
-        .get(&in_pc.windowing_strategy_id)
+    let ws = c.windowing_strategies.get(&in_pc.windowing_strategy_id);
+    let default_trigger = ws
         .and_then(|ws| ws.trigger.as_ref())
         .map(|tr| matches!(tr.trigger, None | Some(beam::trigger::Trigger::Default(_))))
+        .unwrap_or(true);
+    let end_of_window = ws
+        .map(|ws| {
+            !matches!(
+                beam::output_time::Enum::try_from(ws.output_time),
+                Ok(beam::output_time::Enum::EarliestInPane | beam::output_time::Enum::LatestInPane)
+            )
+        })
         .unwrap_or(true);
     let in_coder = c.coders.get(&in_pc.coder_id).cloned().unwrap_or_default();
     let kv_input = in_coder
@@ -50,7 +62,7 @@ pub(crate) fn lift(c: &mut beam::Components, id: &str) -> Result<Option<Vec<Stri
         .map(|s| s.urn == urns::coder::KV)
         .unwrap_or(false)
         && in_coder.component_coder_ids.len() == 2;
-    if !default_trigger || !kv_input || payload.accumulator_coder_id.is_empty() {
+    if !default_trigger || !end_of_window || !kv_input || payload.accumulator_coder_id.is_empty() {
         return Ok(None);
     }
     // The environment of the composite, or of the first subtransform that has one.
@@ -366,5 +378,58 @@ mod tests {
             beam::CombinePayload::decode(pre.spec.as_ref().unwrap().payload.as_slice()).unwrap();
         assert_eq!(payload.combine_fn.unwrap().payload, vec![1, 2, 3]);
         assert_eq!(pre.environment_id, "env");
+    }
+
+    /// The names of a plan's stages: impulse, gbk, or sdk[fused transforms].
+    fn stage_kinds(pipeline: &beam::Pipeline) -> Vec<String> {
+        let plan = plan(
+            pipeline,
+            &PlanOptions {
+                fn_api_url: "localhost:1".into(),
+                streaming: false,
+                drain: false,
+            },
+        )
+        .unwrap();
+        plan.graph
+            .stages
+            .iter()
+            .map(|s| match &s.kind {
+                StageKind::Impulse { .. } => "impulse".to_string(),
+                StageKind::GroupByKey { .. } => "gbk".to_string(),
+                StageKind::Sdk(_) => format!("sdk[{}]", s.name),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn does_not_lift_under_an_earliest_or_latest_output_time() {
+        for output_time in [
+            beam::output_time::Enum::EarliestInPane,
+            beam::output_time::Enum::LatestInPane,
+        ] {
+            let mut p = pipeline();
+            let c = p.components.as_mut().unwrap();
+            c.windowing_strategies.get_mut("ws").unwrap().output_time = output_time as i32;
+            assert_eq!(
+                stage_kinds(&p),
+                vec!["impulse", "sdk[Pairs]", "gbk", "sdk[Sum/Combine]"],
+                "{output_time:?}"
+            );
+        }
+        let mut p = pipeline();
+        let c = p.components.as_mut().unwrap();
+        c.windowing_strategies.get_mut("ws").unwrap().output_time =
+            beam::output_time::Enum::EndOfWindow as i32;
+        assert_eq!(
+            stage_kinds(&p),
+            vec![
+                "impulse",
+                "sdk[Pairs+Sum/Precombine]",
+                "gbk",
+                "sdk[Sum/Merge+Sum/ExtractOutputs]"
+            ]
+        );
     }
 }
