@@ -35,10 +35,25 @@ pub const SINGLE_CORE_BUNDLES_PER_HARNESS: usize = 2;
 /// Dataflow gives such an SDK one harness per worker VM for all its cores),
 /// else [`SINGLE_CORE_BUNDLES_PER_HARNESS`] (Python, one harness per core).
 pub fn bundles_per_harness(env: &beam::Environment, harness_threads: Option<usize>) -> usize {
+    bundles_per_harness_and_reason(env, harness_threads).0
+}
+
+/// [`bundles_per_harness`] with the reason for it, for the job's messages:
+/// e.g. `(16, "the SDK declares beam:protocol:multi_core_bundle_processing:v1")`.
+pub fn bundles_per_harness_and_reason(
+    env: &beam::Environment,
+    harness_threads: Option<usize>,
+) -> (usize, &'static str) {
     match harness_threads {
-        Some(n) => n.max(1),
-        None if declares_multi_core(env) => MULTI_CORE_BUNDLES_PER_HARNESS,
-        None => SINGLE_CORE_BUNDLES_PER_HARNESS,
+        Some(n) => (n.max(1), "number_of_worker_harness_threads"),
+        None if declares_multi_core(env) => (
+            MULTI_CORE_BUNDLES_PER_HARNESS,
+            "the SDK declares beam:protocol:multi_core_bundle_processing:v1",
+        ),
+        None => (
+            SINGLE_CORE_BUNDLES_PER_HARNESS,
+            "the default for an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1",
+        ),
     }
 }
 

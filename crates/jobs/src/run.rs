@@ -260,18 +260,11 @@ fn bundles_per_harness_text(
     environments: &std::collections::HashMap<String, beam::Environment>,
     harness_threads: Option<usize>,
 ) -> String {
-    use environment::{bundles_per_harness, declares_multi_core};
     let mut per_env: Vec<(&String, usize, &'static str)> = environments
         .iter()
         .map(|(id, env)| {
-            let why = match harness_threads {
-                Some(_) => " (number_of_worker_harness_threads)",
-                None if declares_multi_core(env) => {
-                    " (the SDK declares beam:protocol:multi_core_bundle_processing:v1)"
-                }
-                None => " (the default for an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1)",
-            };
-            (id, bundles_per_harness(env, harness_threads), why)
+            let (n, why) = environment::bundles_per_harness_and_reason(env, harness_threads);
+            (id, n, why)
         })
         .collect();
     per_env.sort();
@@ -281,13 +274,13 @@ fn bundles_per_harness_text(
             harness_threads.unwrap_or(environment::SINGLE_CORE_BUNDLES_PER_HARNESS)
         ),
         [(_, n, why), rest @ ..] if rest.iter().all(|(_, m, w)| m == n && w == why) => {
-            format!("each SDK harness runs up to {n} bundle(s) at a time{why}")
+            format!("each SDK harness runs up to {n} bundle(s) at a time ({why})")
         }
         _ => per_env
             .iter()
             .map(|(id, n, why)| {
                 format!(
-                    "an SDK harness of environment {id} runs up to {n} bundle(s) at a time{why}"
+                    "an SDK harness of environment {id} runs up to {n} bundle(s) at a time ({why})"
                 )
             })
             .collect::<Vec<_>>()
