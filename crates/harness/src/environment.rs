@@ -65,6 +65,19 @@ pub fn declares_multi_core(env: &beam::Environment) -> bool {
         .any(|c| c == urns::protocol::MULTI_CORE_BUNDLE_PROCESSING)
 }
 
+/// SDK harnesses one worker (Dataflow's worker VM) runs for `env`: one for
+/// an SDK that declares `beam:protocol:multi_core_bundle_processing:v1`
+/// (Java, Go: Dataflow runs one container of such an SDK per VM, its
+/// bundles on all cores), else `per_core_sdk` (Python: one per core, or one
+/// with `no_use_multiple_sdk_containers`).
+pub fn harnesses_per_worker(env: &beam::Environment, per_core_sdk: usize) -> usize {
+    if declares_multi_core(env) {
+        1
+    } else {
+        per_core_sdk.max(1)
+    }
+}
+
 /// The semi-persistent folder (artifacts, pickled main session) of a PROCESS worker.
 fn worker_dir(worker_id: &str) -> std::path::PathBuf {
     std::env::temp_dir().join("weir-workers").join(worker_id)
@@ -208,24 +221,33 @@ const EXIT_GRACE: Duration = Duration::from_secs(2);
 /// be answered before it closes the workers' streams.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
-/// How the job's SDK harness count is managed (Dataflow's
-/// `autoscaling_algorithm`, applied per environment).
+/// How the job's worker count is managed (Dataflow's
+/// `autoscaling_algorithm`, applied per environment). A worker runs
+/// [`harnesses_per_worker`] SDK harnesses of each environment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scaling {
-    /// A fixed number of SDK harnesses per environment (`NONE`, or no algorithm).
+    /// A fixed number of workers (`NONE`, or no algorithm).
     Fixed(usize),
-    /// `THROUGHPUT_BASED`: between `min` and `max` SDK harnesses per
-    /// environment, more while bundles wait for a free one, fewer when some
-    /// sit idle for [`AUTOSCALE_IDLE`].
+    /// `THROUGHPUT_BASED`: between `min` and `max` workers' worth of SDK
+    /// harnesses per environment, more while bundles wait for a free one,
+    /// fewer when some sit idle for [`AUTOSCALE_IDLE`].
     ThroughputBased { min: usize, max: usize },
 }
 
 impl Scaling {
-    /// SDK harnesses each environment starts with.
+    /// Workers the job starts with.
     pub fn initial(&self) -> usize {
         match *self {
             Scaling::Fixed(n) => n.max(1),
             Scaling::ThroughputBased { min, .. } => min.max(1),
+        }
+    }
+
+    /// Most workers the job may have.
+    pub fn max(&self) -> usize {
+        match *self {
+            Scaling::Fixed(n) => n.max(1),
+            Scaling::ThroughputBased { min, max } => max.max(min).max(1),
         }
     }
 }
@@ -273,6 +295,8 @@ pub struct SdkHarnesses {
     /// Per environment id: bundles one of its harnesses runs at a time
     /// ([`bundles_per_harness`]).
     bundles_per_worker: HashMap<String, usize>,
+    /// Per environment id: its SDK harnesses per worker ([`harnesses_per_worker`]).
+    harnesses_per_worker: HashMap<String, usize>,
     pool: Mutex<Pool>,
     changed: tokio::sync::Notify,
     stopping: AtomicBool,
@@ -286,12 +310,13 @@ pub struct SdkHarnesses {
     failure: Mutex<Option<String>>,
 }
 
-/// Starts `scaling.initial()` SDK harnesses for each environment, all at
-/// once, returns as soon as each environment has one connected to the
-/// control service (the rest join as they connect), and looks after them.
-/// Each harness of an environment is sent at most [`bundles_per_harness`]
-/// bundles at a time (`harness_threads` is Dataflow's
-/// `number_of_worker_harness_threads`).
+/// Starts `scaling.initial()` workers' SDK harnesses for each environment
+/// ([`harnesses_per_worker`], with `per_core_sdk` harnesses per worker for
+/// an SDK that runs bundles on one core), all at once, returns as soon as
+/// each environment has one connected to the control service (the rest join
+/// as they connect), and looks after them. Each harness of an environment
+/// is sent at most [`bundles_per_harness`] bundles at a time
+/// (`harness_threads` is Dataflow's `number_of_worker_harness_threads`).
 ///
 /// # Errors
 /// [`HarnessError::Environment`] when one cannot be started,
@@ -304,6 +329,7 @@ pub async fn start(
     job_id: &str,
     environments: &HashMap<String, beam::Environment>,
     scaling: Scaling,
+    per_core_sdk: usize,
     harness_threads: Option<usize>,
     provision: &beam::ProvisionInfo,
     log: LogSink,
@@ -321,6 +347,10 @@ pub async fn start(
         bundles_per_worker: environments
             .iter()
             .map(|(id, env)| (id.clone(), bundles_per_harness(env, harness_threads)))
+            .collect(),
+        harnesses_per_worker: environments
+            .iter()
+            .map(|(id, env)| (id.clone(), harnesses_per_worker(env, per_core_sdk)))
             .collect(),
         pool: Mutex::default(),
         changed: tokio::sync::Notify::new(),
@@ -340,8 +370,8 @@ pub async fn start(
     };
     match started {
         Ok(()) => {
-            if let Scaling::ThroughputBased { min, max } = scaling {
-                harnesses.autoscale(min.max(1), max.max(min).max(1));
+            if let Scaling::ThroughputBased { min, .. } = scaling {
+                harnesses.autoscale(min.max(1), scaling.max());
             }
             Ok(harnesses)
         }
@@ -357,7 +387,8 @@ impl SdkHarnesses {
         self.pool.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Launches `per_environment` harnesses of every environment at once and
+    /// Launches `workers` workers' harnesses of every environment
+    /// ([`SdkHarnesses::harnesses_per_worker`] each) at once and
     /// returns as soon as each environment has one connected: bundles start
     /// on it while the others are still coming up (they join the pool as
     /// they connect; [`SdkHarnesses::pick`] waits for them while they are
@@ -367,18 +398,19 @@ impl SdkHarnesses {
     /// The first launch or connection that fails before every environment
     /// has a harness. One that fails later fails the job
     /// ([`SdkHarnesses::fail`]) with the same message.
-    async fn start_initial(self: &Arc<Self>, per_environment: usize) -> Result<()> {
+    async fn start_initial(self: &Arc<Self>, workers: usize) -> Result<()> {
         let mut env_ids: Vec<_> = self.environments.keys().cloned().collect();
         env_ids.sort();
         {
             let mut pool = self.pool();
             for env_id in &env_ids {
-                *pool.starting.entry(env_id.clone()).or_default() += per_environment;
+                *pool.starting.entry(env_id.clone()).or_default() +=
+                    workers * self.harnesses_per_worker(env_id);
             }
         }
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Result<()>)>();
         for env_id in &env_ids {
-            for _ in 0..per_environment {
+            for _ in 0..workers * self.harnesses_per_worker(env_id) {
                 let (this, env_id, tx) = (self.clone(), env_id.clone(), tx.clone());
                 tokio::spawn(async move {
                     let started = async {
@@ -602,6 +634,11 @@ impl SdkHarnesses {
         self.bundles_per_worker.get(env_id).copied().unwrap_or(1)
     }
 
+    /// SDK harnesses of `env_id` per worker ([`harnesses_per_worker`]).
+    pub fn harnesses_per_worker(&self, env_id: &str) -> usize {
+        self.harnesses_per_worker.get(env_id).copied().unwrap_or(1)
+    }
+
     /// A connected worker of `env_id` with fewer than
     /// [`SdkHarnesses::bundles_per_worker`] bundles in flight (the least busy), its in-flight count already
     /// raised. Waits, counted in the backlog, while every worker is busy or
@@ -706,6 +743,23 @@ impl SdkHarnesses {
         })
     }
 
+    /// True when a residual of a splittable DoFn's bundle running on `busy`
+    /// would start at once: another connected worker of `env_id` is idle,
+    /// or, for an SDK that runs bundles on many cores
+    /// ([`declares_multi_core`]), no element of the stage waits
+    /// (`stage_backlog` 0) and a bundle could start now on any worker,
+    /// `busy` included ([`SdkHarnesses::has_room`]). A Python harness runs
+    /// its bundles on about one core, so only another worker counts.
+    pub(crate) fn could_run_a_residual(&self, env_id: &str, busy: &str, stage_backlog: usize) -> bool {
+        self.has_idle_worker(env_id, busy)
+            || stage_backlog == 0
+                && self
+                    .environments
+                    .get(env_id)
+                    .is_some_and(declares_multi_core)
+                && self.has_room(env_id)
+    }
+
     /// True when a bundle of `env_id` could start at once: none waits for a
     /// worker, and a connected worker has fewer bundles in flight than
     /// [`SdkHarnesses::bundles_per_worker`].
@@ -729,27 +783,46 @@ impl SdkHarnesses {
         self.pool().waiting.get(env_id).copied().unwrap_or(0)
     }
 
-    /// Runs the THROUGHPUT_BASED autoscaler until the job stops: every
+    /// Runs the THROUGHPUT_BASED autoscaler until the job stops, between
+    /// `min` and `max` workers' harnesses per environment: every
     /// [`AUTOSCALE_INTERVAL`], an environment with waiting bundles gets
-    /// enough new workers for them (one per `bundles_per_worker` waiting
-    /// bundles, up to `max`); one with no backlog stops a worker idle for
-    /// [`AUTOSCALE_IDLE`] while it has more than `min`.
+    /// enough new harnesses for them (one per `bundles_per_worker` waiting
+    /// bundles, up to its most); one with no backlog stops a harness idle
+    /// for [`AUTOSCALE_IDLE`] while it has more than its fewest.
     fn autoscale(self: &Arc<Self>, min: usize, max: usize) {
-        (self.log)(
-            WorkerLog::Info,
-            format!("autoscaling (THROUGHPUT_BASED): between {min} and {max} SDK harness(es) per environment, following the bundles waiting for one"),
-        );
-        let this = self.clone();
         let mut env_ids: Vec<String> = self.environments.keys().cloned().collect();
         env_ids.sort();
+        // Per environment: (id, fewest, most) SDK harnesses.
+        let bounds: Vec<(String, usize, usize)> = env_ids
+            .iter()
+            .map(|id| {
+                let per = self.harnesses_per_worker(id);
+                (id.clone(), min * per, max * per)
+            })
+            .collect();
+        let range = match bounds.as_slice() {
+            [(_, lo, hi), rest @ ..] if rest.iter().all(|(_, l, h)| l == lo && h == hi) => {
+                format!("between {lo} and {hi} SDK harness(es) per environment")
+            }
+            _ => bounds
+                .iter()
+                .map(|(id, lo, hi)| format!("between {lo} and {hi} SDK harness(es) of environment {id}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        (self.log)(
+            WorkerLog::Info,
+            format!("autoscaling (THROUGHPUT_BASED): {range} ({min} to {max} worker(s)), following the bundles waiting for one"),
+        );
+        let this = self.clone();
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(AUTOSCALE_INTERVAL).await;
                 if this.stopping.load(Ordering::SeqCst) {
                     return;
                 }
-                for env_id in &env_ids {
-                    this.autoscale_step(env_id, min, max).await;
+                for (env_id, lo, hi) in &bounds {
+                    this.autoscale_step(env_id, *lo, *hi).await;
                 }
             }
         });
@@ -1183,6 +1256,7 @@ mod tests {
             job,
             &envs,
             Scaling::Fixed(1),
+            1,
             None,
             &beam::ProvisionInfo::default(),
             log,
@@ -1205,6 +1279,7 @@ mod tests {
             provision: beam::ProvisionInfo::default(),
             log: Arc::new(|_, _| {}),
             bundles_per_worker: HashMap::new(),
+            harnesses_per_worker: HashMap::new(),
             pool: Mutex::default(),
             changed: tokio::sync::Notify::new(),
             stopping: AtomicBool::new(false),
@@ -1255,7 +1330,9 @@ mod tests {
                 &fn_api,
                 job,
                 &envs,
-                Scaling::Fixed(2),
+                // One worker of two harnesses (an SDK that runs bundles on one core).
+                Scaling::Fixed(1),
+                2,
                 None,
                 &beam::ProvisionInfo::default(),
                 Arc::new(|_, _| {}),
@@ -1613,5 +1690,14 @@ mod tests {
         assert_eq!(bundles_per_harness(&env(PYTHON), Some(3)), 3);
         assert_eq!(bundles_per_harness(&env(JAVA), Some(2)), 2);
         assert_eq!(bundles_per_harness(&env(JAVA), Some(0)), 1);
+    }
+
+    #[test]
+    fn a_worker_runs_one_harness_of_a_multi_core_sdk_and_one_per_core_of_another() {
+        assert_eq!(harnesses_per_worker(&env(JAVA), 4), 1);
+        assert_eq!(harnesses_per_worker(&env(GO), 4), 1);
+        assert_eq!(harnesses_per_worker(&env(PYTHON), 4), 4);
+        assert_eq!(harnesses_per_worker(&env(&[]), 2), 2);
+        assert_eq!(harnesses_per_worker(&env(PYTHON), 0), 1);
     }
 }

@@ -90,12 +90,14 @@ pub fn sdk_workers_per_environment(options: &Struct) -> usize {
 /// How a job's SDK harnesses are sized, from Dataflow's worker options.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SdkHarnessPlan {
-    /// SDK harnesses per worker ([`sdk_workers_per_environment`]).
+    /// SDK harnesses per worker of an SDK that runs bundles on one core
+    /// ([`sdk_workers_per_environment`]); an SDK that declares multi-core
+    /// bundle processing runs one per worker
+    /// ([`weir_harness::environment::harnesses_per_worker`]).
     pub per_worker: usize,
-    /// Harness count per environment: fixed at `num_workers` (default 1)
-    /// × `per_worker`, or with `autoscaling_algorithm=THROUGHPUT_BASED`
-    /// between that and `max_num_workers` (default `num_workers`) ×
-    /// `per_worker`.
+    /// Workers: fixed at `num_workers` (default 1), or with
+    /// `autoscaling_algorithm=THROUGHPUT_BASED` between that and
+    /// `max_num_workers` (default `num_workers`).
     pub scaling: weir_harness::environment::Scaling,
     /// Bundles one SDK harness runs at a time when set:
     /// `number_of_worker_harness_threads`. Unset, each environment's SDK
@@ -110,15 +112,12 @@ pub fn sdk_harness_plan(validated: &JobOptions, options: &Struct) -> SdkHarnessP
     use weir_harness::environment::Scaling;
     let per_worker = sdk_workers_per_environment(options);
     let workers = validated.num_workers.unwrap_or(1).max(1) as usize;
-    let min = workers.saturating_mul(per_worker);
     let scaling = match validated.autoscaling_algorithm {
         Some(AutoscalingAlgorithm::ThroughputBased) => Scaling::ThroughputBased {
-            min,
-            max: (validated.max_num_workers.map_or(workers, |m| m as usize))
-                .max(workers)
-                .saturating_mul(per_worker),
+            min: workers,
+            max: (validated.max_num_workers.map_or(workers, |m| m as usize)).max(workers),
         },
-        _ => Scaling::Fixed(min),
+        _ => Scaling::Fixed(workers),
     };
     SdkHarnessPlan {
         per_worker,

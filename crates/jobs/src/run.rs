@@ -125,10 +125,12 @@ async fn execute(
     job.message(
         Importance::JobMessageBasic,
         format!(
-            "starting {} SDK harness(es) per environment ({} worker(s) of {} SDK harness(es) each) for {} stage(s); {}",
-            sizing.scaling.initial(),
-            sizing.scaling.initial() / sizing.per_worker.max(1),
-            sizing.per_worker,
+            "starting {} for {} stage(s); {}",
+            harness_count_text(
+                &plan.environments,
+                sizing.scaling.initial(),
+                sizing.per_worker
+            ),
             plan.graph.stages.len(),
             bundles_per_harness_text(&plan.environments, sizing.harness_threads),
         ),
@@ -152,6 +154,7 @@ async fn execute(
         &job.id,
         &plan.environments,
         sizing.scaling,
+        sizing.per_worker,
         sizing.harness_threads,
         &provision,
         log,
@@ -252,6 +255,56 @@ async fn execute(
     }
 }
 
+/// How many SDK harnesses each environment starts with, for the job's
+/// messages: `N SDK harness(es) per environment (W worker(s) of P SDK
+/// harness(es) each)`, or one clause per environment when they differ.
+/// `per_core_sdk` is the harnesses per worker of an SDK that runs bundles
+/// on one core ([`environment::harnesses_per_worker`]).
+fn harness_count_text(
+    environments: &std::collections::HashMap<String, beam::Environment>,
+    workers: usize,
+    per_core_sdk: usize,
+) -> String {
+    let why = |env: &beam::Environment| {
+        if environment::declares_multi_core(env) {
+            " (one per worker: the SDK declares beam:protocol:multi_core_bundle_processing:v1)"
+        } else {
+            ""
+        }
+    };
+    let mut per_env: Vec<(&String, usize, &'static str)> = environments
+        .iter()
+        .map(|(id, env)| {
+            (
+                id,
+                environment::harnesses_per_worker(env, per_core_sdk),
+                why(env),
+            )
+        })
+        .collect();
+    per_env.sort();
+    match per_env.as_slice() {
+        [] => format!(
+            "{} SDK harness(es) per environment ({workers} worker(s) of {per_core_sdk} SDK harness(es) each)",
+            workers * per_core_sdk
+        ),
+        [(_, p, why), rest @ ..] if rest.iter().all(|(_, q, w)| q == p && w == why) => format!(
+            "{} SDK harness(es) per environment ({workers} worker(s) of {p} SDK harness(es) each){why}",
+            workers * p
+        ),
+        _ => per_env
+            .iter()
+            .map(|(id, p, why)| {
+                format!(
+                    "{} SDK harness(es) of environment {id} ({workers} worker(s) of {p} each){why}",
+                    workers * p
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
 /// How many bundles each environment's SDK harnesses run at a time, for the
 /// job's messages: `each SDK harness runs up to N bundle(s) at a time`,
 /// saying why when the SDK chose it, or one clause per environment when
@@ -298,6 +351,36 @@ mod tests {
             capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn the_message_says_how_many_sdk_harnesses_each_environment_starts() {
+        const MULTI: &str = weir_proto::urns::protocol::MULTI_CORE_BUNDLE_PROCESSING;
+        let envs = |list: &[(&str, &[&str])]| {
+            list.iter()
+                .map(|(id, caps)| (id.to_string(), env(caps)))
+                .collect::<std::collections::HashMap<_, _>>()
+        };
+        let python = envs(&[("py", &["beam:protocol:worker_status:v1"])]);
+        assert_eq!(
+            harness_count_text(&python, 3, 2),
+            "6 SDK harness(es) per environment (3 worker(s) of 2 SDK harness(es) each)"
+        );
+        let java = envs(&[("java", &[MULTI])]);
+        assert_eq!(
+            harness_count_text(&java, 1, 2),
+            "1 SDK harness(es) per environment (1 worker(s) of 1 SDK harness(es) each) (one per worker: the SDK declares beam:protocol:multi_core_bundle_processing:v1)"
+        );
+        let both = envs(&[("py", &[]), ("java", &[MULTI])]);
+        assert_eq!(
+            harness_count_text(&both, 2, 2),
+            "2 SDK harness(es) of environment java (2 worker(s) of 1 each) (one per worker: the SDK declares beam:protocol:multi_core_bundle_processing:v1), 4 SDK harness(es) of environment py (2 worker(s) of 2 each)"
+        );
+        // With one harness per worker for every SDK, the clauses agree again.
+        assert_eq!(
+            harness_count_text(&envs(&[("py", &[])]), 1, 1),
+            "1 SDK harness(es) per environment (1 worker(s) of 1 SDK harness(es) each)"
+        );
     }
 
     #[test]

@@ -120,28 +120,33 @@ fn resolve_environments(
 
 /// Refuses a job whose options ask for more SDK harnesses than
 /// [`crate::limits::Limits::max_sdk_harnesses_per_job`]: `num_workers` (or
-/// `max_num_workers` when autoscaling) × harnesses per worker × SDK
-/// environments.
+/// `max_num_workers` when autoscaling) × the SDK harnesses one worker runs
+/// of each environment ([`weir_harness::environment::harnesses_per_worker`]).
 fn check_sdk_harnesses(
     limits: &crate::limits::Limits,
     validated: &crate::options::JobOptions,
     options: &weir_proto::prost_types::Struct,
-    environments: usize,
+    environments: &std::collections::HashMap<String, beam::Environment>,
 ) -> Result<(), tonic::Status> {
-    use weir_harness::environment::Scaling;
+    use weir_harness::environment::{harnesses_per_worker, Scaling};
     let plan = crate::options::sdk_harness_plan(validated, options);
-    let (per_env, option) = match plan.scaling {
-        Scaling::Fixed(n) => (n, "num_workers"),
-        Scaling::ThroughputBased { max, .. } => (max, "max_num_workers"),
+    let option = match plan.scaling {
+        Scaling::Fixed(_) => "num_workers",
+        Scaling::ThroughputBased { .. } => "max_num_workers",
     };
-    let total = per_env.saturating_mul(environments.max(1));
+    let workers = plan.scaling.max();
+    // A job with no SDK environment still counts as one.
+    let per_worker: usize = environments
+        .values()
+        .map(|env| harnesses_per_worker(env, plan.per_worker))
+        .sum::<usize>()
+        .max(1);
+    let total = workers.saturating_mul(per_worker);
     if total > limits.max_sdk_harnesses_per_job {
         return Err(tonic::Status::invalid_argument(crate::limits::over(
             &format!(
-                "the SDK harnesses this job asks for (pipeline option --{option}: {per_env} per environment = {} per worker x {} worker(s), x {} environment(s))",
-                plan.per_worker,
-                per_env / plan.per_worker.max(1),
-                environments.max(1)
+                "the SDK harnesses this job asks for (pipeline option --{option}: {workers} worker(s) x {per_worker} SDK harness(es) per worker over {} environment(s))",
+                environments.len().max(1)
             ),
             total,
             limits.max_sdk_harnesses_per_job,
@@ -317,7 +322,7 @@ impl beam::job_service_server::JobService for JobService {
             ))
         })?;
         let plan = plan.map_err(|e| plan_status(&e))?;
-        check_sdk_harnesses(limits, &validated, &options, plan.environments.len())?;
+        check_sdk_harnesses(limits, &validated, &options, &plan.environments)?;
         for (id, env) in &plan.environments {
             weir_harness::environment::validate(id, env)
                 .map_err(|e| tonic::Status::unimplemented(e.to_string()))?;

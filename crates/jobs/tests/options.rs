@@ -1417,11 +1417,8 @@ fn worker_options_size_the_sdk_harnesses() {
         one_each(): ["no_use_multiple_sdk_containers"], py("autoscaling_algorithm"): "THROUGHPUT_BASED",
     }));
     assert_eq!(p.scaling, Scaling::ThroughputBased { min: 1, max: 1 });
-    // Per worker: one SDK harness per core.
+    // Per worker: one SDK harness per core (of an SDK that runs bundles on one core).
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let p = plan(serde_json::json!({ py("num_workers"): 2 }));
-    assert_eq!(
-        (p.per_worker, p.scaling),
-        (cores, Scaling::Fixed(2 * cores))
-    );
+    assert_eq!((p.per_worker, p.scaling), (cores, Scaling::Fixed(2)));
 }

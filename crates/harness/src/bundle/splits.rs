@@ -27,7 +27,8 @@ impl Inner {
     /// that lets other work start now and fewer than
     /// [`MAX_SPLITS_PER_BUNDLE`] splits were asked; returns the number of
     /// splits asked so far. A splittable DoFn's element (`channel` false)
-    /// splits when another worker of its environment is idle; a data
+    /// splits when its residual would start at once
+    /// ([`crate::environment::SdkHarnesses::could_run_a_residual`]); a data
     /// channel of several elements (`channel` true) when no element of its
     /// stage waits for a bundle on its timely worker and its environment
     /// could start another bundle at once (no bundle waits for a worker,
@@ -44,15 +45,16 @@ impl Inner {
         mut splits: u32,
         channel: bool,
     ) -> Result<u32, Failure> {
+        // Elements of the stage waiting for a bundle on its timely worker.
+        let backlog = request
+            .on_split
+            .as_ref()
+            .map_or(usize::MAX, |s| s.backlog.load(Ordering::Relaxed));
         let worth = if channel {
-            let backlog = request
-                .on_split
-                .as_ref()
-                .map_or(usize::MAX, |s| s.backlog.load(Ordering::Relaxed));
             backlog == 0 && self.harnesses.has_room(&stage.environment_id)
         } else {
             self.harnesses
-                .has_idle_worker(&stage.environment_id, &worker.id)
+                .could_run_a_residual(&stage.environment_id, &worker.id, backlog)
         };
         if splits >= MAX_SPLITS_PER_BUNDLE || !worth {
             return Ok(splits);
