@@ -1535,8 +1535,10 @@ mod tests {
     /// Stopping a job ends the wait of a LOOPBACK/EXTERNAL harness that has
     /// not connected yet at once, not after CONNECT_TIMEOUT: nothing of the
     /// job's harness set is left waiting.
-    #[tokio::test]
-    async fn stop_ends_the_wait_of_a_pool_harness_that_never_connects() {
+    /// A [`SilentPool`] serving on a free local port: an EXTERNAL
+    /// environment with `capabilities` that starts its harnesses there, and
+    /// the worker ids it was asked to start.
+    async fn silent_pool(capabilities: &[&str]) -> (beam::Environment, Arc<Mutex<Vec<String>>>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let endpoint = format!("localhost:{}", listener.local_addr().unwrap().port());
         let ids = Arc::new(Mutex::new(Vec::new()));
@@ -1558,8 +1560,42 @@ mod tests {
                 ..Default::default()
             }
             .encode_to_vec(),
+            capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
             ..Default::default()
         };
+        (external, ids)
+    }
+
+    /// One worker starts one harness of a multi-core SDK's environment and
+    /// `per_core_sdk` of another's.
+    #[tokio::test]
+    async fn a_worker_starts_one_harness_of_a_multi_core_sdk_and_one_per_core_of_another() {
+        let (java, java_ids) = silent_pool(JAVA).await;
+        let (python, python_ids) = silent_pool(PYTHON).await;
+        let fn_api = FnApi::new("localhost:1".into());
+        let envs = HashMap::from([("java".to_string(), java), ("py".to_string(), python)]);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let starting = spawn_start(&fn_api, "job-per-worker", envs, cancel.clone());
+        let began = Instant::now();
+        while java_ids.lock().unwrap().len() < 1 || python_ids.lock().unwrap().len() < 2 {
+            assert!(began.elapsed() < Duration::from_secs(10), "harnesses not started");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // All are launched at once: none comes later.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(java_ids.lock().unwrap().len(), 1);
+        assert_eq!(python_ids.lock().unwrap().len(), 2);
+        cancel.store(true, Ordering::SeqCst);
+        let started = tokio::time::timeout(Duration::from_secs(10), starting)
+            .await
+            .expect("start gives up once cancelled")
+            .unwrap();
+        assert!(matches!(started, Err(HarnessError::Cancelled)), "{:?}", started.err());
+    }
+
+    #[tokio::test]
+    async fn stop_ends_the_wait_of_a_pool_harness_that_never_connects() {
+        let (external, ids) = silent_pool(&[]).await;
         let fn_api = FnApi::new("localhost:1".into());
         let envs = HashMap::from([("env".to_string(), external)]);
         let starting = spawn_start(
