@@ -1566,6 +1566,36 @@ mod tests {
         (external, ids)
     }
 
+    /// A splittable DoFn's residual counts as able to start on the same
+    /// harness only for a multi-core SDK with room and no stage backlog;
+    /// for a one-core SDK only another idle harness counts.
+    #[test]
+    fn a_residual_runs_on_the_same_harness_only_for_a_multi_core_sdk() {
+        let fn_api = FnApi::new("localhost:1".into());
+        let mut harnesses = Arc::try_unwrap(harnesses_of(&fn_api)).ok().unwrap();
+        harnesses.environments = HashMap::from([
+            ("java".to_string(), env(JAVA)),
+            ("py".to_string(), env(PYTHON)),
+        ]);
+        harnesses.bundles_per_worker = HashMap::from([("java".to_string(), 16), ("py".to_string(), 2)]);
+        let (java, _java_rx) = connected_worker(&fn_api, "job-worker-java");
+        let (py, _py_rx) = connected_worker(&fn_api, "job-worker-py");
+        java.in_flight.store(1, Ordering::SeqCst);
+        py.in_flight.store(1, Ordering::SeqCst);
+        harnesses.pool().workers.insert("java".into(), vec![java.clone()]);
+        harnesses.pool().workers.insert("py".into(), vec![py.clone()]);
+        assert!(harnesses.could_run_a_residual("java", &java.id, 0));
+        assert!(!harnesses.could_run_a_residual("java", &java.id, 1), "the stage has a backlog");
+        assert!(!harnesses.could_run_a_residual("py", &py.id, 0), "a Python harness has room but one core");
+        // A full multi-core harness takes no more.
+        java.in_flight.store(16, Ordering::SeqCst);
+        assert!(!harnesses.could_run_a_residual("java", &java.id, 0));
+        // An idle second harness takes the residual, whatever the SDK.
+        let (idle, _idle_rx) = connected_worker(&fn_api, "job-worker-py-2");
+        harnesses.pool().workers.get_mut("py").unwrap().push(idle);
+        assert!(harnesses.could_run_a_residual("py", &py.id, 1));
+    }
+
     /// One worker starts one harness of a multi-core SDK's environment and
     /// `per_core_sdk` of another's.
     #[tokio::test]
