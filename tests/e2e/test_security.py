@@ -4,6 +4,7 @@ non-loopback binds, and the allowlist of PROCESS commands and DOCKER images
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -75,7 +76,8 @@ def test_another_client_cannot_reach_a_running_jobs_workers(weir_server, tmp_pat
   try:
     channel = grpc.insecure_channel(weir_server.endpoint)
     jobs = pb['beam_job_api_pb2_grpc'].JobServiceStub(channel)
-    # Wait until the job runs (its SDK harnesses have all connected).
+    # Wait until the job runs (one SDK harness has connected; the others
+    # may still be starting).
     deadline = time.time() + 120
     job_id = None
     while time.time() < deadline:
@@ -90,7 +92,19 @@ def test_another_client_cannot_reach_a_running_jobs_workers(weir_server, tmp_pat
       assert job.poll() is None, job.communicate()
       time.sleep(0.2)
     assert job_id, 'the job did not start running\n' + weir_server.log_tail()
-    worker_id = [w for _, w in _worker_processes() if w.startswith(job_id + '-worker-')][0]
+    # A live worker: its harness holds its control connection (the server
+    # log says so). A harness still starting has not claimed its id yet, and
+    # the Fn API cannot tell the first connection under an id from the
+    # harness's own: Beam's boot contract puts the id on the command line.
+    worker_id = None
+    while worker_id is None and time.time() < deadline:
+      with open(weir_server.log_path, encoding='utf-8', errors='replace') as f:
+        connected = set(re.findall(r'SDK harness connected \(control\) worker=(\S+)', f.read()))
+      live = [w for _, w in _worker_processes()
+              if w.startswith(job_id + '-worker-') and w in connected]
+      worker_id = live[0] if live else None
+      time.sleep(0.1)
+    assert worker_id, 'no connected SDK harness of the job\n' + weir_server.log_tail()
     # Worker ids can't be guessed: a readable prefix, a counter, 128 random bits.
     suffix = worker_id[len(job_id + '-worker-'):]
     assert len(suffix.split('-')[1]) == 32, worker_id
