@@ -60,9 +60,11 @@ def _job_state(stub, pb, job_id):
 
 def test_another_client_cannot_reach_a_running_jobs_workers(weir_server, tmp_path):
   """While a PROCESS job runs, a second client that knows the job id (any Job
-  API client can list it) and even reads the worker id off the harness's
-  command line reads none of its state, descriptors or provision info and
-  cannot take over its worker; the job still ends DONE with all its output."""
+  API client can list it) and even reads the worker id off a connected
+  harness's command line reads none of its state, descriptors or provision
+  info and cannot take over that worker; the job still ends DONE with all
+  its output. (A harness not yet connected can be claimed first: see the
+  README's security limits.)"""
   pb = _pb()
   out = tmp_path / 'out'
   env = dict(os.environ)

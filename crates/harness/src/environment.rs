@@ -17,9 +17,18 @@ use crate::{HarnessError, Result};
 /// How long SDK harnesses get to dial the control service after being started.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Bundles one SDK harness of a multi-threaded SDK runs at a time by default
-/// (see [`bundles_per_harness`]).
+/// Fewest bundles one SDK harness of a multi-threaded SDK runs at a time by
+/// default (see [`multi_core_bundles_per_harness`]).
 pub const MULTI_CORE_BUNDLES_PER_HARNESS: usize = 16;
+
+/// Bundles one SDK harness of a multi-threaded SDK runs at a time by
+/// default: [`MULTI_CORE_BUNDLES_PER_HARNESS`], or two per core of the
+/// machine when that is more. A worker runs one such harness
+/// ([`harnesses_per_worker`]), so it must keep every core busy.
+pub fn multi_core_bundles_per_harness() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    MULTI_CORE_BUNDLES_PER_HARNESS.max(2 * cores)
+}
 
 /// Bundles one SDK harness of any other SDK (Python) runs at a time by
 /// default (see [`bundles_per_harness`]): its harness runs bundles on a
@@ -29,7 +38,7 @@ pub const SINGLE_CORE_BUNDLES_PER_HARNESS: usize = 2;
 
 /// How many bundles Weir sends one SDK harness of `env` at a time:
 /// `harness_threads` (Dataflow's `number_of_worker_harness_threads`) when
-/// set; else [`MULTI_CORE_BUNDLES_PER_HARNESS`] for an SDK that declares
+/// set; else [`multi_core_bundles_per_harness`] for an SDK that declares
 /// `beam:protocol:multi_core_bundle_processing:v1` in the environment's
 /// capabilities (Java and Go, whose harnesses run bundles on many threads;
 /// Dataflow gives such an SDK one harness per worker VM for all its cores),
@@ -47,7 +56,7 @@ pub fn bundles_per_harness_and_reason(
     match harness_threads {
         Some(n) => (n.max(1), "number_of_worker_harness_threads"),
         None if declares_multi_core(env) => (
-            MULTI_CORE_BUNDLES_PER_HARNESS,
+            multi_core_bundles_per_harness(),
             "the SDK declares beam:protocol:multi_core_bundle_processing:v1",
         ),
         None => (
@@ -744,12 +753,14 @@ impl SdkHarnesses {
     }
 
     /// True when a residual of a splittable DoFn's bundle running on `busy`
-    /// would start at once: another connected worker of `env_id` is idle,
-    /// or, for an SDK that runs bundles on many cores
+    /// has an SDK harness to run on: another connected worker of `env_id`
+    /// is idle, or, for an SDK that runs bundles on many cores
     /// ([`declares_multi_core`]), no element of the stage waits
     /// (`stage_backlog` 0) and a bundle could start now on any worker,
     /// `busy` included ([`SdkHarnesses::has_room`]). A Python harness runs
-    /// its bundles on about one core, so only another worker counts.
+    /// its bundles on about one core, so only another worker counts. (The
+    /// residual still waits while its timely worker has its most bundles of
+    /// the stage in flight.)
     pub(crate) fn could_run_a_residual(&self, env_id: &str, busy: &str, stage_backlog: usize) -> bool {
         self.has_idle_worker(env_id, busy)
             || stage_backlog == 0
@@ -1317,7 +1328,8 @@ mod tests {
         rx
     }
 
-    /// `start` of two harnesses of each of `envs` for job `job`, running.
+    /// `start` of one worker for job `job`, running: two harnesses of each
+    /// of `envs` whose SDK runs bundles on one core, one of the others.
     fn spawn_start(
         fn_api: &Arc<FnApi>,
         job: &'static str,
@@ -1532,9 +1544,6 @@ mod tests {
         }
     }
 
-    /// Stopping a job ends the wait of a LOOPBACK/EXTERNAL harness that has
-    /// not connected yet at once, not after CONNECT_TIMEOUT: nothing of the
-    /// job's harness set is left waiting.
     /// A [`SilentPool`] serving on a free local port: an EXTERNAL
     /// environment with `capabilities` that starts its harnesses there, and
     /// the worker ids it was asked to start.
@@ -1623,6 +1632,9 @@ mod tests {
         assert!(matches!(started, Err(HarnessError::Cancelled)), "{:?}", started.err());
     }
 
+    /// Stopping a job ends the wait of a LOOPBACK/EXTERNAL harness that has
+    /// not connected yet at once, not after CONNECT_TIMEOUT: nothing of the
+    /// job's harness set is left waiting.
     #[tokio::test]
     async fn stop_ends_the_wait_of_a_pool_harness_that_never_connects() {
         let (external, ids) = silent_pool(&[]).await;
@@ -1735,14 +1747,11 @@ mod tests {
 
     #[test]
     fn bundles_per_harness_follow_the_sdk_unless_the_option_says() {
-        assert_eq!(
-            bundles_per_harness(&env(JAVA), None),
-            MULTI_CORE_BUNDLES_PER_HARNESS
-        );
-        assert_eq!(
-            bundles_per_harness(&env(GO), None),
-            MULTI_CORE_BUNDLES_PER_HARNESS
-        );
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let multi = MULTI_CORE_BUNDLES_PER_HARNESS.max(2 * cores);
+        assert!(multi >= 16);
+        assert_eq!(bundles_per_harness(&env(JAVA), None), multi);
+        assert_eq!(bundles_per_harness(&env(GO), None), multi);
         assert_eq!(
             bundles_per_harness(&env(PYTHON), None),
             SINGLE_CORE_BUNDLES_PER_HARNESS

@@ -60,8 +60,9 @@ impl Default for Limits {
             max_artifact_bytes_per_job: 8 << 30,
             prepared_job_ttl: Duration::from_secs(3600),
             max_prepared_jobs: 100,
-            // A job with default options starts one harness per core per
-            // environment: the default leaves room for a few environments.
+            // A job with default options starts one harness per core of
+            // each Python environment (one of a Java or Go one): the
+            // default leaves room for a few environments.
             max_sdk_harnesses_per_job: std::thread::available_parallelism()
                 .map_or(1, |n| n.get())
                 .saturating_mul(4)

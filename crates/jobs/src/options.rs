@@ -75,9 +75,11 @@ pub fn experiment_value(options: &Struct, name: &str) -> Option<String> {
         .find_map(|e| e.strip_prefix(&format!("{name}=")).map(str::to_string))
 }
 
-/// How many SDK harnesses one worker (Dataflow's worker VM) runs per
-/// environment: one per core (Dataflow's rule), or one with
-/// `--experiments=no_use_multiple_sdk_containers`.
+/// How many SDK harnesses one worker (Dataflow's worker VM) runs of an
+/// environment whose SDK runs bundles on one core (Python): one per core
+/// (Dataflow's rule), or one with
+/// `--experiments=no_use_multiple_sdk_containers`. A multi-core SDK's
+/// environment gets one ([`weir_harness::environment::harnesses_per_worker`]).
 pub fn sdk_workers_per_environment(options: &Struct) -> usize {
     if has_experiment(options, "no_use_multiple_sdk_containers") {
         return 1;

@@ -400,15 +400,17 @@ mod tests {
             bundles_per_harness_text(&python, Some(2)),
             "each SDK harness runs up to 2 bundle(s) at a time (number_of_worker_harness_threads)"
         );
+        // 16, or two per core on a larger machine.
+        let multi = environment::multi_core_bundles_per_harness();
         let java = envs(&[("java", &[MULTI])]);
         assert_eq!(
             bundles_per_harness_text(&java, None),
-            "each SDK harness runs up to 16 bundle(s) at a time (the SDK declares beam:protocol:multi_core_bundle_processing:v1)"
+            format!("each SDK harness runs up to {multi} bundle(s) at a time (the SDK declares beam:protocol:multi_core_bundle_processing:v1)")
         );
         let both = envs(&[("py", &[]), ("java", &[MULTI])]);
         assert_eq!(
             bundles_per_harness_text(&both, None),
-            "an SDK harness of environment java runs up to 16 bundle(s) at a time (the SDK declares beam:protocol:multi_core_bundle_processing:v1); an SDK harness of environment py runs up to 2 bundle(s) at a time (the default for an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1)"
+            format!("an SDK harness of environment java runs up to {multi} bundle(s) at a time (the SDK declares beam:protocol:multi_core_bundle_processing:v1); an SDK harness of environment py runs up to 2 bundle(s) at a time (the default for an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1)")
         );
         assert_eq!(
             bundles_per_harness_text(&both, Some(3)),

@@ -544,3 +544,62 @@ impl beam::job_service_server::JobService for JobService {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_proto::prost_types::{value::Kind, Struct, Value};
+
+    fn num_workers(n: f64) -> Struct {
+        Struct {
+            fields: [(
+                "beam:option:num_workers:v1".to_string(),
+                Value {
+                    kind: Some(Kind::NumberValue(n)),
+                },
+            )]
+            .into_iter()
+            .collect(),
+        }
+    }
+
+    fn env(capabilities: &[&str]) -> beam::Environment {
+        beam::Environment {
+            urn: weir_proto::urns::env::EXTERNAL.into(),
+            capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// The cap counts one SDK harness per worker of a multi-core SDK's
+    /// environment and one per core of another's.
+    #[test]
+    fn the_harness_cap_counts_each_environments_harnesses_per_worker() {
+        let limits = crate::limits::Limits {
+            max_sdk_harnesses_per_job: 256,
+            ..Default::default()
+        };
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let options = num_workers(200.0);
+        let validated = crate::options::validate(&options).expect("valid");
+        let multi = weir_proto::urns::protocol::MULTI_CORE_BUNDLE_PROCESSING;
+        let java = std::collections::HashMap::from([("java".to_string(), env(&[multi]))]);
+        check_sdk_harnesses(&limits, &validated, &options, &java)
+            .expect("200 workers of one Java harness each fit under 256");
+        let both = std::collections::HashMap::from([
+            ("java".to_string(), env(&[multi])),
+            ("py".to_string(), env(&[])),
+        ]);
+        let refused = check_sdk_harnesses(&limits, &validated, &options, &both)
+            .expect_err("200 workers of 1 + cores harnesses each do not fit under 256");
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        assert!(
+            refused.message().contains(&format!(
+                "pipeline option --num_workers: 200 worker(s) x {} SDK harness(es) per worker over 2 environment(s)",
+                1 + cores
+            )),
+            "{}",
+            refused.message()
+        );
+    }
+}

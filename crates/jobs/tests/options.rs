@@ -1398,7 +1398,7 @@ fn worker_options_size_the_sdk_harnesses() {
         (p.per_worker, p.scaling, p.harness_threads),
         (1, Scaling::Fixed(1), None)
     );
-    // num_workers multiplies; NONE keeps the count fixed.
+    // num_workers sets the workers; NONE keeps the count fixed.
     let p = plan(serde_json::json!({
         one_each(): ["no_use_multiple_sdk_containers"], py("num_workers"): 3,
         py("max_num_workers"): 5, py("autoscaling_algorithm"): "NONE",

@@ -27,7 +27,7 @@ impl Inner {
     /// that lets other work start now and fewer than
     /// [`MAX_SPLITS_PER_BUNDLE`] splits were asked; returns the number of
     /// splits asked so far. A splittable DoFn's element (`channel` false)
-    /// splits when its residual would start at once
+    /// splits when its residual has an SDK harness to run on
     /// ([`crate::environment::SdkHarnesses::could_run_a_residual`]); a data
     /// channel of several elements (`channel` true) when no element of its
     /// stage waits for a bundle on its timely worker and its environment
