@@ -342,10 +342,13 @@ fn bundles_per_harness_text(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn env(capabilities: &[&str]) -> beam::Environment {
+    const MULTI: &str = weir_proto::urns::protocol::MULTI_CORE_BUNDLE_PROCESSING;
+
+    /// An EXTERNAL environment declaring `capabilities`.
+    pub(crate) fn env(capabilities: &[&str]) -> beam::Environment {
         beam::Environment {
             urn: weir_proto::urns::env::EXTERNAL.into(),
             capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
@@ -353,14 +356,13 @@ mod tests {
         }
     }
 
+    /// Environments by id, each with its capabilities.
+    fn envs(list: &[(&str, &[&str])]) -> std::collections::HashMap<String, beam::Environment> {
+        list.iter().map(|(id, caps)| (id.to_string(), env(caps))).collect()
+    }
+
     #[test]
     fn the_message_says_how_many_sdk_harnesses_each_environment_starts() {
-        const MULTI: &str = weir_proto::urns::protocol::MULTI_CORE_BUNDLE_PROCESSING;
-        let envs = |list: &[(&str, &[&str])]| {
-            list.iter()
-                .map(|(id, caps)| (id.to_string(), env(caps)))
-                .collect::<std::collections::HashMap<_, _>>()
-        };
         let python = envs(&[("py", &["beam:protocol:worker_status:v1"])]);
         assert_eq!(
             harness_count_text(&python, 3, 2),
@@ -385,12 +387,6 @@ mod tests {
 
     #[test]
     fn the_message_says_how_many_bundles_each_sdk_harness_runs() {
-        const MULTI: &str = weir_proto::urns::protocol::MULTI_CORE_BUNDLE_PROCESSING;
-        let envs = |list: &[(&str, &[&str])]| {
-            list.iter()
-                .map(|(id, caps)| (id.to_string(), env(caps)))
-                .collect::<std::collections::HashMap<_, _>>()
-        };
         let python = envs(&[("py", &["beam:protocol:worker_status:v1"])]);
         assert_eq!(
             bundles_per_harness_text(&python, None),

@@ -548,6 +548,7 @@ impl beam::job_service_server::JobService for JobService {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::tests::env;
     use weir_proto::prost_types::{value::Kind, Struct, Value};
 
     fn num_workers(n: f64) -> Struct {
@@ -560,14 +561,6 @@ mod tests {
             )]
             .into_iter()
             .collect(),
-        }
-    }
-
-    fn env(capabilities: &[&str]) -> beam::Environment {
-        beam::Environment {
-            urn: weir_proto::urns::env::EXTERNAL.into(),
-            capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
-            ..Default::default()
         }
     }
 

@@ -322,28 +322,9 @@ mod tests {
 
     #[test]
     fn lifts_combine_per_key_into_precombine_gbk_merge_extract() {
-        let plan = plan(
-            &pipeline(),
-            &PlanOptions {
-                fn_api_url: "localhost:1".into(),
-                streaming: false,
-                drain: false,
-            },
-        )
-        .unwrap();
-        let kinds: Vec<String> = plan
-            .graph
-            .stages
-            .iter()
-            .map(|s| match &s.kind {
-                StageKind::Impulse { .. } => "impulse".to_string(),
-                StageKind::GroupByKey { .. } => "gbk".to_string(),
-                StageKind::Sdk(_) => format!("sdk[{}]", s.name),
-                other => format!("{other:?}"),
-            })
-            .collect();
+        let plan = batch_plan(&pipeline());
         assert_eq!(
-            kinds,
+            stage_kinds(&plan),
             vec![
                 "impulse",
                 "sdk[Pairs+Sum/Precombine]",
@@ -380,9 +361,9 @@ mod tests {
         assert_eq!(pre.environment_id, "env");
     }
 
-    /// The names of a plan's stages: impulse, gbk, or sdk[fused transforms].
-    fn stage_kinds(pipeline: &beam::Pipeline) -> Vec<String> {
-        let plan = plan(
+    /// `pipeline` planned as a batch job.
+    fn batch_plan(pipeline: &beam::Pipeline) -> crate::Plan {
+        plan(
             pipeline,
             &PlanOptions {
                 fn_api_url: "localhost:1".into(),
@@ -390,7 +371,11 @@ mod tests {
                 drain: false,
             },
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// The names of a plan's stages: impulse, gbk, or sdk[fused transforms].
+    fn stage_kinds(plan: &crate::Plan) -> Vec<String> {
         plan.graph
             .stages
             .iter()
@@ -413,7 +398,7 @@ mod tests {
             let c = p.components.as_mut().unwrap();
             c.windowing_strategies.get_mut("ws").unwrap().output_time = output_time as i32;
             assert_eq!(
-                stage_kinds(&p),
+                stage_kinds(&batch_plan(&p)),
                 vec!["impulse", "sdk[Pairs]", "gbk", "sdk[Sum/Combine]"],
                 "{output_time:?}"
             );
@@ -423,7 +408,7 @@ mod tests {
         c.windowing_strategies.get_mut("ws").unwrap().output_time =
             beam::output_time::Enum::EndOfWindow as i32;
         assert_eq!(
-            stage_kinds(&p),
+            stage_kinds(&batch_plan(&p)),
             vec![
                 "impulse",
                 "sdk[Pairs+Sum/Precombine]",
