@@ -14,10 +14,18 @@ use crate::registry::{Job, JobRegistry};
 
 /// Runs `job` to a terminal state; never panics the server.
 pub(crate) async fn run(registry: Arc<JobRegistry>, job: Arc<Job>) {
-    let result = match registry.coordinator() {
-        Some(c) => crate::cluster::coordinator::run_job(c, &job).await,
-        None => execute(&registry, &job, None).await,
+    let (result, mut teardown) = match registry.coordinator() {
+        Some(c) => (crate::cluster::coordinator::run_job(c, &job).await, None),
+        None => {
+            let (result, teardown) = execute(&registry, &job, None).await;
+            (result, Some(teardown))
+        }
     };
+    if result.is_err() {
+        if let Some(teardown) = teardown.take() {
+            teardown.run().await;
+        }
+    }
     match result {
         Ok(()) => {
             job.message(
@@ -43,6 +51,9 @@ pub(crate) async fn run(registry: Arc<JobRegistry>, job: Arc<Job>) {
             job.set_state(state);
         }
     }
+    if let Some(teardown) = teardown {
+        teardown.run().await;
+    }
     let _ = tokio::fs::remove_dir_all(&job.staging_dir).await;
 }
 
@@ -55,9 +66,14 @@ pub(crate) async fn run_attempt(
     peers: weir_engine::ClusterPeers,
 ) -> (JobState, String) {
     job.set_state(JobState::Starting);
-    let result = execute(&registry, &job, Some(peers)).await;
-    let _ = tokio::fs::remove_dir_all(&job.staging_dir).await;
-    match result {
+    let (result, teardown) = execute(&registry, &job, Some(peers)).await;
+    let mut teardown = Some(teardown);
+    if result.is_err() {
+        if let Some(teardown) = teardown.take() {
+            teardown.run().await;
+        }
+    }
+    let ended = match result {
         Ok(()) if job.drain.load(std::sync::atomic::Ordering::SeqCst) => {
             job.set_state(JobState::Drained);
             (JobState::Drained, String::new())
@@ -71,19 +87,67 @@ pub(crate) async fn run_attempt(
             job.set_state(state);
             (state, message)
         }
+    };
+    if let Some(teardown) = teardown {
+        teardown.run().await;
+    }
+    let _ = tokio::fs::remove_dir_all(&job.staging_dir).await;
+    ended
+}
+
+/// What is left of a job once its outcome is known: its SDK harnesses to
+/// stop and its Fn API registrations (process bundle descriptors, SDK log
+/// sink) to drop. A job that succeeded is reported DONE (or DRAINED) first,
+/// so the client sees it as soon as its work is done rather than after its
+/// SDK harnesses exit (about 10 ms for a Python process, a StopWorker call
+/// for a worker pool). A job that failed or was cancelled is torn down
+/// first: its other bundles get their grace ([`environment::STOP_GRACE`])
+/// and its DoFns their `@Teardown` before the client sees FAILED, as
+/// Beam's lifecycle tests expect.
+struct Teardown {
+    fn_api: Arc<weir_harness::FnApi>,
+    job_id: String,
+    harnesses: Option<Arc<environment::SdkHarnesses>>,
+}
+
+impl Teardown {
+    async fn run(self) {
+        if let Some(harnesses) = self.harnesses {
+            harnesses.stop().await;
+        }
+        self.fn_api.remove_descriptors(&format!("{}/", self.job_id));
+        self.fn_api.remove_sdk_log(&self.job_id);
     }
 }
 
 /// Runs `job` in this process, or as process `peers.process` of a cluster
 /// attempt.
+///
+/// Returns the outcome and what is left to tear down
+/// ([`Teardown::run`], after the caller sets the job's state).
 async fn execute(
     registry: &JobRegistry,
     job: &Arc<Job>,
     peers: Option<weir_engine::ClusterPeers>,
+) -> (Result<(), (JobState, String)>, Teardown) {
+    let mut teardown = Teardown {
+        fn_api: registry.fn_api.clone(),
+        job_id: job.id.clone(),
+        harnesses: None,
+    };
+    let result = execute_with(registry, job, peers, &mut teardown).await;
+    (result, teardown)
+}
+
+/// [`execute`]'s work; the SDK harnesses it starts go into `teardown`.
+async fn execute_with(
+    registry: &JobRegistry,
+    job: &Arc<Job>,
+    peers: Option<weir_engine::ClusterPeers>,
+    teardown: &mut Teardown,
 ) -> Result<(), (JobState, String)> {
     let fail = |m: String| (JobState::Failed, m);
     let plan = job.plan_to_run().map_err(fail)?;
-    let prefix = format!("{}/", job.id);
     registry
         .fn_api
         .add_descriptors(plan.descriptors.values().map(|d| {
@@ -168,14 +232,8 @@ async fn execute(
         ),
         e => fail(e.to_string()),
     });
-    let started = match started {
-        Ok(s) => s,
-        Err(e) => {
-            registry.fn_api.remove_descriptors(&prefix);
-            registry.fn_api.remove_sdk_log(&job.id);
-            return Err(e);
-        }
-    };
+    let started = started?;
+    teardown.harnesses = Some(started.clone());
     job.set_state(JobState::Running);
 
     let graph = Arc::new(plan.graph);
@@ -235,9 +293,7 @@ async fn execute(
 
     // Runs are deleted as they are read back; a failed job may leave some.
     let _ = std::fs::remove_dir_all(&spill_dir);
-    started.stop().await;
-    registry.fn_api.remove_descriptors(&prefix);
-    registry.fn_api.remove_sdk_log(&job.id);
+    // The SDK harnesses stop after the caller reports the outcome (Teardown).
     match result? {
         Ok(()) => Ok(()),
         // The harnesses stopped the job (e.g. its worker pool is gone).
@@ -358,7 +414,9 @@ pub(crate) mod tests {
 
     /// Environments by id, each with its capabilities.
     fn envs(list: &[(&str, &[&str])]) -> std::collections::HashMap<String, beam::Environment> {
-        list.iter().map(|(id, caps)| (id.to_string(), env(caps))).collect()
+        list.iter()
+            .map(|(id, caps)| (id.to_string(), env(caps)))
+            .collect()
     }
 
     #[test]
