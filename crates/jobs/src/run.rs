@@ -321,44 +321,31 @@ fn harness_count_text(
     workers: usize,
     per_core_sdk: usize,
 ) -> String {
-    let why = |env: &beam::Environment| {
-        if environment::declares_multi_core(env) {
-            " (one per worker: the SDK declares beam:protocol:multi_core_bundle_processing:v1)"
-        } else {
-            ""
-        }
-    };
-    let mut per_env: Vec<(&String, usize, &'static str)> = environments
-        .iter()
-        .map(|(id, env)| {
-            (
-                id,
-                environment::harnesses_per_worker(env, per_core_sdk),
-                why(env),
+    per_environment_text(
+        environments,
+        |env| {
+            let why = if environment::declares_multi_core(env) {
+                " (one per worker: the SDK declares beam:protocol:multi_core_bundle_processing:v1)"
+            } else {
+                ""
+            };
+            (environment::harnesses_per_worker(env, per_core_sdk), why)
+        },
+        (per_core_sdk, ""),
+        |p, why| {
+            format!(
+                "{} SDK harness(es) per environment ({workers} worker(s) of {p} SDK harness(es) each){why}",
+                workers * p
             )
-        })
-        .collect();
-    per_env.sort();
-    match per_env.as_slice() {
-        [] => format!(
-            "{} SDK harness(es) per environment ({workers} worker(s) of {per_core_sdk} SDK harness(es) each)",
-            workers * per_core_sdk
-        ),
-        [(_, p, why), rest @ ..] if rest.iter().all(|(_, q, w)| q == p && w == why) => format!(
-            "{} SDK harness(es) per environment ({workers} worker(s) of {p} SDK harness(es) each){why}",
-            workers * p
-        ),
-        _ => per_env
-            .iter()
-            .map(|(id, p, why)| {
-                format!(
-                    "{} SDK harness(es) of environment {id} ({workers} worker(s) of {p} each){why}",
-                    workers * p
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(", "),
-    }
+        },
+        |id, p, why| {
+            format!(
+                "{} SDK harness(es) of environment {id} ({workers} worker(s) of {p} each){why}",
+                workers * p
+            )
+        },
+        ", ",
+    )
 }
 
 /// How many bundles each environment's SDK harnesses run at a time, for the
@@ -369,31 +356,50 @@ fn bundles_per_harness_text(
     environments: &std::collections::HashMap<String, beam::Environment>,
     harness_threads: Option<usize>,
 ) -> String {
+    let default = harness_threads.unwrap_or(environment::SINGLE_CORE_BUNDLES_PER_HARNESS);
+    per_environment_text(
+        environments,
+        |env| environment::bundles_per_harness_and_reason(env, harness_threads),
+        (default, ""),
+        |n, why| match why {
+            "" => format!("each SDK harness runs up to {n} bundle(s) at a time"),
+            why => format!("each SDK harness runs up to {n} bundle(s) at a time ({why})"),
+        },
+        |id, n, why| {
+            format!("an SDK harness of environment {id} runs up to {n} bundle(s) at a time ({why})")
+        },
+        "; ",
+    )
+}
+
+/// A job message's clause about a number chosen per environment, with its
+/// reason (`of`): `all(n, reason)` when every environment got the same (or
+/// `all(none...)` when there is none), else `each(id, n, reason)` for every
+/// environment in order of id, joined by `separator`.
+fn per_environment_text(
+    environments: &std::collections::HashMap<String, beam::Environment>,
+    of: impl Fn(&beam::Environment) -> (usize, &'static str),
+    none: (usize, &'static str),
+    all: impl Fn(usize, &str) -> String,
+    each: impl Fn(&str, usize, &str) -> String,
+    separator: &str,
+) -> String {
     let mut per_env: Vec<(&String, usize, &'static str)> = environments
         .iter()
         .map(|(id, env)| {
-            let (n, why) = environment::bundles_per_harness_and_reason(env, harness_threads);
+            let (n, why) = of(env);
             (id, n, why)
         })
         .collect();
     per_env.sort();
     match per_env.as_slice() {
-        [] => format!(
-            "each SDK harness runs up to {} bundle(s) at a time",
-            harness_threads.unwrap_or(environment::SINGLE_CORE_BUNDLES_PER_HARNESS)
-        ),
-        [(_, n, why), rest @ ..] if rest.iter().all(|(_, m, w)| m == n && w == why) => {
-            format!("each SDK harness runs up to {n} bundle(s) at a time ({why})")
-        }
+        [] => all(none.0, none.1),
+        [(_, n, why), rest @ ..] if rest.iter().all(|(_, m, w)| m == n && w == why) => all(*n, why),
         _ => per_env
             .iter()
-            .map(|(id, n, why)| {
-                format!(
-                    "an SDK harness of environment {id} runs up to {n} bundle(s) at a time ({why})"
-                )
-            })
+            .map(|(id, n, why)| each(id, *n, why))
             .collect::<Vec<_>>()
-            .join("; "),
+            .join(separator),
     }
 }
 
