@@ -1,6 +1,7 @@
 //! Cutting an SDK stage's pending elements into bundles.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use crate::operators::Element;
 use crate::time::Hold;
@@ -8,6 +9,48 @@ use crate::EngineConfig;
 
 /// Bundles a batch of pending restrictions is cut into.
 const SPLITTABLE_BUNDLES_PER_BATCH: usize = 4;
+
+/// The wall time a bundle of a splittable stage should take at least, once
+/// the stage's cost per element is known: a smaller bundle is mostly the
+/// SDK's fixed cost per bundle (a few ms of building or resetting its
+/// processor, its state sampler, its metrics). Bounds the tail of bundles
+/// at the end of a batch of restrictions too.
+const MIN_SPLITTABLE_BUNDLE: Duration = Duration::from_millis(100);
+
+/// A stage's wall time per input element, learned from its bundles that
+/// finished (an even mix of the last estimate and the newest bundle).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) struct ElementCost {
+    per_element: Option<Duration>,
+}
+
+impl ElementCost {
+    /// Learns from a bundle of `elements` input elements that took `took`
+    /// from submit to done; a bundle without input elements teaches nothing.
+    pub(super) fn observe(&mut self, elements: usize, took: Duration) {
+        if elements == 0 {
+            return;
+        }
+        let newest = took / elements as u32;
+        self.per_element = Some(match self.per_element {
+            Some(old) => (old + newest) / 2,
+            None => newest,
+        });
+    }
+
+    /// The fewest elements a splittable stage's bundle should hold so that
+    /// it takes about [`MIN_SPLITTABLE_BUNDLE`]: 1 while nothing is known
+    /// (or an element takes that long).
+    pub(super) fn min_elements(&self) -> usize {
+        match self.per_element {
+            Some(d) if !d.is_zero() => {
+                (MIN_SPLITTABLE_BUNDLE.as_nanos() / d.as_nanos()).max(1) as usize
+            }
+            Some(_) => usize::MAX,
+            None => 1,
+        }
+    }
+}
 
 /// How large one bundle may grow.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -25,12 +68,21 @@ impl BundleLimits {
     /// (about a quarter of what is pending each, one when few are pending),
     /// so they spread over SDK workers and a single running one can be
     /// split, without paying the SDK's per-bundle cost for each of thousands
-    /// of tiny restrictions. Other stages use `config`'s limits.
+    /// of tiny restrictions; but never fewer than `min_elements` (see
+    /// [`ElementCost::min_elements`]) while that many are pending. Other
+    /// stages use `config`'s limits.
     ///
     /// Panics if `config.max_bundle_elements` is 0 for a splittable stage.
-    pub(super) fn for_stage(splittable: bool, pending: usize, config: &EngineConfig) -> Self {
+    pub(super) fn for_stage(
+        splittable: bool,
+        pending: usize,
+        min_elements: usize,
+        config: &EngineConfig,
+    ) -> Self {
         let max_elements = if splittable {
-            (pending / SPLITTABLE_BUNDLES_PER_BATCH).clamp(1, config.max_bundle_elements)
+            (pending / SPLITTABLE_BUNDLES_PER_BATCH)
+                .max(min_elements.min(pending))
+                .clamp(1, config.max_bundle_elements)
         } else {
             config.max_bundle_elements
         };
@@ -156,14 +208,66 @@ mod tests {
         let cases = [(0, 1), (3, 1), (40, 10), (10_000, 100)];
         for (pending, expected) in cases {
             assert_eq!(
-                BundleLimits::for_stage(true, pending, &config),
+                BundleLimits::for_stage(true, pending, 1, &config),
                 limits(expected, 4096),
                 "{pending} pending"
             );
         }
         assert_eq!(
-            BundleLimits::for_stage(false, 3, &config),
+            BundleLimits::for_stage(false, 3, 1, &config),
             limits(100, 4096)
         );
+    }
+
+    #[test]
+    fn a_splittable_stage_keeps_bundles_at_its_minimum_while_enough_are_pending() {
+        let config = EngineConfig {
+            max_bundle_elements: 100,
+            max_bundle_bytes: 4096,
+            ..EngineConfig::default()
+        };
+        // (pending, minimum) -> most elements in the next bundle.
+        let cases = [
+            ((40, 25), 25),    // above a quarter of 40
+            ((200, 25), 50),   // a quarter is more
+            ((10, 25), 10),    // fewer pending than the minimum: all of them
+            ((0, 25), 1),      // nothing pending
+            ((400, 500), 100), // never above max_bundle_elements
+        ];
+        for ((pending, minimum), expected) in cases {
+            assert_eq!(
+                BundleLimits::for_stage(true, pending, minimum, &config),
+                limits(expected, 4096),
+                "{pending} pending, minimum {minimum}"
+            );
+        }
+        // Only splittable stages have a minimum.
+        assert_eq!(
+            BundleLimits::for_stage(false, 3, 25, &config),
+            limits(100, 4096)
+        );
+    }
+
+    #[test]
+    fn the_minimum_holds_about_100_ms_of_elements_once_their_cost_is_known() {
+        let mut cost = ElementCost::default();
+        assert_eq!(cost.min_elements(), 1, "nothing known yet");
+        // 125 elements in 500 ms: 4 ms each, so 25 fill 100 ms.
+        cost.observe(125, Duration::from_millis(500));
+        assert_eq!(cost.min_elements(), 25);
+        // A timers-only bundle (no input elements) teaches nothing.
+        cost.observe(0, Duration::from_secs(9));
+        assert_eq!(cost.min_elements(), 25);
+        // The newest bundle weighs half: (4 ms + 12 ms) / 2 = 8 ms each.
+        cost.observe(1, Duration::from_millis(12));
+        assert_eq!(cost.min_elements(), 12);
+        // An element that takes longer than 100 ms goes alone.
+        let mut slow = ElementCost::default();
+        slow.observe(2, Duration::from_secs(3));
+        assert_eq!(slow.min_elements(), 1);
+        // Elements too fast to measure: as many as are pending.
+        let mut instant = ElementCost::default();
+        instant.observe(1, Duration::ZERO);
+        assert_eq!(instant.min_elements(), usize::MAX);
     }
 }

@@ -158,6 +158,7 @@ pub(crate) fn sdk_stage<'s>(
             st.returned -= recounted;
             ctx.count(stage_index, elements.len() - recounted, 0, 0);
             st.in_flight.insert(id, cap);
+            st.submitted.insert(id, (std::time::Instant::now(), elements.len()));
             if let Some((family, info)) = &expiration {
                 set_expiration_timers(&mut st.timers, *family, info, &elements);
             }
@@ -299,6 +300,7 @@ pub(crate) fn sdk_stage<'s>(
                 st.pending.clear();
                 st.delayed.clear();
                 st.in_flight.clear();
+                st.submitted.clear();
                 st.emitting.clear();
                 st.timer_hold = None;
                 return;
@@ -330,6 +332,9 @@ pub(crate) fn sdk_stage<'s>(
                     BundleEvent::Done(result) => result,
                 };
                 let Some(cap) = st.in_flight.remove(&id) else { continue };
+                if let Some((at, elements)) = st.submitted.remove(&id) {
+                    st.cost.observe(elements, at.elapsed());
+                }
                 match result {
                     Ok(r) => {
                         ctx.count(stage_index, 0, 0, 1);
@@ -506,7 +511,7 @@ pub(crate) fn sdk_stage<'s>(
             // Restrictions of a splittable DoFn go out in small bundles (see
             // BundleLimits::for_stage).
             let pending: usize = if sdk.splittable { st.pending.iter().map(|(_, e)| e.len()).sum() } else { 0 };
-            let limits = BundleLimits::for_stage(sdk.splittable, pending, &ctx.config);
+            let limits = BundleLimits::for_stage(sdk.splittable, pending, st.cost.min_elements(), &ctx.config);
             while st.in_flight.len() < max_in_flight {
                 let Some((cap, elements)) = cut_bundle(&mut st.pending, limits) else { break };
                 if elements.is_empty() {

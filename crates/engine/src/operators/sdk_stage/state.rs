@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use weir_model::Timestamp;
 
+use super::bundles::ElementCost;
 use super::residuals::DelayedResiduals;
 use crate::operators::Element;
 use crate::outputs::OutputReader;
@@ -24,6 +25,11 @@ pub(super) struct SdkState<H> {
     pub(super) delayed: DelayedResiduals<H>,
     /// Bundles at SDK harnesses, by bundle id, with their holds.
     pub(super) in_flight: HashMap<u64, H>,
+    /// When each bundle in flight was submitted, and with how many input
+    /// elements, by bundle id; what finished bundles took goes to `cost`.
+    pub(super) submitted: HashMap<u64, (std::time::Instant, usize)>,
+    /// The stage's wall time per input element (sizes a splittable stage's bundles).
+    pub(super) cost: ElementCost,
     /// The id of the next bundle.
     pub(super) next_bundle: u64,
     /// Input elements handed back by splits of the data channel and not yet
@@ -71,6 +77,8 @@ impl<H> SdkState<H> {
             pending: VecDeque::new(),
             delayed: DelayedResiduals::default(),
             in_flight: HashMap::new(),
+            submitted: HashMap::new(),
+            cost: ElementCost::default(),
             next_bundle: 0,
             returned: 0,
             side_data: vec![Vec::new(); side_inputs],
