@@ -7,6 +7,7 @@ server's log lines for the job."""
 import json
 import re
 import sys
+import time
 from pathlib import Path
 
 from conftest import WEIR_BIN
@@ -24,34 +25,53 @@ def _process_flags(server):
 
 def _run(beam, server, tmp_path, name):
   """Runs pipelines.py NAME under PROCESS; returns the run and the server's
-  log lines written meanwhile."""
+  log lines written since it was submitted, once the job's SDK harnesses
+  have stopped (their teardown may follow DONE)."""
   with open(server.log_path, 'rb') as f:
     start = len(f.read())
   out = tmp_path / name
   err = tmp_path / (name + '-err.txt')
   run = beam.run([PIPELINES_PY, name, '--output', out, '--error_file', err] +
                  _process_flags(server), out, name, error_file=err)
-  with open(server.log_path, 'rb') as f:
-    lines = f.read()[start:].decode('utf-8', 'replace').splitlines()
-  return run, lines
+  deadline = time.time() + 30
+  while True:
+    with open(server.log_path, 'rb') as f:
+      lines = f.read()[start:].decode('utf-8', 'replace').splitlines()
+    job = _job_id(lines)
+    if job and _closed(lines, job) or time.time() > deadline:
+      return run, lines
+    time.sleep(0.1)
+
+
+def _job_id(lines):
+  """The id of the job prepared in `lines` (the server runs one test at a time)."""
+  for line in lines:
+    m = re.search(r'prepared job=(\S+)', line)
+    if m:
+      return m.group(1)
+  return None
+
+
+def _closed(lines, job):
+  """Indices of the lines where an SDK harness of `job` lost its control
+  stream: closed, or broken when the process was killed first."""
+  pattern = r'SDK harness control stream (closed|broken).*? worker=%s-worker-' % re.escape(job)
+  return [i for i, line in enumerate(lines) if re.search(pattern, line)]
 
 
 def _order(lines):
-  """(index of the job's terminal state line, its state, index of the first
-  'control stream closed' line of one of its SDK harnesses)."""
-  terminal = None
-  for i, line in enumerate(lines):
-    m = re.search(r'job state job=(\S+) state="(DONE|FAILED|CANCELLED)"', line)
-    if m:
-      terminal = (i, m.group(1), m.group(2))
-  assert terminal, 'no terminal state in the log:\n' + '\n'.join(lines[-40:])
-  index, job, state = terminal
-  closed = [i for i, line in enumerate(lines)
-            if re.search(r'SDK harness control stream closed worker=%s-worker-' % re.escape(job),
-                         line)]
-  assert closed, 'no SDK harness of %s closed its control stream:\n%s' % (
+  """(index of the job's terminal state line, its state, index of the
+  first line where one of its SDK harnesses lost its control stream)."""
+  job = _job_id(lines)
+  assert job, 'no job prepared in the log:\n' + '\n'.join(lines[-40:])
+  terminal = [(i, m.group(1)) for i, line in enumerate(lines)
+              for m in [re.search(r'job state job=%s state="(DONE|FAILED|CANCELLED)"' % re.escape(job),
+                                  line)] if m]
+  assert terminal, 'no terminal state of %s in the log:\n%s' % (job, '\n'.join(lines[-40:]))
+  closed = _closed(lines, job)
+  assert closed, 'no SDK harness of %s lost its control stream:\n%s' % (
       job, '\n'.join(lines[-40:]))
-  return index, state, closed[0]
+  return terminal[0][0], terminal[0][1], closed[0]
 
 
 def test_a_job_that_succeeds_is_done_before_its_sdk_harnesses_stop(beam, weir_server, tmp_path):

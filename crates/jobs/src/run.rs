@@ -100,10 +100,11 @@ pub(crate) async fn run_attempt(
 /// sink) to drop. A job that succeeded is reported DONE (or DRAINED) first,
 /// so the client sees it as soon as its work is done rather than after its
 /// SDK harnesses exit (about 10 ms for a Python process, a StopWorker call
-/// for a worker pool). A job that failed or was cancelled is torn down
-/// first: its other bundles get their grace ([`environment::STOP_GRACE`])
-/// and its DoFns their `@Teardown` before the client sees FAILED, as
-/// Beam's lifecycle tests expect.
+/// for a worker pool); a cluster worker still reports its attempt after
+/// its teardown. A job that failed or was cancelled is torn down first, so
+/// bundles already sent get their grace ([`environment::STOP_GRACE`])
+/// before the client sees FAILED (the SDK tears down a failed bundle's
+/// DoFns as it fails it, which Beam's lifecycle tests check).
 struct Teardown {
     fn_api: Arc<weir_harness::FnApi>,
     job_id: String,
@@ -446,6 +447,26 @@ pub(crate) mod tests {
         assert_eq!(
             harness_count_text(&envs(&[("py", &[])]), 1, 1),
             "1 SDK harness(es) per environment (1 worker(s) of 1 SDK harness(es) each)"
+        );
+    }
+
+    #[test]
+    fn the_messages_of_a_job_without_environments_give_the_defaults() {
+        let none = std::collections::HashMap::new();
+        assert_eq!(
+            harness_count_text(&none, 3, 2),
+            "6 SDK harness(es) per environment (3 worker(s) of 2 SDK harness(es) each)"
+        );
+        assert_eq!(
+            bundles_per_harness_text(&none, None),
+            format!(
+                "each SDK harness runs up to {} bundle(s) at a time",
+                environment::SINGLE_CORE_BUNDLES_PER_HARNESS
+            )
+        );
+        assert_eq!(
+            bundles_per_harness_text(&none, Some(5)),
+            "each SDK harness runs up to 5 bundle(s) at a time"
         );
     }
 

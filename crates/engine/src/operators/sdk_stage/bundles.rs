@@ -31,7 +31,9 @@ impl ElementCost {
         if elements == 0 {
             return;
         }
-        let newest = took / elements as u32;
+        let newest = Duration::from_nanos(
+            (took.as_nanos() / elements as u128).min(u128::from(u64::MAX)) as u64,
+        );
         self.per_element = Some(match self.per_element {
             Some(old) => (old + newest) / 2,
             None => newest,

@@ -325,6 +325,10 @@ pub(crate) fn sdk_stage<'s>(
                         if let Some(cap) = st.in_flight.get(&id) {
                             let cap = cap.clone();
                             st.returned += returned;
+                            // Elements handed back are not what the bundle's time was spent on.
+                            if let Some((_, submitted)) = st.submitted.get_mut(&id) {
+                                *submitted = submitted.saturating_sub(returned);
+                            }
                             st.pending.push_back((cap, residuals));
                         }
                         continue;

@@ -26,7 +26,8 @@ pub(super) struct SdkState<H> {
     /// Bundles at SDK harnesses, by bundle id, with their holds.
     pub(super) in_flight: HashMap<u64, H>,
     /// When each bundle in flight was submitted, and with how many input
-    /// elements, by bundle id; what finished bundles took goes to `cost`.
+    /// elements (less those a split handed back), by bundle id; what
+    /// finished bundles took goes to `cost`.
     pub(super) submitted: HashMap<u64, (std::time::Instant, usize)>,
     /// The stage's wall time per input element (sizes a splittable stage's bundles).
     pub(super) cost: ElementCost,
