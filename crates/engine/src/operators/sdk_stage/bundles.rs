@@ -18,13 +18,22 @@ const SPLITTABLE_BUNDLES_PER_BATCH: usize = 4;
 const MIN_SPLITTABLE_BUNDLE: Duration = Duration::from_millis(100);
 
 /// A stage's wall time per input element, learned from its bundles that
-/// finished (an even mix of the last estimate and the newest bundle).
+/// finished (an even mix of the last estimate and the newest bundle), and
+/// whether any of its elements was split (residual restrictions).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(super) struct ElementCost {
     per_element: Option<Duration>,
+    split: bool,
 }
 
 impl ElementCost {
+    /// Notes that an element of the stage left a residual (a split or a
+    /// checkpoint): its restrictions differ in size, a cost per element
+    /// says little, and a bundle of several could not be split.
+    pub(super) fn residual_seen(&mut self) {
+        self.split = true;
+    }
+
     /// Learns from a bundle of `elements` input elements that took `took`
     /// from submit to done; a bundle without input elements teaches nothing.
     pub(super) fn observe(&mut self, elements: usize, took: Duration) {
@@ -41,9 +50,13 @@ impl ElementCost {
     }
 
     /// The fewest elements a splittable stage's bundle should hold so that
-    /// it takes about [`MIN_SPLITTABLE_BUNDLE`]: 1 while nothing is known
-    /// (or an element takes that long).
+    /// it takes about [`MIN_SPLITTABLE_BUNDLE`]: 1 while nothing is known,
+    /// when an element takes that long, or once an element left a residual
+    /// ([`ElementCost::residual_seen`]).
     pub(super) fn min_elements(&self) -> usize {
+        if self.split {
+            return 1;
+        }
         match self.per_element {
             Some(d) if !d.is_zero() => {
                 (MIN_SPLITTABLE_BUNDLE.as_nanos() / d.as_nanos()).max(1) as usize
@@ -267,6 +280,12 @@ mod tests {
         let mut slow = ElementCost::default();
         slow.observe(2, Duration::from_secs(3));
         assert_eq!(slow.min_elements(), 1);
+        // Once an element left a residual, bundles go back to the quarter rule.
+        let mut split = ElementCost::default();
+        split.observe(100, Duration::from_millis(100));
+        assert_eq!(split.min_elements(), 100);
+        split.residual_seen();
+        assert_eq!(split.min_elements(), 1);
         // Elements too fast to measure: as many as are pending.
         let mut instant = ElementCost::default();
         instant.observe(1, Duration::ZERO);

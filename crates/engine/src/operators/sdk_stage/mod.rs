@@ -325,6 +325,9 @@ pub(crate) fn sdk_stage<'s>(
                         if let Some(cap) = st.in_flight.get(&id) {
                             let cap = cap.clone();
                             st.returned += returned;
+                            if residuals.len() > returned {
+                                st.cost.residual_seen();
+                            }
                             // Elements handed back are not what the bundle's time was spent on.
                             if let Some((_, submitted)) = st.submitted.get_mut(&id) {
                                 *submitted = submitted.saturating_sub(returned);
@@ -365,6 +368,7 @@ pub(crate) fn sdk_stage<'s>(
                         }
                         st.refresh_timer_hold(Some(&cap));
                         if !r.residuals.is_empty() {
+                            st.cost.residual_seen();
                             // The residuals' watermark estimate holds the
                             // stage's output (not the bundle's input time),
                             // and a requested resume delay is waited out.
