@@ -159,6 +159,15 @@ mod tests {
         }
     }
 
+    /// At most 100 elements or 4096 bytes a bundle.
+    fn config() -> EngineConfig {
+        EngineConfig {
+            max_bundle_elements: 100,
+            max_bundle_bytes: 4096,
+            ..EngineConfig::default()
+        }
+    }
+
     fn elements(sizes: &[usize]) -> Vec<Element> {
         sizes.iter().map(|&n| vec![n as u8; n]).collect()
     }
@@ -215,11 +224,7 @@ mod tests {
 
     #[test]
     fn splittable_stages_cut_about_a_quarter_of_what_is_pending() {
-        let config = EngineConfig {
-            max_bundle_elements: 100,
-            max_bundle_bytes: 4096,
-            ..EngineConfig::default()
-        };
+        let config = config();
         let cases = [(0, 1), (3, 1), (40, 10), (10_000, 100)];
         for (pending, expected) in cases {
             assert_eq!(
@@ -236,11 +241,7 @@ mod tests {
 
     #[test]
     fn a_splittable_stage_keeps_bundles_at_its_minimum_while_enough_are_pending() {
-        let config = EngineConfig {
-            max_bundle_elements: 100,
-            max_bundle_bytes: 4096,
-            ..EngineConfig::default()
-        };
+        let config = config();
         // (pending, minimum) -> most elements in the next bundle.
         let cases = [
             ((40, 25), 25),    // above a quarter of 40

@@ -46,7 +46,7 @@ use expiry::{drop_expired, set_expiration_timers};
 use residuals::{residual_hold, resume_at};
 use sides::{release_ready, side_specs, with_windows};
 use sorted::TimeSorted;
-use state::Emission;
+use state::{Emission, InFlight};
 
 /// The operator's state, held under timely capabilities.
 type State = state::SdkState<Capability<Time>>;
@@ -157,8 +157,10 @@ pub(crate) fn sdk_stage<'s>(
             let recounted = st.returned.min(elements.len());
             st.returned -= recounted;
             ctx.count(stage_index, elements.len() - recounted, 0, 0);
-            st.in_flight.insert(id, cap);
-            st.submitted.insert(id, (std::time::Instant::now(), elements.len()));
+            st.in_flight.insert(
+                id,
+                InFlight { hold: cap, submitted: std::time::Instant::now(), elements: elements.len() },
+            );
             if let Some((family, info)) = &expiration {
                 set_expiration_timers(&mut st.timers, *family, info, &elements);
             }
@@ -300,7 +302,6 @@ pub(crate) fn sdk_stage<'s>(
                 st.pending.clear();
                 st.delayed.clear();
                 st.in_flight.clear();
-                st.submitted.clear();
                 st.emitting.clear();
                 st.timer_hold = None;
                 return;
@@ -322,15 +323,13 @@ pub(crate) fn sdk_stage<'s>(
                 let result = match event {
                     BundleEvent::Split(residuals, returned) => {
                         // Work split off a running bundle: schedule it under that bundle's hold.
-                        if let Some(cap) = st.in_flight.get(&id) {
-                            let cap = cap.clone();
+                        if let Some(bundle) = st.in_flight.get_mut(&id) {
+                            let cap = bundle.hold.clone();
+                            // Elements handed back are not what the bundle's time was spent on.
+                            bundle.elements = bundle.elements.saturating_sub(returned);
                             st.returned += returned;
                             if residuals.len() > returned {
                                 st.cost.residual_seen();
-                            }
-                            // Elements handed back are not what the bundle's time was spent on.
-                            if let Some((_, submitted)) = st.submitted.get_mut(&id) {
-                                *submitted = submitted.saturating_sub(returned);
                             }
                             st.pending.push_back((cap, residuals));
                         }
@@ -338,10 +337,9 @@ pub(crate) fn sdk_stage<'s>(
                     }
                     BundleEvent::Done(result) => result,
                 };
-                let Some(cap) = st.in_flight.remove(&id) else { continue };
-                if let Some((at, elements)) = st.submitted.remove(&id) {
-                    st.cost.observe(elements, at.elapsed());
-                }
+                let Some(bundle) = st.in_flight.remove(&id) else { continue };
+                st.cost.observe(bundle.elements, bundle.submitted.elapsed());
+                let cap = bundle.hold;
                 match result {
                     Ok(r) => {
                         ctx.count(stage_index, 0, 0, 1);

@@ -23,13 +23,10 @@ pub(super) struct SdkState<H> {
     pub(super) pending: VecDeque<(H, Vec<Element>)>,
     /// Residuals waiting out their requested resume delay.
     pub(super) delayed: DelayedResiduals<H>,
-    /// Bundles at SDK harnesses, by bundle id, with their holds.
-    pub(super) in_flight: HashMap<u64, H>,
-    /// When each bundle in flight was submitted, and with how many input
-    /// elements (less those a split handed back), by bundle id; what
-    /// finished bundles took goes to `cost`.
-    pub(super) submitted: HashMap<u64, (std::time::Instant, usize)>,
-    /// The stage's wall time per input element (sizes a splittable stage's bundles).
+    /// Bundles at SDK harnesses, by bundle id.
+    pub(super) in_flight: HashMap<u64, InFlight<H>>,
+    /// The stage's wall time per input element, from finished bundles
+    /// (sizes a splittable stage's bundles).
     pub(super) cost: ElementCost,
     /// The id of the next bundle.
     pub(super) next_bundle: u64,
@@ -59,6 +56,17 @@ pub(super) struct SdkState<H> {
     pub(super) emitting: VecDeque<Emission<H>>,
 }
 
+/// A bundle at an SDK harness.
+pub(super) struct InFlight<H> {
+    /// Its hold: its outputs and residuals go downstream under it.
+    pub(super) hold: H,
+    /// When it was submitted.
+    pub(super) submitted: std::time::Instant,
+    /// Its input elements, less those a split handed back: what its time
+    /// was spent on.
+    pub(super) elements: usize,
+}
+
 /// One output stream of a completed bundle, given downstream a slice per
 /// activation (so a large output is not turned into elements all at once).
 pub(super) struct Emission<H> {
@@ -78,7 +86,6 @@ impl<H> SdkState<H> {
             pending: VecDeque::new(),
             delayed: DelayedResiduals::default(),
             in_flight: HashMap::new(),
-            submitted: HashMap::new(),
             cost: ElementCost::default(),
             next_bundle: 0,
             returned: 0,
