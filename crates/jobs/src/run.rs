@@ -14,19 +14,15 @@ use crate::registry::{Job, JobRegistry};
 
 /// Runs `job` to a terminal state; never panics the server.
 pub(crate) async fn run(registry: Arc<JobRegistry>, job: Arc<Job>) {
-    let (result, mut teardown) = match registry.coordinator() {
+    let (result, teardown) = match registry.coordinator() {
         Some(c) => (crate::cluster::coordinator::run_job(c, &job).await, None),
         None => {
             let (result, teardown) = execute(&registry, &job, None).await;
             (result, Some(teardown))
         }
     };
-    if result.is_err() {
-        if let Some(teardown) = teardown.take() {
-            teardown.run().await;
-        }
-    }
-    match result {
+    let failed = result.is_err();
+    Teardown::around(teardown, failed, || match result {
         Ok(()) => {
             job.message(
                 Importance::JobMessageBasic,
@@ -50,10 +46,8 @@ pub(crate) async fn run(registry: Arc<JobRegistry>, job: Arc<Job>) {
             );
             job.set_state(state);
         }
-    }
-    if let Some(teardown) = teardown {
-        teardown.run().await;
-    }
+    })
+    .await;
     let _ = tokio::fs::remove_dir_all(&job.staging_dir).await;
 }
 
@@ -67,13 +61,8 @@ pub(crate) async fn run_attempt(
 ) -> (JobState, String) {
     job.set_state(JobState::Starting);
     let (result, teardown) = execute(&registry, &job, Some(peers)).await;
-    let mut teardown = Some(teardown);
-    if result.is_err() {
-        if let Some(teardown) = teardown.take() {
-            teardown.run().await;
-        }
-    }
-    let ended = match result {
+    let failed = result.is_err();
+    let ended = Teardown::around(Some(teardown), failed, || match result {
         Ok(()) if job.drain.load(std::sync::atomic::Ordering::SeqCst) => {
             job.set_state(JobState::Drained);
             (JobState::Drained, String::new())
@@ -87,10 +76,8 @@ pub(crate) async fn run_attempt(
             job.set_state(state);
             (state, message)
         }
-    };
-    if let Some(teardown) = teardown {
-        teardown.run().await;
-    }
+    })
+    .await;
     let _ = tokio::fs::remove_dir_all(&job.staging_dir).await;
     ended
 }
@@ -112,6 +99,23 @@ struct Teardown {
 }
 
 impl Teardown {
+    /// Reports a job's outcome (`report`, which sets its state) with
+    /// `teardown` on the side of it this type's doc gives: before it when
+    /// the job `failed` (or was cancelled), after it otherwise.
+    async fn around<T>(teardown: Option<Self>, failed: bool, report: impl FnOnce() -> T) -> T {
+        let mut teardown = teardown;
+        if failed {
+            if let Some(teardown) = teardown.take() {
+                teardown.run().await;
+            }
+        }
+        let reported = report();
+        if let Some(teardown) = teardown {
+            teardown.run().await;
+        }
+        reported
+    }
+
     async fn run(self) {
         if let Some(harnesses) = self.harnesses {
             harnesses.stop().await;
