@@ -22,7 +22,7 @@ pub(crate) async fn run(registry: Arc<JobRegistry>, job: Arc<Job>) {
         }
     };
     let failed = result.is_err();
-    Teardown::around(teardown, failed, || match result {
+    Teardown::around(&job, teardown, failed, || match result {
         Ok(()) => {
             job.message(
                 Importance::JobMessageBasic,
@@ -48,7 +48,6 @@ pub(crate) async fn run(registry: Arc<JobRegistry>, job: Arc<Job>) {
         }
     })
     .await;
-    let _ = tokio::fs::remove_dir_all(&job.staging_dir).await;
 }
 
 /// Runs this worker's part of one attempt of a cluster job (`weir
@@ -62,7 +61,7 @@ pub(crate) async fn run_attempt(
     job.set_state(JobState::Starting);
     let (result, teardown) = execute(&registry, &job, Some(peers)).await;
     let failed = result.is_err();
-    let ended = Teardown::around(Some(teardown), failed, || match result {
+    let ended = Teardown::around(&job, Some(teardown), failed, || match result {
         Ok(()) if job.drain.load(std::sync::atomic::Ordering::SeqCst) => {
             job.set_state(JobState::Drained);
             (JobState::Drained, String::new())
@@ -78,7 +77,6 @@ pub(crate) async fn run_attempt(
         }
     })
     .await;
-    let _ = tokio::fs::remove_dir_all(&job.staging_dir).await;
     ended
 }
 
@@ -101,8 +99,14 @@ struct Teardown {
 impl Teardown {
     /// Reports a job's outcome (`report`, which sets its state) with
     /// `teardown` on the side of it this type's doc gives: before it when
-    /// the job `failed` (or was cancelled), after it otherwise.
-    async fn around<T>(teardown: Option<Self>, failed: bool, report: impl FnOnce() -> T) -> T {
+    /// the job `failed` (or was cancelled), after it otherwise; then
+    /// deletes the job's staged artifacts.
+    async fn around<T>(
+        job: &Job,
+        teardown: Option<Self>,
+        failed: bool,
+        report: impl FnOnce() -> T,
+    ) -> T {
         let mut teardown = teardown;
         if failed {
             if let Some(teardown) = teardown.take() {
@@ -113,6 +117,7 @@ impl Teardown {
         if let Some(teardown) = teardown {
             teardown.run().await;
         }
+        let _ = tokio::fs::remove_dir_all(&job.staging_dir).await;
         reported
     }
 
