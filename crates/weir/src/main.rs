@@ -344,12 +344,24 @@ fn main() -> anyhow::Result<()> {
             let err = runtime.block_on(weir_harness::boot::boot(cfg)).unwrap_err();
             anyhow::bail!("weir boot: {err}")
         }
-        Some(Command::Serve(s)) => runtime.block_on(serve(s, None)),
-        Some(Command::Worker(w)) => runtime.block_on(worker(w)),
+        Some(Command::Serve(s)) => stop_after(runtime, serve(s, None)),
+        Some(Command::Worker(w)) => stop_after(runtime, worker(w)),
         Some(Command::Jobs(j)) => runtime.block_on(jobs::run(j)),
         Some(Command::ExpansionService(e)) => runtime.block_on(expansion_service(e)),
-        None => runtime.block_on(serve(cli.serve, None)),
+        None => stop_after(runtime, serve(cli.serve, None)),
     }
+}
+
+/// Runs a server to its end, then stops: the tasks still running are
+/// dropped (their SDK harness processes killed) and blocking work gets at
+/// most a second, so a signal ends the process promptly.
+fn stop_after(
+    runtime: tokio::runtime::Runtime,
+    server: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    let ended = runtime.block_on(server);
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    ended
 }
 
 /// `$JAVA_HOME/bin/java` when `JAVA_HOME` is set, else `java`.
@@ -596,6 +608,9 @@ async fn worker(w: WorkerArgs) -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>) -> anyhow::Result<()> {
+    // A cluster worker that stops leaves its attempts to the coordinator,
+    // which re-runs them elsewhere; cancelling them would cancel the jobs.
+    let cancel_on_signal = worker.is_none();
     let security = weir_jobs::security::Security {
         token: auth_token(&args)?.map(Into::into),
         process_commands: args.allow_process_command.clone(),
@@ -673,7 +688,10 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
         tracing::info!("weir job service listening on {local}");
         eprintln!("weir: Beam Job API listening on {local}");
     }
-    weir_jobs::serve_with(listener, config, move |registry| {
+    let served = std::sync::Arc::new(std::sync::OnceLock::new());
+    let keep = served.clone();
+    let server = weir_jobs::serve_with(listener, config, move |registry| {
+        let _ = keep.set(registry.clone());
         if let Some(l) = cluster {
             let c = weir_jobs::cluster::Coordinator::new(registry.security().clone(), worker_wait);
             registry.set_coordinator(c.clone());
@@ -699,9 +717,66 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
                 }
             });
         }
-    })
-    .await
-    .context("gRPC server failed")
+    });
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let signal = tokio::select! {
+        served = server => return served.context("gRPC server failed"),
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+        _ = sigterm.recv() => "SIGTERM",
+    };
+    match served.get() {
+        Some(registry) if cancel_on_signal => shut_down(registry, signal, &mut sigterm).await,
+        _ => eprintln!("weir: {signal}: stopping"),
+    }
+    Ok(())
+}
+
+/// How long `weir serve` waits, after SIGINT or SIGTERM, for its cancelled
+/// jobs to stop their SDK harnesses before it exits anyway: the grace a
+/// cancel gives bundles in flight, and 3 s for the harnesses to exit.
+const SHUTDOWN_GRACE: std::time::Duration =
+    weir_harness::environment::STOP_GRACE.saturating_add(std::time::Duration::from_secs(3));
+
+/// Cancels every job that has not finished (as CancelJob does) and waits up
+/// to [`SHUTDOWN_GRACE`], or until a second signal, for them to stop, so
+/// their SDK harness processes end with the server.
+async fn shut_down(
+    registry: &weir_jobs::JobRegistry,
+    signal: &str,
+    sigterm: &mut tokio::signal::unix::Signal,
+) {
+    let running: Vec<_> = registry
+        .all()
+        .into_iter()
+        .filter(|j| !weir_jobs::registry::is_terminal(j.state()))
+        .collect();
+    if running.is_empty() {
+        eprintln!("weir: {signal}: stopping");
+        return;
+    }
+    eprintln!(
+        "weir: {signal}: cancelling {} unfinished job(s) before stopping",
+        running.len()
+    );
+    for job in &running {
+        weir_jobs::service::stop_job(job, false);
+    }
+    let stopped = async {
+        while running
+            .iter()
+            .any(|j| !weir_jobs::registry::is_terminal(j.state()))
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        _ = stopped => {}
+        _ = tokio::time::sleep(SHUTDOWN_GRACE) => {
+            eprintln!("weir: jobs still stopping after {SHUTDOWN_GRACE:?}; exiting");
+        }
+        _ = tokio::signal::ctrl_c() => {}
+        _ = sigterm.recv() => {}
+    }
 }
 
 /// The web UI's listener (see `--ui_port`), or None when it is off or its
