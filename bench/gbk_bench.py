@@ -10,7 +10,11 @@ One Python pipeline per size N (default 200k, 1M, 2M records):
 run on
   * Weir: a fresh `weir serve`, the job submitted with PortableRunner and the
     LOOPBACK environment (the SDK runs in the client process, so the server
-    process's own CPU is the runner's);
+    process's own CPU is the runner's), compared with Prism;
+  * Weir PROCESS (runner `weir_process`): the same with SDK harnesses that
+    Weir starts (`weir boot`, one per core), compared with DirectRunner's two
+    worker processes: one LOOPBACK client is one Python interpreter, which
+    runs the SDK work of 2M records on one core;
   * Prism (--prism-bin, default /work/prism-bin/prism or bench/bin/prism):
     a fresh `prism --job_port`, LOOPBACK too;
   * DirectRunner (multi_processing, 2 workers): no separate runner process.
@@ -18,12 +22,15 @@ run on
 Rounds are interleaved (size by size, runner by runner). Prints per run wall
 time, runner CPU seconds (the job server process alone), SDK/client CPU
 seconds, runner CPU per record (µs), peak runner RSS; then the ratios Weir /
-Prism and Weir / DirectRunner of the same run and Weir's runner CPU per record
-flatness (largest / smallest size). Exits 1 when the runners' output lines
+Prism (both LOOPBACK) and Weir PROCESS / DirectRunner (both with two SDK
+processes; Weir LOOPBACK when the PROCESS run is not asked for) of the same
+run and Weir's runner CPU per record flatness (largest / smallest size, in
+LOOPBACK, where the server's CPU is the runner's alone). Exits 1 when the runners' output lines
 differ. Extra `weir serve` flags go in --weir-flag (repeatable), e.g.
 --weir-flag=--gbk_memory_budget_mb=8 for the spill path.
 
-    bench/gbk.sh [--sizes 200000,1000000,2000000] [--runners weir,prism,direct]
+    bench/gbk.sh [--sizes 200000,1000000,2000000]
+                 [--runners weir,weir_process,prism,direct]
                  [--prism-max N] [--weir-flag F ...]
 """
 
@@ -115,18 +122,23 @@ def run_once(runner, n, args, out_dir):
     cmd += ['--runner=DirectRunner', '--direct_num_workers=2',
             '--direct_running_mode=multi_processing']
   else:
-    server, port, logf = start_server(runner, args, out_dir)
+    process = runner == 'weir_process'
+    server, port, logf = start_server('weir' if process else runner, args, out_dir)
     cmd += ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port,
-            '--environment_type=LOOPBACK'] + wb.PORTABLE_CLIENT
+            '--environment_type=%s' % ('PROCESS' if process else 'LOOPBACK')]
+    cmd += wb.PORTABLE_CLIENT
+    if process:
+      cmd.append(wb.process_environment_config(args.weir_bin, py))
   try:
     srv = psutil.Process(server.pid) if server else None
     cpu0 = wb._cpu(srv) if srv else 0.0
+    harnesses0 = wb.reaped_children_cpu(srv) if srv else 0.0
     peak = 0
     with open(os.path.join(out_dir, 'client.log'), 'wb') as clog:
       start = time.monotonic()
       client = subprocess.Popen(cmd, stdout=clog, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, cwd=out_dir)
-      sampler = wb.Sampler(client)
+      sampler = wb.Sampler(client, weir=server)
       while client.poll() is None:
         sampler.sample()
         if srv:
@@ -145,11 +157,18 @@ def run_once(runner, n, args, out_dir):
     if server:
       wb.stop_server(server)
       logf.close()
+  # SDK harnesses that Weir started (PROCESS): the kernel's count for
+  # children the server reaped, else the last samples.
+  harness_cpu = 0.0
+  if server:
+    harness_cpu = max(sampler.sdk.cpu(), wb.reaped_children_cpu(srv) - harnesses0)
   if client.returncode != 0:
     raise SystemExit('%s %d failed; see %s' % (runner, n, os.path.join(out_dir, 'client.log')))
   _, lines = wb.read_output(prefix)
-  return dict(wall=wall, runner_cpu=runner_cpu, sdk_cpu=sampler.client.cpu(),
-              runner_rss=peak if srv else None, client_rss=sampler.peak_rss,
+  return dict(wall=wall, runner_cpu=runner_cpu, sdk_cpu=sampler.client.cpu() + harness_cpu,
+              runner_rss=peak if srv else None,
+              # Peak of the sum: client tree, server and its SDK harnesses.
+              total_rss=sampler.peak_rss,
               output=sorted(lines.elements()))
 
 
@@ -159,7 +178,7 @@ def main():
   ap = argparse.ArgumentParser(description=__doc__,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument('--sizes', default='200000,1000000,2000000')
-  ap.add_argument('--runners', default='weir,prism,direct')
+  ap.add_argument('--runners', default='weir,weir_process,prism,direct')
   ap.add_argument('--prism-max', type=int, default=1000000,
                   help='skip Prism above this many records (it needs ~5 GiB at 1M)')
   ap.add_argument('--weir-bin', default=os.path.join(REPO, 'target', 'release', 'weir'))
@@ -195,9 +214,10 @@ def main():
   mib = 1024 * 1024
   print()
   print('GroupByKey scaling (10 B distinct keys, 90 B values), %d cores, load avg at '
-        'start %.1f/%.1f/%.1f; Weir and Prism in LOOPBACK, DirectRunner multi_processing x2'
+        'start %.1f/%.1f/%.1f; Weir and Prism in LOOPBACK, Weir PROCESS (weir_process) '
+        'with one SDK harness per core, DirectRunner multi_processing x2'
         % ((psutil.cpu_count() or 1,) + load))
-  print('%-8s %9s %8s %10s %10s %11s %12s' % (
+  print('%-12s %9s %8s %10s %10s %11s %12s' % (
       'runner', 'records', 'wall s', 'runner CPU', 'SDK CPU s', 'runner us/r', 'runner MiB'))
   for n in sizes:
     for runner in runners:
@@ -205,28 +225,26 @@ def main():
       if not r:
         continue
       rc = r['runner_cpu']
-      print('%-8s %9d %8.2f %10s %10.2f %11s %12s' % (
+      print('%-12s %9d %8.2f %10s %10.2f %11s %12s' % (
           runner, n, r['wall'], '-' if rc is None else '%.2f' % rc, r['sdk_cpu'],
           '-' if rc is None else '%.2f' % (rc / n * 1e6),
           '-' if r['runner_rss'] is None else '%.0f' % (r['runner_rss'] / mib)))
   print()
   print('ratios (same run): wall and total CPU (runner + SDK), Weir / other')
   for n in sizes:
-    w = results.get(('weir', n))
-    if not w:
-      continue
-    wt = (w['runner_cpu'] or 0) + w['sdk_cpu']
     for other in ('prism', 'direct'):
-      o = results.get((other, n))
-      if not o:
+      mine = 'weir_process' if other == 'direct' and ('weir_process', n) in results else 'weir'
+      w, o = results.get((mine, n)), results.get((other, n))
+      if not w or not o:
         continue
+      wt = (w['runner_cpu'] or 0) + w['sdk_cpu']
       ot = (o['runner_cpu'] or 0) + o['sdk_cpu']
       extra = ''
       if o['runner_cpu']:
         extra = '  runner CPU %.2f  runner RSS %.2f' % (
             w['runner_cpu'] / o['runner_cpu'], w['runner_rss'] / o['runner_rss'])
-      print('  %9d weir/%-6s wall %.2f  CPU %.2f%s' % (n, other, w['wall'] / o['wall'],
-                                                       wt / ot, extra))
+      print('  %9d %s/%-6s wall %.2f  CPU %.2f%s' % (n, mine, other, w['wall'] / o['wall'],
+                                                     wt / ot, extra))
   per = [(n, results[('weir', n)]['runner_cpu'] / n * 1e6) for n in sizes
          if ('weir', n) in results]
   if len(per) > 1:
@@ -242,11 +260,17 @@ def main():
     print('outputs identical across runners at every size')
   if args.json:
     mib = 1024 * 1024
-    rows = [dict(benchmark='GroupByKey (Python)', case='GBK %d records' % n, runner=runner,
-                 env='LOOPBACK' if runner != 'direct' else 'multi_processing x2',
+    envs = {'weir': 'LOOPBACK', 'prism': 'LOOPBACK', 'weir_process': 'PROCESS',
+            'direct': 'multi_processing x2'}
+    # summary.py compares DirectRunner with the first Weir row of a case:
+    # the PROCESS one, when there is one.
+    order = {'weir_process': 0, 'weir': 1, 'prism': 2, 'direct': 3}
+    rows = [dict(benchmark='GroupByKey (Python)', case='GBK %d records' % n,
+                 runner='weir' if runner == 'weir_process' else runner, env=envs[runner],
                  wall=r['wall'], runner_cpu=r['runner_cpu'], sdk_cpu=r['sdk_cpu'],
-                 rss_mib=((r['runner_rss'] or 0) + r['client_rss']) / mib)
-            for (runner, n), r in results.items()]
+                 rss_mib=r['total_rss'] / mib)
+            for (runner, n), r in sorted(results.items(),
+                                         key=lambda kv: (kv[0][1], order.get(kv[0][0], 9)))]
     with open(args.json, 'w') as f:
       json.dump(dict(benchmark='gbk', sizes=sizes, ok=not bad,
                      results=[dict(r, runner=k[0], records=k[1]) for k, r in results.items()],
