@@ -2,7 +2,8 @@
 terminal state: a job that succeeded is DONE first (its harnesses stop
 after), a job that failed stops its harnesses first (their DoFns' teardown
 and other bundles' grace come before FAILED). Read from the order of the
-server's log lines for the job."""
+server's log lines for the job. Under LOOPBACK the harnesses are threads
+of the client: they have finished before it sees DONE."""
 
 import json
 import re
@@ -10,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import WEIR_BIN
+from conftest import WEIR_BIN, king_lear_path
 
 HERE = Path(__file__).resolve().parent
 PIPELINES_PY = HERE / 'pipelines.py'
@@ -91,3 +92,28 @@ def test_a_job_that_fails_stops_its_sdk_harnesses_before_it_is_failed(
   terminal, state, closed = _order(lines)
   assert state == 'FAILED'
   assert closed < terminal, '\n'.join(lines)
+
+
+def test_loopback_harnesses_shut_down_before_the_client_sees_done(beam, weir_server):
+  """A client that exits on DONE while its harness threads still shut down
+  and log can die in Python's interpreter shutdown ("could not acquire lock
+  for <stderr> at interpreter shutdown"). Weir reports DONE once every
+  harness has ended its control stream and closed its data stream, which
+  leaves them only the closing of their state channel and bundle
+  processors: what they log up to there comes before the client's DONE."""
+  # Beam's wordcount example logs at INFO, the harness threads' lines too.
+  run = beam.run_wordcount(king_lear_path(), 'LOOPBACK')
+  assert run.returncode == 0, run.describe(weir_server)
+  _, counts = run.output()
+  assert counts['Lear: 17'] == 1, run.describe(weir_server)
+  log = run.stderr.splitlines()
+  state = [i for i, l in enumerate(log) if 'Job state changed to DONE' in l]
+  assert state, run.describe(weir_server)
+  before = log[:state[0]]
+  def count(text, lines):
+    return sum(text in l for l in lines)
+  harnesses = count('Control channel established', log)
+  assert harnesses >= 1, run.describe(weir_server)
+  assert count('No more requests from control plane', before) == harnesses, run.describe(weir_server)
+  data = count('Data channel established', log)
+  assert count('Closing all cached grpc data channels', before) >= data, run.describe(weir_server)

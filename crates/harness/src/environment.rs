@@ -230,6 +230,10 @@ const EXIT_GRACE: Duration = Duration::from_secs(2);
 /// be answered before it closes the workers' streams.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
+/// How long [`SdkHarnesses::stop`] waits, once it has stopped them, for the
+/// SDK harnesses to close their control and data streams.
+const SDK_CLOSE_GRACE: Duration = Duration::from_secs(1);
+
 /// How the job's worker count is managed (Dataflow's
 /// `autoscaling_algorithm`, applied per environment). A worker runs
 /// [`harnesses_per_worker`] SDK harnesses of each environment.
@@ -959,7 +963,20 @@ impl SdkHarnesses {
                 .map(|(id, h)| async move { stop_handle_of(h, &id, Duration::ZERO).await }),
         )
         .await;
+        // The harnesses saw their control streams end: let them close
+        // theirs, so one running in the client (LOOPBACK) is done before
+        // the client learns the job's state and exits.
+        let closed = futures::future::join_all(workers.iter().map(|w| w.sdk_closed()));
+        let _ = tokio::time::timeout(SDK_CLOSE_GRACE, closed).await;
         self.changed.notify_waiters();
+    }
+
+    /// True when an environment's SDK harnesses come from a worker pool
+    /// (EXTERNAL, which LOOPBACK is): they may run inside the client.
+    pub fn has_worker_pool(&self) -> bool {
+        self.environments
+            .values()
+            .any(|e| e.urn == urns::env::EXTERNAL)
     }
 }
 

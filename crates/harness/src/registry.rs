@@ -38,6 +38,9 @@ pub struct Worker {
     /// True once the control stream is open; false again when it closes.
     pub(crate) connected: watch::Sender<bool>,
     pub(crate) data_connected: watch::Sender<bool>,
+    /// True once the SDK harness has ended its side of the control stream
+    /// (it does so as it shuts down, after its last bundle).
+    pub(crate) control_ended: watch::Sender<bool>,
     pub(crate) in_flight: AtomicUsize,
     /// Why the control stream last closed (set by [`Worker::disconnected`]).
     pub(crate) disconnect_reason: Mutex<Option<String>>,
@@ -94,6 +97,24 @@ impl Worker {
                 response: None,
             });
         }
+    }
+
+    /// Resolves once the SDK harness has closed its side of the control
+    /// stream (if it ever opened one) and of the data stream: it has
+    /// finished its work and is shutting down.
+    pub(crate) async fn sdk_closed(&self) {
+        if self.claimed.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = self
+                .control_ended
+                .subscribe()
+                .wait_for(|ended| *ended)
+                .await;
+        }
+        let _ = self
+            .data_connected
+            .subscribe()
+            .wait_for(|open| !*open)
+            .await;
     }
 
     /// True while the control stream is open.
@@ -306,6 +327,7 @@ impl FnApi {
             pending: Mutex::default(),
             connected: watch::channel(false).0,
             data_connected: watch::channel(false).0,
+            control_ended: watch::channel(false).0,
             in_flight: AtomicUsize::new(0),
             disconnect_reason: Mutex::new(None),
             claimed: std::sync::atomic::AtomicBool::new(false),

@@ -84,9 +84,13 @@ pub(crate) async fn run_attempt(
 /// stop and its Fn API registrations (process bundle descriptors, SDK log
 /// sink) to drop. A job that succeeded is reported DONE (or DRAINED) first,
 /// so the client sees it as soon as its work is done rather than after its
-/// SDK harnesses exit (about 10 ms for a Python process, a StopWorker call
-/// for a worker pool); a cluster worker still reports its attempt after
-/// its teardown. A job that failed or was cancelled is torn down first, so
+/// SDK harnesses exit (about 10 ms for a Python process); a cluster worker
+/// still reports its attempt after its teardown. A job whose SDK harnesses
+/// come from a worker pool (LOOPBACK) is torn down first: those harnesses
+/// may be threads of the client, and a client that exits on DONE while they
+/// still shut down (and log) dies in Python's interpreter shutdown ("could
+/// not acquire lock for <stderr> at interpreter shutdown"). A job that
+/// failed or was cancelled is torn down first too, so
 /// bundles already sent get their grace ([`environment::STOP_GRACE`])
 /// before the client sees FAILED (the SDK tears down a failed bundle's
 /// DoFns as it fails it, which Beam's lifecycle tests check).
@@ -99,7 +103,8 @@ struct Teardown {
 impl Teardown {
     /// Reports a job's outcome (`report`, which sets its state) with
     /// `teardown` on the side of it this type's doc gives: before it when
-    /// the job `failed` (or was cancelled), after it otherwise; then
+    /// the job `failed` (or was cancelled) or has a worker pool, after it
+    /// otherwise; then
     /// deletes the job's staged artifacts.
     async fn around<T>(
         job: &Job,
@@ -108,7 +113,8 @@ impl Teardown {
         report: impl FnOnce() -> T,
     ) -> T {
         let mut teardown = teardown;
-        if failed {
+        let pool = |t: &Self| t.harnesses.as_ref().is_some_and(|h| h.has_worker_pool());
+        if failed || teardown.as_ref().is_some_and(pool) {
             if let Some(teardown) = teardown.take() {
                 teardown.run().await;
             }

@@ -737,6 +737,10 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
 const SHUTDOWN_GRACE: std::time::Duration =
     weir_harness::environment::STOP_GRACE.saturating_add(std::time::Duration::from_secs(3));
 
+/// How long `weir serve` keeps serving, once its cancelled jobs have
+/// stopped, so their clients' streams deliver CANCELLED.
+const STREAMS_FLUSH: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Cancels every job that has not finished (as CancelJob does) and waits up
 /// to [`SHUTDOWN_GRACE`], or until a second signal, for them to stop, so
 /// their SDK harness processes end with the server.
@@ -770,7 +774,11 @@ async fn shut_down(
         }
     };
     tokio::select! {
-        _ = stopped => {}
+        _ = stopped => {
+            // Let the clients' state and message streams carry the
+            // terminal state before the server goes.
+            tokio::time::sleep(STREAMS_FLUSH).await;
+        }
         _ = tokio::time::sleep(SHUTDOWN_GRACE) => {
             eprintln!("weir: jobs still stopping after {SHUTDOWN_GRACE:?}; exiting");
         }

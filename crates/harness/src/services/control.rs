@@ -66,6 +66,7 @@ impl beam::beam_fn_control_server::BeamFnControl for ControlService {
                 }
             };
             tracing::info!(worker = %worker.id, "SDK harness {why}");
+            let _ = worker.control_ended.send_replace(true);
             // Still registered means its job is running: the harness died.
             // The job's supervisor (environment::SdkHarnesses) sees the
             // worker disconnect, replaces it and says so in the job's messages.
