@@ -104,8 +104,7 @@ impl Teardown {
     /// Reports a job's outcome (`report`, which sets its state) with
     /// `teardown` on the side of it this type's doc gives: before it when
     /// the job `failed` (or was cancelled) or has a worker pool, after it
-    /// otherwise; then
-    /// deletes the job's staged artifacts.
+    /// otherwise; then deletes the job's staged artifacts.
     async fn around<T>(
         job: &Job,
         teardown: Option<Self>,
