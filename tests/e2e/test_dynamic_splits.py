@@ -5,8 +5,9 @@ boundary); the elements the SDK had not started run as a bundle of their
 own, in parallel, and the output is exactly DirectRunner's.
 
 A server of its own runs with one timely worker (`--workers 1`), so the
-60 slow elements of `slow_elements` reach one bundle while the second
-LOOPBACK harness sits idle.
+60 slow elements of `slow_elements` reach one bundle while the LOOPBACK
+harness has room for more (one harness, two bundles per core: its
+residual runs beside it in the client's interpreter).
 """
 
 import os

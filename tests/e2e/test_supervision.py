@@ -4,6 +4,7 @@ options size the job's SDK harnesses (num_workers, max_num_workers,
 autoscaling_algorithm, number_of_worker_harness_threads)."""
 
 import collections
+import os
 import re
 
 from conftest import SUPERVISION_PY
@@ -130,11 +131,34 @@ def test_number_of_worker_harness_threads_is_concurrent_bundles_per_harness(beam
       one.describe()
   assert _max_overlap_per_process(one.output()[1]) == 1, dict(one.output()[1])
 
-  # Unset, a Python SDK harness runs two bundles at a time.
+  # Unset, a Python SDK harness runs two bundles at a time per core it
+  # stands for: here the worker's only one, for all its cores.
   two = run(beam, 'overlap', 'PROCESS', ONE_SDK)
   assert two.returncode == 0, two.describe(weir_server)
-  assert 'runs up to 2 bundle(s) at a time (the default for an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1)' \
-      in two.stderr, two.describe()
+  cores = len(os.sched_getaffinity(0))
+  if cores == 1:
+    expected = 'runs up to 2 bundle(s) at a time (the default for an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1)'
+  else:
+    expected = ('runs up to %d bundle(s) at a time (two per core: a worker runs one SDK harness, for all its cores, of an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1)' % (2 * cores))
+  assert expected in two.stderr, two.describe()
   lines = two.output()[1]
   assert len({l.split()[0] for l in lines}) == 1, dict(lines)
+  assert _max_overlap_per_process(lines) == 2, dict(lines)
+
+
+def test_loopback_runs_one_sdk_harness_with_two_bundles_per_core(beam, weir_server):
+  # LOOPBACK's harnesses are threads of the client's one interpreter: one
+  # harness, with the bundles of all the worker's cores, not one per core.
+  with open(weir_server.log_path, encoding='utf-8', errors='replace') as f:
+    seen = len(f.readlines())
+  got = run(beam, 'overlap', 'LOOPBACK')
+  assert got.returncode == 0, got.describe(weir_server)
+  with open(weir_server.log_path, encoding='utf-8', errors='replace') as f:
+    log = ''.join(f.readlines()[seen:])
+  assert ("starting 1 SDK harness(es) per environment (1 worker(s) of 1 SDK harness(es) each) "
+          "(one per worker: the environment is the client's in-process worker pool, "
+          "--environment_type=LOOPBACK)") in got.stderr, got.describe()
+  assert log.count('SDK harness connected (control)') == 1, log
+  # Its two slow bundles still ran at once.
+  lines = got.output()[1]
   assert _max_overlap_per_process(lines) == 2, dict(lines)

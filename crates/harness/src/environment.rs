@@ -30,39 +30,70 @@ pub fn multi_core_bundles_per_harness() -> usize {
     MULTI_CORE_BUNDLES_PER_HARNESS.max(2 * cores)
 }
 
-/// Bundles one SDK harness of any other SDK (Python) runs at a time by
-/// default (see [`bundles_per_harness`]): its harness runs bundles on a
-/// thread pool but, under one interpreter lock, on about one core; a second
-/// bundle runs while the first waits (sleeps, I/O, state and data requests).
+/// Bundles one SDK harness of any other SDK (Python) runs at a time for
+/// each core it stands for (see [`bundles_per_harness`]): its harness runs
+/// bundles on a thread pool but, under one interpreter lock, on about one
+/// core; a second bundle runs while the first waits (sleeps, I/O, state and
+/// data requests).
 pub const SINGLE_CORE_BUNDLES_PER_HARNESS: usize = 2;
 
+/// How one worker sizes the SDK harnesses of a job's environments, from
+/// Dataflow's worker options.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HarnessSizing {
+    /// Harnesses per worker of an SDK that runs bundles on one core
+    /// (Python): one per core, or one with `no_use_multiple_sdk_containers`.
+    pub per_core_sdk: usize,
+    /// Bundles per harness, for every SDK, when set
+    /// (`number_of_worker_harness_threads`).
+    pub harness_threads: Option<usize>,
+    /// The job's EXTERNAL environments are its client's own worker pool,
+    /// whose harnesses are threads of the client's one interpreter (Python's
+    /// LOOPBACK): one harness per worker, as more would add channels and
+    /// bundle processors but no core.
+    pub in_process_pool: bool,
+}
+
 /// How many bundles Weir sends one SDK harness of `env` at a time:
-/// `harness_threads` (Dataflow's `number_of_worker_harness_threads`) when
-/// set; else [`multi_core_bundles_per_harness`] for an SDK that declares
+/// `number_of_worker_harness_threads` when set; else
+/// [`multi_core_bundles_per_harness`] for an SDK that declares
 /// `beam:protocol:multi_core_bundle_processing:v1` in the environment's
 /// capabilities (Java and Go, whose harnesses run bundles on many threads;
 /// Dataflow gives such an SDK one harness per worker VM for all its cores),
-/// else [`SINGLE_CORE_BUNDLES_PER_HARNESS`] (Python, one harness per core).
-pub fn bundles_per_harness(env: &beam::Environment, harness_threads: Option<usize>) -> usize {
-    bundles_per_harness_and_reason(env, harness_threads).0
+/// else [`SINGLE_CORE_BUNDLES_PER_HARNESS`] for each core the harness stands
+/// for (Python: 2 with one harness per core; twice the cores with one per
+/// worker).
+pub fn bundles_per_harness(env: &beam::Environment, sizing: &HarnessSizing) -> usize {
+    bundles_per_harness_and_reason(env, sizing).0
 }
 
 /// [`bundles_per_harness`] with the reason for it, for the job's messages:
 /// e.g. `(16, "the SDK declares beam:protocol:multi_core_bundle_processing:v1")`.
 pub fn bundles_per_harness_and_reason(
     env: &beam::Environment,
-    harness_threads: Option<usize>,
+    sizing: &HarnessSizing,
 ) -> (usize, &'static str) {
-    match harness_threads {
-        Some(n) => (n.max(1), "number_of_worker_harness_threads"),
-        None if declares_multi_core(env) => (
+    if let Some(n) = sizing.harness_threads {
+        return (n.max(1), "number_of_worker_harness_threads");
+    }
+    if declares_multi_core(env) {
+        return (
             multi_core_bundles_per_harness(),
             "the SDK declares beam:protocol:multi_core_bundle_processing:v1",
-        ),
-        None => (
+        );
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores_per_harness = (cores / harnesses_per_worker(env, sizing)).max(1);
+    if cores_per_harness == 1 {
+        (
             SINGLE_CORE_BUNDLES_PER_HARNESS,
             "the default for an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1",
-        ),
+        )
+    } else {
+        (
+            SINGLE_CORE_BUNDLES_PER_HARNESS * cores_per_harness,
+            "two per core: a worker runs one SDK harness, for all its cores, of an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1",
+        )
     }
 }
 
@@ -77,14 +108,22 @@ pub fn declares_multi_core(env: &beam::Environment) -> bool {
 /// SDK harnesses one worker (Dataflow's worker VM) runs for `env`: one for
 /// an SDK that declares `beam:protocol:multi_core_bundle_processing:v1`
 /// (Java, Go: Dataflow runs one container of such an SDK per VM, its
-/// bundles on all cores), else `per_core_sdk` (Python: one per core, or one
-/// with `no_use_multiple_sdk_containers`).
-pub fn harnesses_per_worker(env: &beam::Environment, per_core_sdk: usize) -> usize {
-    if declares_multi_core(env) {
+/// bundles on all cores) and for the client's in-process worker pool
+/// ([`HarnessSizing::in_process_pool`]), else `per_core_sdk` (Python: one
+/// per core, or one with `no_use_multiple_sdk_containers`).
+pub fn harnesses_per_worker(env: &beam::Environment, sizing: &HarnessSizing) -> usize {
+    if declares_multi_core(env) || in_client_pool(env, sizing) {
         1
     } else {
-        per_core_sdk.max(1)
+        sizing.per_core_sdk.max(1)
     }
+}
+
+/// Whether `env`'s harnesses are threads of the client's one interpreter:
+/// an EXTERNAL environment of a job whose EXTERNAL environments are its
+/// client's in-process worker pool ([`HarnessSizing::in_process_pool`]).
+pub fn in_client_pool(env: &beam::Environment, sizing: &HarnessSizing) -> bool {
+    sizing.in_process_pool && env.urn == urns::env::EXTERNAL
 }
 
 /// The semi-persistent folder (artifacts, pickled main session) of a PROCESS worker.
@@ -310,6 +349,8 @@ pub struct SdkHarnesses {
     bundles_per_worker: HashMap<String, usize>,
     /// Per environment id: its SDK harnesses per worker ([`harnesses_per_worker`]).
     harnesses_per_worker: HashMap<String, usize>,
+    /// How the job sized its harnesses.
+    sizing: HarnessSizing,
     pool: Mutex<Pool>,
     changed: tokio::sync::Notify,
     stopping: AtomicBool,
@@ -324,12 +365,10 @@ pub struct SdkHarnesses {
 }
 
 /// Starts `scaling.initial()` workers' SDK harnesses for each environment
-/// ([`harnesses_per_worker`], with `per_core_sdk` harnesses per worker for
-/// an SDK that runs bundles on one core), all at once, returns as soon as
-/// each environment has one connected to the control service (the rest join
-/// as they connect), and looks after them. Each harness of an environment
-/// is sent at most [`bundles_per_harness`] bundles at a time
-/// (`harness_threads` is Dataflow's `number_of_worker_harness_threads`).
+/// ([`harnesses_per_worker`] each, by `sizing`), all at once, returns as
+/// soon as each environment has one connected to the control service (the
+/// rest join as they connect), and looks after them. Each harness of an
+/// environment is sent at most [`bundles_per_harness`] bundles at a time.
 ///
 /// # Errors
 /// [`HarnessError::Environment`] when one cannot be started,
@@ -342,8 +381,7 @@ pub async fn start(
     job_id: &str,
     environments: &HashMap<String, beam::Environment>,
     scaling: Scaling,
-    per_core_sdk: usize,
-    harness_threads: Option<usize>,
+    sizing: HarnessSizing,
     provision: &beam::ProvisionInfo,
     log: LogSink,
     cancel: Arc<AtomicBool>,
@@ -359,12 +397,13 @@ pub async fn start(
         log,
         bundles_per_worker: environments
             .iter()
-            .map(|(id, env)| (id.clone(), bundles_per_harness(env, harness_threads)))
+            .map(|(id, env)| (id.clone(), bundles_per_harness(env, &sizing)))
             .collect(),
         harnesses_per_worker: environments
             .iter()
-            .map(|(id, env)| (id.clone(), harnesses_per_worker(env, per_core_sdk)))
+            .map(|(id, env)| (id.clone(), harnesses_per_worker(env, &sizing)))
             .collect(),
+        sizing,
         pool: Mutex::default(),
         changed: tokio::sync::Notify::new(),
         stopping: AtomicBool::new(false),
@@ -758,20 +797,27 @@ impl SdkHarnesses {
 
     /// True when a residual of a splittable DoFn's bundle running on `busy`
     /// has an SDK harness to run on: another connected worker of `env_id`
-    /// is idle, or, for an SDK that runs bundles on many cores
+    /// is idle; or, for an SDK that runs bundles on many cores
     /// ([`declares_multi_core`]), no element of the stage waits
     /// (`stage_backlog` 0) and a bundle could start now on any worker,
-    /// `busy` included ([`SdkHarnesses::has_room`]). A Python harness runs
-    /// its bundles on about one core, so only another worker counts. (The
+    /// `busy` included ([`SdkHarnesses::has_room`]); or, in the client's
+    /// in-process pool ([`in_client_pool`]: one interpreter), the same and
+    /// fewer of its bundles in flight than the machine has cores, as if a
+    /// harness per core had one idle. A Python harness of its own runs its
+    /// bundles on about one core, so only another worker counts. (The
     /// residual still waits while its timely worker has its most bundles of
     /// the stage in flight.)
     pub(crate) fn could_run_a_residual(&self, env_id: &str, busy: &str, stage_backlog: usize) -> bool {
+        let Some(env) = self.environments.get(env_id) else {
+            return self.has_idle_worker(env_id, busy);
+        };
+        let spare_core = || {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            self.workers(env_id).iter().map(|w| w.bundles_in_flight()).sum::<usize>() < cores
+        };
         self.has_idle_worker(env_id, busy)
             || stage_backlog == 0
-                && self
-                    .environments
-                    .get(env_id)
-                    .is_some_and(declares_multi_core)
+                && (declares_multi_core(env) || in_client_pool(env, &self.sizing) && spare_core())
                 && self.has_room(env_id)
     }
 
@@ -1262,6 +1308,12 @@ mod tests {
         }
     }
 
+    /// Sizing with `per_core_sdk` harnesses per worker of a one-core SDK,
+    /// `harness_threads` bundles each when set, and no in-process pool.
+    fn sizing(per_core_sdk: usize, harness_threads: Option<usize>) -> HarnessSizing {
+        HarnessSizing { per_core_sdk, harness_threads, in_process_pool: false }
+    }
+
     /// Starts job `job` with one PROCESS harness running the shell script
     /// `body`, which must exit before connecting; returns the start's error.
     async fn start_exiting_script(job: &str, body: &str) -> HarnessError {
@@ -1284,8 +1336,7 @@ mod tests {
             job,
             &envs,
             Scaling::Fixed(1),
-            1,
-            None,
+            sizing(1, None),
             &beam::ProvisionInfo::default(),
             log,
             Arc::new(AtomicBool::new(false)),
@@ -1308,6 +1359,7 @@ mod tests {
             log: Arc::new(|_, _| {}),
             bundles_per_worker: HashMap::new(),
             harnesses_per_worker: HashMap::new(),
+            sizing: sizing(1, None),
             pool: Mutex::default(),
             changed: tokio::sync::Notify::new(),
             stopping: AtomicBool::new(false),
@@ -1361,8 +1413,7 @@ mod tests {
                 &envs,
                 // One worker of two harnesses (an SDK that runs bundles on one core).
                 Scaling::Fixed(1),
-                2,
-                None,
+                sizing(2, None),
                 &beam::ProvisionInfo::default(),
                 Arc::new(|_, _| {}),
                 cancel,
@@ -1622,6 +1673,26 @@ mod tests {
         assert!(harnesses.could_run_a_residual("py", &py.id, 1));
     }
 
+    /// In the client's in-process pool (LOOPBACK) every harness shares one
+    /// interpreter, so its one harness takes a residual while it runs fewer
+    /// bundles than there are cores.
+    #[test]
+    fn a_residual_runs_on_the_same_harness_of_the_clients_in_process_pool() {
+        let fn_api = FnApi::new("localhost:1".into());
+        let mut harnesses = Arc::try_unwrap(harnesses_of(&fn_api)).ok().unwrap();
+        harnesses.environments = HashMap::from([("py".to_string(), env(PYTHON))]);
+        harnesses.bundles_per_worker = HashMap::from([("py".to_string(), 64)]);
+        harnesses.sizing = HarnessSizing { in_process_pool: true, ..sizing(2, None) };
+        let (py, _py_rx) = connected_worker(&fn_api, "job-worker-py");
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        py.in_flight.store(cores - 1, Ordering::SeqCst);
+        harnesses.pool().workers.insert("py".into(), vec![py.clone()]);
+        assert!(harnesses.could_run_a_residual("py", &py.id, 0));
+        assert!(!harnesses.could_run_a_residual("py", &py.id, 1), "the stage has a backlog");
+        py.in_flight.store(cores, Ordering::SeqCst);
+        assert!(!harnesses.could_run_a_residual("py", &py.id, 0), "as many bundles as cores run");
+    }
+
     /// One worker starts one harness of a multi-core SDK's environment and
     /// `per_core_sdk` of another's.
     #[tokio::test]
@@ -1767,29 +1838,41 @@ mod tests {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let multi = MULTI_CORE_BUNDLES_PER_HARNESS.max(2 * cores);
         assert!(multi >= 16);
-        assert_eq!(bundles_per_harness(&env(JAVA), None), multi);
-        assert_eq!(bundles_per_harness(&env(GO), None), multi);
+        let per_core = sizing(cores, None);
+        assert_eq!(bundles_per_harness(&env(JAVA), &per_core), multi);
+        assert_eq!(bundles_per_harness(&env(GO), &per_core), multi);
+        assert_eq!(bundles_per_harness(&env(PYTHON), &per_core), SINGLE_CORE_BUNDLES_PER_HARNESS);
+        assert_eq!(bundles_per_harness(&env(&[]), &per_core), SINGLE_CORE_BUNDLES_PER_HARNESS);
+        // One Python harness for all of a worker's cores runs two bundles per core.
         assert_eq!(
-            bundles_per_harness(&env(PYTHON), None),
-            SINGLE_CORE_BUNDLES_PER_HARNESS
+            bundles_per_harness(&env(PYTHON), &sizing(1, None)),
+            SINGLE_CORE_BUNDLES_PER_HARNESS * cores
         );
-        assert_eq!(
-            bundles_per_harness(&env(&[]), None),
-            SINGLE_CORE_BUNDLES_PER_HARNESS
-        );
-        assert_eq!(bundles_per_harness(&env(PYTHON), Some(1)), 1);
+        let pool = HarnessSizing { in_process_pool: true, ..per_core };
+        assert_eq!(bundles_per_harness(&env(PYTHON), &pool), SINGLE_CORE_BUNDLES_PER_HARNESS * cores);
         // number_of_worker_harness_threads wins, for every SDK.
-        assert_eq!(bundles_per_harness(&env(PYTHON), Some(3)), 3);
-        assert_eq!(bundles_per_harness(&env(JAVA), Some(2)), 2);
-        assert_eq!(bundles_per_harness(&env(JAVA), Some(0)), 1);
+        assert_eq!(bundles_per_harness(&env(PYTHON), &sizing(cores, Some(1))), 1);
+        assert_eq!(bundles_per_harness(&env(PYTHON), &sizing(1, Some(3))), 3);
+        assert_eq!(bundles_per_harness(&env(JAVA), &sizing(cores, Some(2))), 2);
+        assert_eq!(bundles_per_harness(&env(JAVA), &sizing(cores, Some(0))), 1);
     }
 
     #[test]
     fn a_worker_runs_one_harness_of_a_multi_core_sdk_and_one_per_core_of_another() {
-        assert_eq!(harnesses_per_worker(&env(JAVA), 4), 1);
-        assert_eq!(harnesses_per_worker(&env(GO), 4), 1);
-        assert_eq!(harnesses_per_worker(&env(PYTHON), 4), 4);
-        assert_eq!(harnesses_per_worker(&env(&[]), 2), 2);
-        assert_eq!(harnesses_per_worker(&env(PYTHON), 0), 1);
+        assert_eq!(harnesses_per_worker(&env(JAVA), &sizing(4, None)), 1);
+        assert_eq!(harnesses_per_worker(&env(GO), &sizing(4, None)), 1);
+        assert_eq!(harnesses_per_worker(&env(PYTHON), &sizing(4, None)), 4);
+        assert_eq!(harnesses_per_worker(&env(&[]), &sizing(2, None)), 2);
+        assert_eq!(harnesses_per_worker(&env(PYTHON), &sizing(0, None)), 1);
+    }
+
+    #[test]
+    fn the_clients_in_process_pool_runs_one_harness_per_worker() {
+        let pool = HarnessSizing { in_process_pool: true, ..sizing(4, None) };
+        assert_eq!(harnesses_per_worker(&env(PYTHON), &pool), 1);
+        // Only its EXTERNAL environments are the client's pool: a PROCESS
+        // environment of the same job still runs one per core.
+        let process = beam::Environment { urn: urns::env::PROCESS.into(), ..env(PYTHON) };
+        assert_eq!(harnesses_per_worker(&process, &pool), 4);
     }
 }

@@ -106,6 +106,30 @@ pub struct SdkHarnessPlan {
     /// decides ([`weir_harness::environment::bundles_per_harness`]: 16 for
     /// Java and Go, 2 for Python).
     pub harness_threads: Option<usize>,
+    /// The job's EXTERNAL environments are its client's in-process worker
+    /// pool ([`in_process_pool`]).
+    pub in_process_pool: bool,
+}
+
+impl SdkHarnessPlan {
+    /// The per-environment sizing of one worker's SDK harnesses.
+    pub fn sizing(&self) -> weir_harness::environment::HarnessSizing {
+        weir_harness::environment::HarnessSizing {
+            per_core_sdk: self.per_worker,
+            harness_threads: self.harness_threads,
+            in_process_pool: self.in_process_pool,
+        }
+    }
+}
+
+/// Whether the job's EXTERNAL environments are a worker pool inside its
+/// client that runs SDK harnesses as threads of one interpreter: Python's
+/// `--environment_type=LOOPBACK` (sent as the option's original value while
+/// the environment itself becomes EXTERNAL), unless the experiment
+/// `use_loopback_process_worker` makes that pool start processes.
+pub fn in_process_pool(options: &Struct) -> bool {
+    string(options, "environment_type").is_some_and(|t| t.eq_ignore_ascii_case("LOOPBACK"))
+        && !has_experiment(options, "use_loopback_process_worker")
 }
 
 /// The [`SdkHarnessPlan`] of a job with checked options `validated`
@@ -127,6 +151,7 @@ pub fn sdk_harness_plan(validated: &JobOptions, options: &Struct) -> SdkHarnessP
         harness_threads: validated
             .number_of_worker_harness_threads
             .map(|n| n.max(1) as usize),
+        in_process_pool: in_process_pool(options),
     }
 }
 

@@ -205,13 +205,9 @@ async fn execute_with(
         Importance::JobMessageBasic,
         format!(
             "starting {} for {} stage(s); {}",
-            harness_count_text(
-                &plan.environments,
-                sizing.scaling.initial(),
-                sizing.per_worker
-            ),
+            harness_count_text(&plan.environments, sizing.scaling.initial(), &sizing.sizing()),
             plan.graph.stages.len(),
-            bundles_per_harness_text(&plan.environments, sizing.harness_threads),
+            bundles_per_harness_text(&plan.environments, &sizing.sizing()),
         ),
     );
     if let Some(t) = job.validated.element_processing_timeout {
@@ -233,8 +229,7 @@ async fn execute_with(
         &job.id,
         &plan.environments,
         sizing.scaling,
-        sizing.per_worker,
-        sizing.harness_threads,
+        sizing.sizing(),
         &provision,
         log,
         job.cancel.clone(),
@@ -328,25 +323,27 @@ async fn execute_with(
 
 /// How many SDK harnesses each environment starts with, for the job's
 /// messages: `N SDK harness(es) per environment (W worker(s) of P SDK
-/// harness(es) each)`, or one clause per environment when they differ.
-/// `per_core_sdk` is the harnesses per worker of an SDK that runs bundles
-/// on one core ([`environment::harnesses_per_worker`]).
+/// harness(es) each)`, or one clause per environment when they differ
+/// ([`environment::harnesses_per_worker`] by `sizing`).
 fn harness_count_text(
     environments: &std::collections::HashMap<String, beam::Environment>,
     workers: usize,
-    per_core_sdk: usize,
+    sizing: &environment::HarnessSizing,
 ) -> String {
     per_environment_text(
         environments,
         |env| {
+            let n = environment::harnesses_per_worker(env, sizing);
             let why = if environment::declares_multi_core(env) {
                 " (one per worker: the SDK declares beam:protocol:multi_core_bundle_processing:v1)"
+            } else if n < sizing.per_core_sdk {
+                " (one per worker: the environment is the client's in-process worker pool, --environment_type=LOOPBACK)"
             } else {
                 ""
             };
-            (environment::harnesses_per_worker(env, per_core_sdk), why)
+            (n, why)
         },
-        (per_core_sdk, ""),
+        (sizing.per_core_sdk, ""),
         |p, why| {
             format!(
                 "{} SDK harness(es) per environment ({workers} worker(s) of {p} SDK harness(es) each){why}",
@@ -369,12 +366,14 @@ fn harness_count_text(
 /// they differ.
 fn bundles_per_harness_text(
     environments: &std::collections::HashMap<String, beam::Environment>,
-    harness_threads: Option<usize>,
+    sizing: &environment::HarnessSizing,
 ) -> String {
-    let default = harness_threads.unwrap_or(environment::SINGLE_CORE_BUNDLES_PER_HARNESS);
+    let default = sizing
+        .harness_threads
+        .unwrap_or(environment::SINGLE_CORE_BUNDLES_PER_HARNESS);
     per_environment_text(
         environments,
-        |env| environment::bundles_per_harness_and_reason(env, harness_threads),
+        |env| environment::bundles_per_harness_and_reason(env, sizing),
         (default, ""),
         |n, why| match why {
             "" => format!("each SDK harness runs up to {n} bundle(s) at a time"),
@@ -440,26 +439,54 @@ pub(crate) mod tests {
             .collect()
     }
 
+    /// Sizing with `per_core_sdk` harnesses per worker of a one-core SDK and
+    /// `harness_threads` bundles each when set.
+    fn sizing(per_core_sdk: usize, harness_threads: Option<usize>) -> environment::HarnessSizing {
+        environment::HarnessSizing { per_core_sdk, harness_threads, in_process_pool: false }
+    }
+
+    /// This machine's cores: one Python harness per core runs two bundles.
+    fn cores() -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+
+    #[test]
+    fn the_message_says_the_clients_in_process_pool_runs_one_harness_per_worker() {
+        let python = envs(&[("py", &["beam:protocol:worker_status:v1"])]);
+        let pool = environment::HarnessSizing { in_process_pool: true, ..sizing(2, None) };
+        assert_eq!(
+            harness_count_text(&python, 1, &pool),
+            "1 SDK harness(es) per environment (1 worker(s) of 1 SDK harness(es) each) (one per worker: the environment is the client's in-process worker pool, --environment_type=LOOPBACK)"
+        );
+        let pool = environment::HarnessSizing { in_process_pool: true, ..sizing(cores(), None) };
+        if cores() > 1 {
+            assert_eq!(
+                bundles_per_harness_text(&python, &pool),
+                format!("each SDK harness runs up to {} bundle(s) at a time (two per core: a worker runs one SDK harness, for all its cores, of an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1)", 2 * cores())
+            );
+        }
+    }
+
     #[test]
     fn the_message_says_how_many_sdk_harnesses_each_environment_starts() {
         let python = envs(&[("py", &["beam:protocol:worker_status:v1"])]);
         assert_eq!(
-            harness_count_text(&python, 3, 2),
+            harness_count_text(&python, 3, &sizing(2, None)),
             "6 SDK harness(es) per environment (3 worker(s) of 2 SDK harness(es) each)"
         );
         let java = envs(&[("java", &[MULTI])]);
         assert_eq!(
-            harness_count_text(&java, 1, 2),
+            harness_count_text(&java, 1, &sizing(2, None)),
             "1 SDK harness(es) per environment (1 worker(s) of 1 SDK harness(es) each) (one per worker: the SDK declares beam:protocol:multi_core_bundle_processing:v1)"
         );
         let both = envs(&[("py", &[]), ("java", &[MULTI])]);
         assert_eq!(
-            harness_count_text(&both, 2, 2),
+            harness_count_text(&both, 2, &sizing(2, None)),
             "2 SDK harness(es) of environment java (2 worker(s) of 1 each) (one per worker: the SDK declares beam:protocol:multi_core_bundle_processing:v1), 4 SDK harness(es) of environment py (2 worker(s) of 2 each)"
         );
         // With one harness per worker for every SDK, the clauses agree again.
         assert_eq!(
-            harness_count_text(&envs(&[("py", &[])]), 1, 1),
+            harness_count_text(&envs(&[("py", &[])]), 1, &sizing(1, None)),
             "1 SDK harness(es) per environment (1 worker(s) of 1 SDK harness(es) each)"
         );
     }
@@ -468,18 +495,18 @@ pub(crate) mod tests {
     fn the_messages_of_a_job_without_environments_give_the_defaults() {
         let none = std::collections::HashMap::new();
         assert_eq!(
-            harness_count_text(&none, 3, 2),
+            harness_count_text(&none, 3, &sizing(2, None)),
             "6 SDK harness(es) per environment (3 worker(s) of 2 SDK harness(es) each)"
         );
         assert_eq!(
-            bundles_per_harness_text(&none, None),
+            bundles_per_harness_text(&none, &sizing(cores(), None)),
             format!(
                 "each SDK harness runs up to {} bundle(s) at a time",
                 environment::SINGLE_CORE_BUNDLES_PER_HARNESS
             )
         );
         assert_eq!(
-            bundles_per_harness_text(&none, Some(5)),
+            bundles_per_harness_text(&none, &sizing(cores(), Some(5))),
             "each SDK harness runs up to 5 bundle(s) at a time"
         );
     }
@@ -488,27 +515,27 @@ pub(crate) mod tests {
     fn the_message_says_how_many_bundles_each_sdk_harness_runs() {
         let python = envs(&[("py", &["beam:protocol:worker_status:v1"])]);
         assert_eq!(
-            bundles_per_harness_text(&python, None),
+            bundles_per_harness_text(&python, &sizing(cores(), None)),
             "each SDK harness runs up to 2 bundle(s) at a time (the default for an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1)"
         );
         assert_eq!(
-            bundles_per_harness_text(&python, Some(2)),
+            bundles_per_harness_text(&python, &sizing(cores(), Some(2))),
             "each SDK harness runs up to 2 bundle(s) at a time (number_of_worker_harness_threads)"
         );
         // 16, or two per core on a larger machine.
         let multi = environment::multi_core_bundles_per_harness();
         let java = envs(&[("java", &[MULTI])]);
         assert_eq!(
-            bundles_per_harness_text(&java, None),
+            bundles_per_harness_text(&java, &sizing(cores(), None)),
             format!("each SDK harness runs up to {multi} bundle(s) at a time (the SDK declares beam:protocol:multi_core_bundle_processing:v1)")
         );
         let both = envs(&[("py", &[]), ("java", &[MULTI])]);
         assert_eq!(
-            bundles_per_harness_text(&both, None),
+            bundles_per_harness_text(&both, &sizing(cores(), None)),
             format!("an SDK harness of environment java runs up to {multi} bundle(s) at a time (the SDK declares beam:protocol:multi_core_bundle_processing:v1); an SDK harness of environment py runs up to 2 bundle(s) at a time (the default for an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1)")
         );
         assert_eq!(
-            bundles_per_harness_text(&both, Some(3)),
+            bundles_per_harness_text(&both, &sizing(cores(), Some(3))),
             "each SDK harness runs up to 3 bundle(s) at a time (number_of_worker_harness_threads)"
         );
     }
