@@ -104,7 +104,7 @@ pub struct SdkHarnessPlan {
     /// Bundles one SDK harness runs at a time when set:
     /// `number_of_worker_harness_threads`. Unset, each environment's SDK
     /// decides ([`weir_harness::environment::bundles_per_harness`]: 16 for
-    /// Java and Go, 2 for Python).
+    /// Java and Go, 2 per core a harness stands for for Python).
     pub harness_threads: Option<usize>,
     /// The job's EXTERNAL environments are its client's in-process worker
     /// pool ([`in_process_pool`]).
@@ -123,13 +123,19 @@ impl SdkHarnessPlan {
 }
 
 /// Whether the job's EXTERNAL environments are a worker pool inside its
-/// client that runs SDK harnesses as threads of one interpreter: Python's
-/// `--environment_type=LOOPBACK` (sent as the option's original value while
-/// the environment itself becomes EXTERNAL), unless the experiment
-/// `use_loopback_process_worker` makes that pool start processes.
+/// client that runs SDK harnesses as threads of one interpreter: a Python
+/// client's `--environment_type=LOOPBACK` (sent as
+/// `beam:option:environment_type:v1` with its original value, while the
+/// environment itself becomes EXTERNAL), unless the experiment
+/// `use_loopback_process_worker` makes that pool start processes. Go's
+/// flag of that name (inside `go_options`) does not count: a Go harness is
+/// one per worker anyway, and a Python environment of a Go job comes from
+/// an expansion service, whose worker pool starts processes.
 pub fn in_process_pool(options: &Struct) -> bool {
-    string(options, "environment_type").is_some_and(|t| t.eq_ignore_ascii_case("LOOPBACK"))
-        && !has_experiment(options, "use_loopback_process_worker")
+    matches!(
+        options.fields.get("beam:option:environment_type:v1").and_then(|v| v.kind.as_ref()),
+        Some(Kind::StringValue(t)) if t.eq_ignore_ascii_case("LOOPBACK")
+    ) && !has_experiment(options, "use_loopback_process_worker")
 }
 
 /// The [`SdkHarnessPlan`] of a job with checked options `validated`

@@ -336,7 +336,7 @@ fn harness_count_text(
             let n = environment::harnesses_per_worker(env, sizing);
             let why = if environment::declares_multi_core(env) {
                 " (one per worker: the SDK declares beam:protocol:multi_core_bundle_processing:v1)"
-            } else if n < sizing.per_core_sdk {
+            } else if environment::in_client_pool(env, sizing) {
                 " (one per worker: the environment is the client's in-process worker pool, --environment_type=LOOPBACK)"
             } else {
                 ""

@@ -1422,3 +1422,25 @@ fn worker_options_size_the_sdk_harnesses() {
     let p = plan(serde_json::json!({ py("num_workers"): 2 }));
     assert_eq!((p.per_worker, p.scaling), (cores, Scaling::Fixed(2)));
 }
+
+#[test]
+fn only_a_python_clients_loopback_is_the_clients_in_process_pool() {
+    // A Python client's options, as captured: environment_type stays LOOPBACK.
+    let python = opts(serde_json::from_str(PYTHON_DEFAULT_OPTIONS).unwrap());
+    assert!(options::in_process_pool(&python));
+    let plan = options::sdk_harness_plan(&options::validate(&python).expect("valid"), &python);
+    assert!(plan.in_process_pool && plan.sizing().in_process_pool);
+    // Its pool starts processes with use_loopback_process_worker.
+    let processes = opts(serde_json::json!({
+        py("environment_type"): "LOOPBACK",
+        py("experiments"): ["beam_fn_api", "use_loopback_process_worker"],
+    }));
+    assert!(!options::in_process_pool(&processes));
+    assert!(!options::in_process_pool(&opts(serde_json::json!({ py("environment_type"): "PROCESS" }))));
+    // Go's flag of that name is not Python's in-process pool.
+    let go = opts(serde_json::json!({
+        "beam:option:go_options:v1": {"options": {"environment_type": "LOOPBACK"}},
+    }));
+    assert_eq!(options::string(&go, "environment_type").as_deref(), Some("LOOPBACK"));
+    assert!(!options::in_process_pool(&go));
+}

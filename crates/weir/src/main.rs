@@ -742,17 +742,30 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
         }
     };
     tokio::pin!(second_signal);
-    // Cancel the unfinished jobs, then stop taking connections and let the
-    // calls in progress end: the clients' state and message streams carry
-    // the terminal state and close.
+    // Cancel the unfinished jobs (serving their clients and harnesses
+    // meanwhile), then stop taking connections and let the calls in
+    // progress end: the clients' state and message streams carry the
+    // terminal state and close.
+    let jobs_stopped = std::sync::atomic::AtomicBool::new(false);
     let stopped = async {
-        cancel_unfinished(registry, signal).await;
+        tokio::select! {
+            served = &mut server => return served,
+            () = cancel_unfinished(registry, signal) => {}
+        }
+        jobs_stopped.store(true, std::sync::atomic::Ordering::SeqCst);
         let _ = drain.send(());
         server.await
     };
     tokio::select! {
         served = stopped => served.context("gRPC server failed")?,
-        _ = &mut grace => eprintln!("weir: jobs still stopping after {SHUTDOWN_GRACE:?}; exiting"),
+        _ = &mut grace => {
+            let what = if jobs_stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                "clients' calls still open"
+            } else {
+                "jobs still stopping"
+            };
+            eprintln!("weir: {what} after {SHUTDOWN_GRACE:?}; exiting");
+        }
         _ = &mut second_signal => {}
     }
     Ok(())
