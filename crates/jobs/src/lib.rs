@@ -225,14 +225,11 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     config: ServerConfig,
 ) -> Result<(), tonic::transport::Error> {
-    serve_with(listener, config, |_| {}, std::future::pending()).await
+    serve_with(listener, config, |_| {}).await
 }
 
 /// [`serve`], first handing the server's [`JobRegistry`] to `with` (e.g. to
-/// serve the web UI beside the Job API), until `shutdown` completes: then
-/// it takes no new connection and returns once the calls in progress (such
-/// as the state and message streams of jobs, which end on a terminal state)
-/// have ended.
+/// serve the web UI beside the Job API).
 ///
 /// # Errors
 /// The transport error when the server cannot run.
@@ -240,7 +237,6 @@ pub async fn serve_with(
     listener: tokio::net::TcpListener,
     config: ServerConfig,
     with: impl FnOnce(Arc<JobRegistry>),
-    shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
     let addr: SocketAddr = listener.local_addr().expect("bound listener");
     let host = if addr.ip().is_unspecified() {
@@ -305,5 +301,5 @@ pub async fn serve_with(
             conn
         },
     );
-    router.serve_with_incoming_shutdown(incoming, shutdown).await
+    router.serve_with_incoming(incoming).await
 }

@@ -690,10 +690,6 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
     }
     let served = std::sync::Arc::new(std::sync::OnceLock::new());
     let keep = served.clone();
-    let (drain, drained) = tokio::sync::oneshot::channel::<()>();
-    let shutdown = async {
-        let _ = drained.await;
-    };
     let server = weir_jobs::serve_with(listener, config, move |registry| {
         let _ = keep.set(registry.clone());
         if let Some(l) = cluster {
@@ -721,66 +717,38 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
                 }
             });
         }
-    }, shutdown);
-    tokio::pin!(server);
+    });
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let signal = tokio::select! {
-        served = &mut server => return served.context("gRPC server failed"),
+        served = server => return served.context("gRPC server failed"),
         _ = tokio::signal::ctrl_c() => "SIGINT",
         _ = sigterm.recv() => "SIGTERM",
     };
-    let Some(registry) = served.get().filter(|_| cancel_on_signal) else {
-        eprintln!("weir: {signal}: stopping");
-        return Ok(());
-    };
-    let grace = tokio::time::sleep(SHUTDOWN_GRACE);
-    tokio::pin!(grace);
-    let second_signal = async {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = sigterm.recv() => {}
-        }
-    };
-    tokio::pin!(second_signal);
-    // Cancel the unfinished jobs (serving their clients and harnesses
-    // meanwhile), then stop taking connections and let the calls in
-    // progress end: the clients' state and message streams carry the
-    // terminal state and close.
-    let jobs_stopped = std::sync::atomic::AtomicBool::new(false);
-    let stopped = async {
-        tokio::select! {
-            served = &mut server => return served,
-            () = cancel_unfinished(registry, signal) => {}
-        }
-        jobs_stopped.store(true, std::sync::atomic::Ordering::SeqCst);
-        let _ = drain.send(());
-        server.await
-    };
-    tokio::select! {
-        served = stopped => served.context("gRPC server failed")?,
-        _ = &mut grace => {
-            let what = if jobs_stopped.load(std::sync::atomic::Ordering::SeqCst) {
-                "clients' calls still open"
-            } else {
-                "jobs still stopping"
-            };
-            eprintln!("weir: {what} after {SHUTDOWN_GRACE:?}; exiting");
-        }
-        _ = &mut second_signal => {}
+    match served.get() {
+        Some(registry) if cancel_on_signal => shut_down(registry, signal, &mut sigterm).await,
+        _ => eprintln!("weir: {signal}: stopping"),
     }
     Ok(())
 }
 
 /// How long `weir serve` waits, after SIGINT or SIGTERM, for its cancelled
-/// jobs to stop their SDK harnesses and its clients' calls to end before it
-/// exits anyway: the grace a cancel gives bundles in flight, and 3 s for
-/// the harnesses to exit.
+/// jobs to stop their SDK harnesses before it exits anyway: the grace a
+/// cancel gives bundles in flight, and 3 s for the harnesses to exit.
 const SHUTDOWN_GRACE: std::time::Duration =
     weir_harness::environment::STOP_GRACE.saturating_add(std::time::Duration::from_secs(3));
 
-/// Cancels every job that has not finished (as CancelJob does) and returns
-/// once they all are in a terminal state, their SDK harnesses stopped.
-async fn cancel_unfinished(registry: &weir_jobs::JobRegistry, signal: &str) {
+/// How long `weir serve` keeps serving, once its cancelled jobs have
+/// stopped, so their clients' streams deliver CANCELLED.
+const STREAMS_FLUSH: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Cancels every job that has not finished (as CancelJob does) and waits up
+/// to [`SHUTDOWN_GRACE`], or until a second signal, for them to stop, so
+/// their SDK harness processes end with the server.
+async fn shut_down(
+    registry: &weir_jobs::JobRegistry,
+    signal: &str,
+    sigterm: &mut tokio::signal::unix::Signal,
+) {
     let running: Vec<_> = registry
         .all()
         .into_iter()
@@ -797,11 +765,25 @@ async fn cancel_unfinished(registry: &weir_jobs::JobRegistry, signal: &str) {
     for job in &running {
         weir_jobs::service::stop_job(job, false);
     }
-    while running
-        .iter()
-        .any(|j| !weir_jobs::registry::is_terminal(j.state()))
-    {
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let stopped = async {
+        while running
+            .iter()
+            .any(|j| !weir_jobs::registry::is_terminal(j.state()))
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        _ = stopped => {
+            // Let the clients' state and message streams carry the
+            // terminal state before the server goes.
+            tokio::time::sleep(STREAMS_FLUSH).await;
+        }
+        _ = tokio::time::sleep(SHUTDOWN_GRACE) => {
+            eprintln!("weir: jobs still stopping after {SHUTDOWN_GRACE:?}; exiting");
+        }
+        _ = tokio::signal::ctrl_c() => {}
+        _ = sigterm.recv() => {}
     }
 }
 
