@@ -26,8 +26,14 @@ pub const MULTI_CORE_BUNDLES_PER_HARNESS: usize = 16;
 /// machine when that is more. A worker runs one such harness
 /// ([`harnesses_per_worker`]), so it must keep every core busy.
 pub fn multi_core_bundles_per_harness() -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    MULTI_CORE_BUNDLES_PER_HARNESS.max(2 * cores)
+    MULTI_CORE_BUNDLES_PER_HARNESS.max(2 * machine_cores())
+}
+
+/// The cores this process may use (`available_parallelism`, at least 1),
+/// read once: the sizing rules and the split decisions all count the same.
+pub fn machine_cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// Bundles one SDK harness of any other SDK (Python) runs at a time for
@@ -82,8 +88,7 @@ pub fn bundles_per_harness_and_reason(
             "the SDK declares beam:protocol:multi_core_bundle_processing:v1",
         );
     }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let cores_per_harness = (cores / harnesses_per_worker(env, sizing)).max(1);
+    let cores_per_harness = (machine_cores() / harnesses_per_worker(env, sizing)).max(1);
     if cores_per_harness == 1 {
         (
             SINGLE_CORE_BUNDLES_PER_HARNESS,
@@ -812,8 +817,7 @@ impl SdkHarnesses {
             return self.has_idle_worker(env_id, busy);
         };
         let spare_core = || {
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            self.workers(env_id).iter().map(|w| w.bundles_in_flight()).sum::<usize>() < cores
+            self.workers(env_id).iter().map(|w| w.bundles_in_flight()).sum::<usize>() < machine_cores()
         };
         self.has_idle_worker(env_id, busy)
             || stage_backlog == 0
