@@ -43,6 +43,16 @@ pub fn machine_cores() -> usize {
 /// data requests).
 pub const SINGLE_CORE_BUNDLES_PER_HARNESS: usize = 2;
 
+/// Longest a small bundle of a one-core SDK waits for an idle bundle
+/// processor of its descriptor on a harness that runs that descriptor
+/// already (see [`SdkHarnesses::pick`]); about what a Python harness takes
+/// to build a processor for a simple stage.
+pub const PROCESSOR_WAIT: Duration = Duration::from_millis(30);
+
+/// Input bytes up to which a bundle is small for [`SdkHarnesses::pick`]:
+/// processing it costs less than building a bundle processor.
+pub const SMALL_BUNDLE_BYTES: usize = 16 * 1024;
+
 /// How one worker sizes the SDK harnesses of a job's environments, from
 /// Dataflow's worker options.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -696,17 +706,40 @@ impl SdkHarnesses {
         self.harnesses_per_worker.get(env_id).copied().unwrap_or(1)
     }
 
-    /// A connected worker of `env_id` with fewer than
-    /// [`SdkHarnesses::bundles_per_worker`] bundles in flight (the least busy), its in-flight count already
-    /// raised. Waits, counted in the backlog, while every worker is busy or
-    /// being replaced.
+    /// A connected worker of `env_id` for a bundle of `descriptor` (a
+    /// `ProcessBundleDescriptor` id): one with fewer than
+    /// [`SdkHarnesses::bundles_per_worker`] bundles in flight, the least
+    /// busy, among those one with an idle bundle processor for
+    /// `descriptor` first; its in-flight counts already raised. Waits,
+    /// counted in the backlog, while every worker is busy or being
+    /// replaced.
+    ///
+    /// A `small` bundle of an SDK whose harness runs on one core (no
+    /// `beam:protocol:multi_core_bundle_processing:v1`) also waits, up to
+    /// [`PROCESSOR_WAIT`], rather than make a harness that already runs
+    /// `descriptor` in every processor it built build another: the
+    /// harness would run both on its one core anyway, and building a
+    /// processor costs more than a small bundle (two one-element bundles
+    /// on a LOOPBACK client took 33-36 ms each at once against 19 ms for
+    /// one alone).
     ///
     /// # Errors
     /// When the environment has no worker left and none is starting.
-    pub(crate) async fn pick(&self, env_id: &str) -> std::result::Result<Arc<Worker>, String> {
+    pub(crate) async fn pick(
+        &self,
+        env_id: &str,
+        descriptor: &str,
+        small: bool,
+    ) -> std::result::Result<Arc<Worker>, String> {
+        let one_core = self
+            .environments
+            .get(env_id)
+            .is_some_and(|env| !declares_multi_core(env));
+        let reuse_until = (small && one_core).then(|| Instant::now() + PROCESSOR_WAIT);
         let mut counted = false;
         loop {
             let changed = self.changed.notified();
+            let reuse_only = reuse_until.is_some_and(|t| Instant::now() < t);
             {
                 let mut pool = self.pool();
                 if self.is_stopping() {
@@ -717,13 +750,20 @@ impl SdkHarnesses {
                 }
                 let ws = pool.workers.get(env_id).cloned().unwrap_or_default();
                 let room = self.bundles_per_worker(env_id);
+                // (bundles in flight, no idle processor for `descriptor`).
                 let free = ws
                     .iter()
                     .filter(|w| w.is_connected() && w.bundles_in_flight() < room)
-                    .min_by_key(|w| w.bundles_in_flight());
+                    .map(|w| {
+                        let (running, built) = w.processors_of(descriptor);
+                        (w, running, built)
+                    })
+                    .filter(|&(_, running, built)| !reuse_only || running == 0 || built > running)
+                    .min_by_key(|&(w, running, built)| (w.bundles_in_flight(), built <= running));
                 let done = match free {
-                    Some(w) => {
+                    Some((w, _, _)) => {
                         w.in_flight.fetch_add(1, Ordering::Relaxed);
+                        w.descriptor_started(descriptor);
                         Some(Ok(w.clone()))
                     }
                     None if ws.is_empty()
@@ -746,8 +786,13 @@ impl SdkHarnesses {
                     *pool.waiting.entry(env_id.to_string()).or_default() += 1;
                 }
             }
-            // Also wake up now and then, in case a worker died without finishing a bundle.
-            let _ = tokio::time::timeout(Duration::from_millis(200), changed).await;
+            // Also wake up now and then, in case a worker died without
+            // finishing a bundle; and when a small bundle's wait is over.
+            let mut nap = Duration::from_millis(200);
+            if let Some(t) = reuse_until.filter(|_| reuse_only) {
+                nap = nap.min(t.saturating_duration_since(Instant::now()));
+            }
+            let _ = tokio::time::timeout(nap, changed).await;
         }
     }
 
@@ -780,8 +825,10 @@ impl SdkHarnesses {
         self.stopping.load(Ordering::SeqCst)
     }
 
-    /// Gives back a worker [`SdkHarnesses::pick`] handed out.
-    pub(crate) fn release(&self, worker: &Worker) {
+    /// Gives back a worker [`SdkHarnesses::pick`] handed out for a bundle
+    /// of `descriptor`.
+    pub(crate) fn release(&self, worker: &Worker, descriptor: &str) {
+        worker.descriptor_ended(descriptor);
         worker.in_flight.fetch_sub(1, Ordering::Relaxed);
         {
             let mut pool = self.pool();
@@ -1695,6 +1742,63 @@ mod tests {
         assert!(!harnesses.could_run_a_residual("py", &py.id, 1), "the stage has a backlog");
         py.in_flight.store(cores, Ordering::SeqCst);
         assert!(!harnesses.could_run_a_residual("py", &py.id, 0), "as many bundles as cores run");
+    }
+
+    /// A small bundle of a one-core SDK waits for the harness's idle bundle
+    /// processor of its descriptor rather than have it build another, at
+    /// most PROCESSOR_WAIT; a large one, another descriptor's, or a
+    /// multi-core SDK's starts at once.
+    #[tokio::test]
+    async fn a_small_bundle_waits_for_an_idle_processor_of_its_descriptor() {
+        let fn_api = FnApi::new("localhost:1".into());
+        let mut harnesses = Arc::try_unwrap(harnesses_of(&fn_api)).ok().unwrap();
+        harnesses.environments = HashMap::from([
+            ("py".to_string(), env(PYTHON)),
+            ("java".to_string(), env(JAVA)),
+        ]);
+        harnesses.bundles_per_worker = HashMap::from([("py".to_string(), 4), ("java".to_string(), 4)]);
+        let (py, _py_rx) = connected_worker(&fn_api, "job-worker-py");
+        let (java, _java_rx) = connected_worker(&fn_api, "job-worker-java");
+        harnesses.pool().workers.insert("py".into(), vec![py.clone()]);
+        harnesses.pool().workers.insert("java".into(), vec![java.clone()]);
+        let harnesses = Arc::new(harnesses);
+        let soon = Duration::from_millis(5);
+        let pick = |env: &'static str, d: &'static str, small: bool| {
+            let h = harnesses.clone();
+            tokio::spawn(async move { h.pick(env, d, small).await.unwrap().id.clone() })
+        };
+        // The first bundle of a descriptor starts (its processor gets built).
+        pick("py", "d", true).await.unwrap();
+        assert_eq!(py.processors_of("d"), (1, 1));
+        // A second small one waits for it: it finishes, the second reuses it.
+        let began = Instant::now();
+        let second = pick("py", "d", true);
+        tokio::time::sleep(soon).await;
+        assert!(!second.is_finished(), "a small bundle built a second processor");
+        assert_eq!(harnesses.backlog("py"), 1, "the waiting bundle counts in the backlog");
+        harnesses.release(&py, "d");
+        second.await.unwrap();
+        assert!(began.elapsed() < PROCESSOR_WAIT);
+        assert_eq!(py.processors_of("d"), (1, 1));
+        // Large bundles, other descriptors and multi-core SDKs do not wait.
+        pick("py", "d", false).await.unwrap();
+        assert_eq!(py.processors_of("d"), (2, 2));
+        pick("py", "e", true).await.unwrap();
+        pick("java", "d", true).await.unwrap();
+        pick("java", "d", true).await.unwrap();
+        assert_eq!(java.processors_of("d"), (2, 2));
+        // Two processors of "d" built, both busy: a third small bundle
+        // waits PROCESSOR_WAIT at most, then has a third built.
+        let began = Instant::now();
+        pick("py", "d", true).await.unwrap();
+        assert!(began.elapsed() >= PROCESSOR_WAIT);
+        assert_eq!(py.processors_of("d"), (3, 3));
+        // With one idle, a small bundle takes it at once.
+        harnesses.release(&py, "d");
+        let began = Instant::now();
+        pick("py", "d", true).await.unwrap();
+        assert!(began.elapsed() < PROCESSOR_WAIT);
+        assert_eq!(py.processors_of("d"), (3, 3));
     }
 
     /// One worker starts one harness of a multi-core SDK's environment and

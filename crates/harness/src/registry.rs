@@ -42,6 +42,11 @@ pub struct Worker {
     /// (it does so as it shuts down, after its last bundle).
     pub(crate) control_ended: watch::Sender<bool>,
     pub(crate) in_flight: AtomicUsize,
+    /// Per `ProcessBundleDescriptor` id: its bundles in flight here, and
+    /// the most that ever were at once, which is how many bundle
+    /// processors the SDK harness has built for it (SDKs build one per
+    /// concurrent bundle of a descriptor and reuse idle ones).
+    pub(crate) processors: Mutex<HashMap<String, (usize, usize)>>,
     /// Why the control stream last closed (set by [`Worker::disconnected`]).
     pub(crate) disconnect_reason: Mutex<Option<String>>,
     /// Set by the first control connection claiming this worker id; any
@@ -131,6 +136,30 @@ impl Worker {
     /// Bundles currently sent to this worker and not yet answered.
     pub fn bundles_in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// (bundles of `descriptor` in flight here, bundle processors the SDK
+    /// harness has built for it).
+    pub(crate) fn processors_of(&self, descriptor: &str) -> (usize, usize) {
+        let p = self.processors.lock().unwrap_or_else(|p| p.into_inner());
+        p.get(descriptor).copied().unwrap_or((0, 0))
+    }
+
+    /// Counts a bundle of `descriptor` sent to this worker (and a new
+    /// bundle processor when none of the built ones is idle).
+    pub(crate) fn descriptor_started(&self, descriptor: &str) {
+        let mut p = self.processors.lock().unwrap_or_else(|p| p.into_inner());
+        let (running, built) = p.entry(descriptor.to_string()).or_default();
+        *running += 1;
+        *built = (*built).max(*running);
+    }
+
+    /// Counts a bundle of `descriptor` ended (its processor idle again).
+    pub(crate) fn descriptor_ended(&self, descriptor: &str) {
+        let mut p = self.processors.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((running, _)) = p.get_mut(descriptor) {
+            *running = running.saturating_sub(1);
+        }
     }
 }
 
@@ -329,6 +358,7 @@ impl FnApi {
             data_connected: watch::channel(false).0,
             control_ended: watch::channel(false).0,
             in_flight: AtomicUsize::new(0),
+            processors: Mutex::default(),
             disconnect_reason: Mutex::new(None),
             claimed: std::sync::atomic::AtomicBool::new(false),
         });

@@ -146,7 +146,7 @@ impl Inner {
     /// The descriptor id a bundle runs under: the stage's, or for a later
     /// side-input generation (see `BundleRequest::side_input_generation`) a
     /// copy of it registered on first use under `<stage's id>@side<N>`.
-    fn descriptor_for(&self, request: &BundleRequest) -> Result<String, Failure> {
+    pub(super) fn descriptor_for(&self, request: &BundleRequest) -> Result<String, Failure> {
         let base = JobWorkers::descriptor_id(&self.job_id, &request.stage_id);
         if request.side_input_generation == 0 {
             return Ok(base);
@@ -169,6 +169,7 @@ impl Inner {
         &self,
         worker: &Worker,
         instruction_id: &str,
+        descriptor: &str,
         request: &BundleRequest,
         stage: &weir_plan::SdkStage,
         bundle: &BundleState,
@@ -178,7 +179,7 @@ impl Inner {
             instruction_id: instruction_id.to_string(),
             request: Some(beam::instruction_request::Request::ProcessBundle(
                 beam::ProcessBundleRequest {
-                    process_bundle_descriptor_id: self.descriptor_for(request)?,
+                    process_bundle_descriptor_id: descriptor.to_string(),
                     cache_tokens: side_input_cache_tokens(&self.job_id, stage, request),
                     ..Default::default()
                 },

@@ -230,9 +230,15 @@ impl Inner {
                 ))
             }
         };
+        let descriptor = match self.descriptor_for(request) {
+            Ok(d) => d,
+            Err(Failure::Error(e) | Failure::Stuck(e)) => return Err((e, false, request.input.len())),
+        };
+        let small = request.input.iter().map(Vec::len).sum::<usize>()
+            <= crate::environment::SMALL_BUNDLE_BYTES;
         let worker = self
             .harnesses
-            .pick(&stage.environment_id)
+            .pick(&stage.environment_id, &descriptor, small)
             .await
             .map_err(|e| (e, false, request.input.len()))?;
         // Unguessable: state requests, data and results are accepted only
@@ -269,9 +275,9 @@ impl Inner {
             .unwrap_or_else(|p| p.into_inner())
             .insert(instruction_id.clone(), bundle.clone());
         let result = self
-            .exchange(&worker, &instruction_id, request, stage, &bundle, sinks)
+            .exchange(&worker, &instruction_id, &descriptor, request, stage, &bundle, sinks)
             .await;
-        self.harnesses.release(&worker);
+        self.harnesses.release(&worker, &descriptor);
         let result = result.map_err(|f| match f {
             Failure::Error(e) => e,
             Failure::Stuck(what) => {
