@@ -539,7 +539,7 @@ impl beam::job_service_server::JobService for JobService {
     ) -> Result<tonic::Response<beam::DescribePipelineOptionsResponse>, tonic::Status> {
         Ok(tonic::Response::new(
             beam::DescribePipelineOptionsResponse {
-                options: crate::options::descriptors(),
+                options: crate::options::runner_descriptors(),
             },
         ))
     }

@@ -1160,14 +1160,23 @@ async fn prepare_records_options_and_reports_notes() {
 }
 
 #[tokio::test]
-async fn describe_pipeline_options_serves_the_catalog() {
+async fn describe_pipeline_options_serves_what_python_does_not_define() {
     let (svc, _) = service();
     let d = svc
         .describe_pipeline_options(tonic::Request::new(beam::DescribePipelineOptionsRequest {}))
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(d.options, options::descriptors());
+    assert_eq!(d.options, options::runner_descriptors());
+    let names: Vec<&str> = d.options.iter().map(|o| o.name.as_str()).collect();
+    for name in ["element_processing_timeout", "gcp_temp_location", "worker_binary"] {
+        assert!(names.contains(&name), "{name} not described: {names:?}");
+    }
+    for name in ["num_workers", "experiments", "job_name"] {
+        assert!(!names.contains(&name), "Python defines {name}");
+    }
+    let python_has = CATALOG.iter().filter(|s| !s.python.is_empty()).count();
+    assert_eq!(d.options.len() + python_has, CATALOG.len());
 }
 
 // ------------------------------------------------------------------ captured options

@@ -1,7 +1,8 @@
 //! Every Google Cloud Dataflow pipeline option Weir knows: its spellings in
 //! the Python (and YAML), Java and Go SDKs, its type, its group in Dataflow's
 //! reference, and what Weir does with it. `docs/pipeline-options.md` is the
-//! readable form of this table; `DescribePipelineOptions` serves it.
+//! readable form of this table; `DescribePipelineOptions` serves the
+//! options of it the Python SDK does not define.
 
 /// The type an option's value has (`PipelineOptionType` in the Job API).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,7 +62,7 @@ pub enum Handling {
 #[derive(Debug)]
 pub struct OptionSpec {
     /// Canonical snake_case name (the Python name, or the snake_case form of
-    /// the Java name for Java-only options); served by DescribePipelineOptions.
+    /// the Java name for Java-only options).
     pub name: &'static str,
     /// Python / YAML spelling(s) ("" when the Python SDK has none).
     pub python: &'static str,
