@@ -177,6 +177,61 @@ pub(crate) fn pardo_payload(id: &str, t: &beam::PTransform) -> Result<beam::ParD
     })
 }
 
+/// Whether composite `t` runs as Weir's own transform rather than as its
+/// subtransforms: a Reshuffle or Redistribute
+/// (`beam:transform:reshuffle:v1`, `beam:transform:redistribute_*:v1`) with
+/// one input and one output of the same coder and windowing strategy runs
+/// as the runner's Reshuffle, an identity that redistributes elements, as
+/// Dataflow and Prism run it. Its expansion (random keys, a GroupByKey, and
+/// back) costs SDK work on every element and holds all of them until the
+/// watermark passes.
+fn runs_natively(c: &beam::Components, t: &beam::PTransform) -> bool {
+    let urn = urn_of(t);
+    if urn != urns::transform::RESHUFFLE
+        && urn != urns::transform::REDISTRIBUTE_ARBITRARILY
+        && urn != urns::transform::REDISTRIBUTE_BY_KEY
+    {
+        return false;
+    }
+    let (Some(input), Some(output)) = (only(&t.inputs), only(&t.outputs)) else {
+        return false;
+    };
+    let (Some(input), Some(output)) = (c.pcollections.get(input), c.pcollections.get(output)) else {
+        return false;
+    };
+    let windowing = |pc: &beam::PCollection| c.windowing_strategies.get(&pc.windowing_strategy_id);
+    same_coder(c, &input.coder_id, &output.coder_id, 0)
+        && windowing(input).is_some()
+        && windowing(input) == windowing(output)
+}
+
+/// The one value of `m`, if it has exactly one.
+fn only(m: &std::collections::HashMap<String, String>) -> Option<&String> {
+    let mut values = m.values();
+    match (values.next(), values.next()) {
+        (Some(v), None) => Some(v),
+        _ => None,
+    }
+}
+
+/// Whether coders `a` and `b` of `c` are the same coder: the same id, or
+/// the same spec with the same components (at most 32 levels deep).
+fn same_coder(c: &beam::Components, a: &str, b: &str, depth: usize) -> bool {
+    if a == b {
+        return c.coders.contains_key(a);
+    }
+    let (Some(x), Some(y)) = (c.coders.get(a), c.coders.get(b)) else {
+        return false;
+    };
+    depth < 32
+        && x.spec == y.spec
+        && x.component_coder_ids.len() == y.component_coder_ids.len()
+        && x.component_coder_ids
+            .iter()
+            .zip(&y.component_coder_ids)
+            .all(|(a, b)| same_coder(c, a, b, depth + 1))
+}
+
 /// Leaf transform ids reachable from the roots, in discovery order. A
 /// transform with subtransforms is a composite and is replaced by its leaves.
 /// Liftable `combine_per_key` composites are replaced by their lifted form.
@@ -193,7 +248,7 @@ pub(crate) fn collect(pipeline: &beam::Pipeline, c: &mut beam::Components) -> Re
             .transforms
             .get(id)
             .ok_or_else(|| PlanError::Invalid(format!("unknown transform id {id:?}")))?;
-        if !t.subtransforms.is_empty() {
+        if !t.subtransforms.is_empty() && !runs_natively(c, t) {
             stack.extend(t.subtransforms.iter().rev().cloned());
             continue;
         }
@@ -219,6 +274,97 @@ pub(crate) fn collect(pipeline: &beam::Pipeline, c: &mut beam::Components) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Impulse -> Reshuffle composite (one subtransform `Inner`) -> nothing;
+    /// the composite's output has coder `out_coder`, its input "bytes".
+    fn reshuffle_pipeline(urn: &str, out_coder: &str) -> (beam::Pipeline, beam::Components) {
+        let pardo = |name: &str, input: &str, output: &str| beam::PTransform {
+            unique_name: name.into(),
+            spec: Some(beam::FunctionSpec { urn: urns::transform::PAR_DO.into(), payload: vec![] }),
+            inputs: [("in".to_string(), input.to_string())].into(),
+            outputs: [("out".to_string(), output.to_string())].into(),
+            ..Default::default()
+        };
+        let coder = |urn: &str, components: &[&str]| beam::Coder {
+            spec: Some(beam::FunctionSpec { urn: urn.into(), payload: vec![] }),
+            component_coder_ids: components.iter().map(|c| c.to_string()).collect(),
+        };
+        let pc = |coder: &str| beam::PCollection {
+            coder_id: coder.into(),
+            windowing_strategy_id: "ws".into(),
+            ..Default::default()
+        };
+        let c = beam::Components {
+            transforms: [
+                (
+                    "impulse".to_string(),
+                    beam::PTransform {
+                        unique_name: "Impulse".into(),
+                        spec: Some(beam::FunctionSpec { urn: urns::transform::IMPULSE.into(), payload: vec![] }),
+                        outputs: [("out".to_string(), "a".to_string())].into(),
+                        ..Default::default()
+                    },
+                ),
+                (
+                    "reshuffle".to_string(),
+                    beam::PTransform {
+                        unique_name: "Reshuffle".into(),
+                        spec: Some(beam::FunctionSpec { urn: urn.into(), payload: vec![] }),
+                        inputs: [("in".to_string(), "a".to_string())].into(),
+                        outputs: [("out".to_string(), "b".to_string())].into(),
+                        subtransforms: vec!["inner".into()],
+                        ..Default::default()
+                    },
+                ),
+                ("inner".to_string(), pardo("Reshuffle/Inner", "a", "b")),
+            ]
+            .into(),
+            pcollections: [("a".to_string(), pc("bytes")), ("b".to_string(), pc(out_coder))].into(),
+            coders: [
+                ("bytes".to_string(), coder("beam:coder:bytes:v1", &[])),
+                ("bytes2".to_string(), coder("beam:coder:bytes:v1", &[])),
+                ("lp".to_string(), coder("beam:coder:length_prefix:v1", &["bytes"])),
+            ]
+            .into(),
+            windowing_strategies: [("ws".to_string(), beam::WindowingStrategy::default())].into(),
+            environments: Default::default(),
+        };
+        let p = beam::Pipeline {
+            root_transform_ids: vec!["impulse".into(), "reshuffle".into()],
+            ..Default::default()
+        };
+        (p, c)
+    }
+
+    #[test]
+    fn a_reshuffle_composite_of_one_coder_runs_as_weirs_reshuffle() {
+        for urn in [
+            urns::transform::RESHUFFLE,
+            urns::transform::REDISTRIBUTE_ARBITRARILY,
+            urns::transform::REDISTRIBUTE_BY_KEY,
+        ] {
+            // The same coder, by id or by spec: the composite is a leaf.
+            for out in ["bytes", "bytes2"] {
+                let (p, mut c) = reshuffle_pipeline(urn, out);
+                assert_eq!(collect(&p, &mut c).unwrap(), ["impulse", "reshuffle"], "{urn} {out}");
+                assert_eq!(classify("reshuffle", &c.transforms["reshuffle"]).unwrap(), LeafKind::Reshuffle);
+            }
+            // Another coder: its expansion runs.
+            let (p, mut c) = reshuffle_pipeline(urn, "lp");
+            assert_eq!(collect(&p, &mut c).unwrap(), ["impulse", "inner"], "{urn}");
+        }
+        // Another windowing strategy: its expansion runs.
+        let (p, mut c) = reshuffle_pipeline(urns::transform::RESHUFFLE, "bytes");
+        c.windowing_strategies.insert(
+            "ws2".into(),
+            beam::WindowingStrategy { allowed_lateness: 5, ..Default::default() },
+        );
+        c.pcollections.get_mut("b").unwrap().windowing_strategy_id = "ws2".into();
+        assert_eq!(collect(&p, &mut c).unwrap(), ["impulse", "inner"]);
+        // Any other composite runs as its subtransforms.
+        let (p, mut c) = reshuffle_pipeline("beam:transform:generic_composite:v1", "bytes");
+        assert_eq!(collect(&p, &mut c).unwrap(), ["impulse", "inner"]);
+    }
 
     fn spec(kind: Option<beam::state_spec::Spec>, protocol: &str) -> beam::StateSpec {
         beam::StateSpec {
