@@ -721,7 +721,8 @@ impl SdkHarnesses {
     /// harness would run both on its one core anyway, and building a
     /// processor costs more than a small bundle (two one-element bundles
     /// on a LOOPBACK client took 33-36 ms each at once against 19 ms for
-    /// one alone).
+    /// one alone). That wait is not counted in the backlog: it asks for no
+    /// more harnesses and holds back no split.
     ///
     /// # Errors
     /// When the environment has no worker left and none is starting.
@@ -735,11 +736,13 @@ impl SdkHarnesses {
             .environments
             .get(env_id)
             .is_some_and(|env| !declares_multi_core(env));
-        let reuse_until = (small && one_core).then(|| Instant::now() + PROCESSOR_WAIT);
+        // tokio's clock, so tests can pause it.
+        let reuse_until =
+            (small && one_core).then(|| tokio::time::Instant::now() + PROCESSOR_WAIT);
         let mut counted = false;
         loop {
             let changed = self.changed.notified();
-            let reuse_only = reuse_until.is_some_and(|t| Instant::now() < t);
+            let reuse_only = reuse_until.is_some_and(|t| tokio::time::Instant::now() < t);
             {
                 let mut pool = self.pool();
                 if self.is_stopping() {
@@ -750,13 +753,16 @@ impl SdkHarnesses {
                 }
                 let ws = pool.workers.get(env_id).cloned().unwrap_or_default();
                 let room = self.bundles_per_worker(env_id);
-                // (bundles in flight, no idle processor for `descriptor`).
-                let free = ws
+                let with_room: Vec<&Arc<Worker>> = ws
                     .iter()
                     .filter(|w| w.is_connected() && w.bundles_in_flight() < room)
+                    .collect();
+                // (bundles in flight, no idle processor for `descriptor`).
+                let free = with_room
+                    .iter()
                     .map(|w| {
                         let (running, built) = w.processors_of(descriptor);
-                        (w, running, built)
+                        (*w, running, built)
                     })
                     .filter(|&(_, running, built)| !reuse_only || running == 0 || built > running)
                     .min_by_key(|&(w, running, built)| (w.bundles_in_flight(), built <= running));
@@ -773,24 +779,24 @@ impl SdkHarnesses {
                     }
                     None => None,
                 };
-                if let Some(result) = done {
-                    if counted {
-                        if let Some(n) = pool.waiting.get_mut(env_id) {
-                            *n = n.saturating_sub(1);
-                        }
-                    }
-                    return result;
+                // In the backlog only while no worker has room: a small
+                // bundle waiting for an idle processor is no demand for more
+                // harnesses (autoscaling) and holds back no split.
+                let blocked = done.is_none() && with_room.is_empty();
+                if counted != blocked {
+                    let n = pool.waiting.entry(env_id.to_string()).or_default();
+                    *n = if blocked { *n + 1 } else { n.saturating_sub(1) };
+                    counted = blocked;
                 }
-                if !counted {
-                    counted = true;
-                    *pool.waiting.entry(env_id.to_string()).or_default() += 1;
+                if let Some(result) = done {
+                    return result;
                 }
             }
             // Also wake up now and then, in case a worker died without
             // finishing a bundle; and when a small bundle's wait is over.
             let mut nap = Duration::from_millis(200);
             if let Some(t) = reuse_until.filter(|_| reuse_only) {
-                nap = nap.min(t.saturating_duration_since(Instant::now()));
+                nap = nap.min(t.saturating_duration_since(tokio::time::Instant::now()));
             }
             let _ = tokio::time::timeout(nap, changed).await;
         }
@@ -826,9 +832,10 @@ impl SdkHarnesses {
     }
 
     /// Gives back a worker [`SdkHarnesses::pick`] handed out for a bundle
-    /// of `descriptor`.
-    pub(crate) fn release(&self, worker: &Worker, descriptor: &str) {
-        worker.descriptor_ended(descriptor);
+    /// of `descriptor`; `failed` when the bundle failed (the SDK harness
+    /// then drops its processor).
+    pub(crate) fn release(&self, worker: &Worker, descriptor: &str, failed: bool) {
+        worker.descriptor_ended(descriptor, failed);
         worker.in_flight.fetch_sub(1, Ordering::Relaxed);
         {
             let mut pool = self.pool();
@@ -1748,7 +1755,7 @@ mod tests {
     /// processor of its descriptor rather than have it build another, at
     /// most PROCESSOR_WAIT; a large one, another descriptor's, or a
     /// multi-core SDK's starts at once.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_small_bundle_waits_for_an_idle_processor_of_its_descriptor() {
         let fn_api = FnApi::new("localhost:1".into());
         let mut harnesses = Arc::try_unwrap(harnesses_of(&fn_api)).ok().unwrap();
@@ -1771,12 +1778,13 @@ mod tests {
         pick("py", "d", true).await.unwrap();
         assert_eq!(py.processors_of("d"), (1, 1));
         // A second small one waits for it: it finishes, the second reuses it.
-        let began = Instant::now();
+        let began = tokio::time::Instant::now();
         let second = pick("py", "d", true);
         tokio::time::sleep(soon).await;
         assert!(!second.is_finished(), "a small bundle built a second processor");
-        assert_eq!(harnesses.backlog("py"), 1, "the waiting bundle counts in the backlog");
-        harnesses.release(&py, "d");
+        assert_eq!(harnesses.backlog("py"), 0, "a worker has room: no demand for more harnesses");
+        assert!(harnesses.has_room("py"));
+        harnesses.release(&py, "d", false);
         second.await.unwrap();
         assert!(began.elapsed() < PROCESSOR_WAIT);
         assert_eq!(py.processors_of("d"), (1, 1));
@@ -1789,16 +1797,36 @@ mod tests {
         assert_eq!(java.processors_of("d"), (2, 2));
         // Two processors of "d" built, both busy: a third small bundle
         // waits PROCESSOR_WAIT at most, then has a third built.
-        let began = Instant::now();
+        let began = tokio::time::Instant::now();
         pick("py", "d", true).await.unwrap();
         assert!(began.elapsed() >= PROCESSOR_WAIT);
         assert_eq!(py.processors_of("d"), (3, 3));
         // With one idle, a small bundle takes it at once.
-        harnesses.release(&py, "d");
-        let began = Instant::now();
+        harnesses.release(&py, "d", false);
+        let began = tokio::time::Instant::now();
         pick("py", "d", true).await.unwrap();
         assert!(began.elapsed() < PROCESSOR_WAIT);
         assert_eq!(py.processors_of("d"), (3, 3));
+        // A failed bundle's processor is gone (the SDK drops it).
+        harnesses.release(&py, "d", true);
+        assert_eq!(py.processors_of("d"), (2, 2));
+    }
+
+    /// Past MAX_DESCRIPTOR_COUNTS descriptors a worker forgets the idle ones
+    /// (a streaming job has one per side-input generation).
+    #[test]
+    fn a_worker_forgets_idle_descriptors_past_its_bound() {
+        let fn_api = FnApi::new("localhost:1".into());
+        let (w, _rx) = connected_worker(&fn_api, "job-worker-1");
+        w.descriptor_started("busy");
+        for n in 0..crate::registry::MAX_DESCRIPTOR_COUNTS + 1 {
+            let d = format!("s@side{n}");
+            w.descriptor_started(&d);
+            w.descriptor_ended(&d, false);
+        }
+        let left = w.processors.lock().unwrap().len();
+        assert!(left <= crate::registry::MAX_DESCRIPTOR_COUNTS, "{left} kept");
+        assert_eq!(w.processors_of("busy"), (1, 1), "one in flight is kept");
     }
 
     /// One worker starts one harness of a multi-core SDK's environment and

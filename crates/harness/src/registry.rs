@@ -26,6 +26,10 @@ pub enum WorkerLog {
 /// treats them differently (see `weir_jobs::registry::Job::sdk_log`).
 pub type LogSink = Arc<dyn Fn(WorkerLog, String) + Send + Sync>;
 
+/// Descriptors a [`Worker`] keeps bundle and processor counts of before it
+/// forgets the idle ones.
+pub(crate) const MAX_DESCRIPTOR_COUNTS: usize = 256;
+
 /// One SDK harness as the runner sees it.
 pub struct Worker {
     pub id: String,
@@ -154,11 +158,21 @@ impl Worker {
         *built = (*built).max(*running);
     }
 
-    /// Counts a bundle of `descriptor` ended (its processor idle again).
-    pub(crate) fn descriptor_ended(&self, descriptor: &str) {
+    /// Counts a bundle of `descriptor` ended: its processor idle again, or
+    /// when it `failed` gone (SDKs drop the processor of a failed bundle).
+    /// Past [`MAX_DESCRIPTOR_COUNTS`] descriptors the idle ones are
+    /// forgotten (a streaming job registers a descriptor per side-input
+    /// generation).
+    pub(crate) fn descriptor_ended(&self, descriptor: &str, failed: bool) {
         let mut p = self.processors.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((running, _)) = p.get_mut(descriptor) {
+        if let Some((running, built)) = p.get_mut(descriptor) {
             *running = running.saturating_sub(1);
+            if failed {
+                *built = built.saturating_sub(1);
+            }
+        }
+        if p.len() > MAX_DESCRIPTOR_COUNTS {
+            p.retain(|_, (running, _)| *running > 0);
         }
     }
 }

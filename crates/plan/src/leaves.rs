@@ -182,9 +182,9 @@ pub(crate) fn pardo_payload(id: &str, t: &beam::PTransform) -> Result<beam::ParD
 /// (`beam:transform:reshuffle:v1`, `beam:transform:redistribute_*:v1`) with
 /// one input and one output of the same coder and windowing strategy runs
 /// as the runner's Reshuffle, an identity that redistributes elements, as
-/// Dataflow and Prism run it. Its expansion (random keys, a GroupByKey, and
-/// back) costs SDK work on every element and holds all of them until the
-/// watermark passes.
+/// Prism runs it (Dataflow runs it as its own shuffle). Its expansion
+/// (random keys, a GroupByKey, and back) costs SDK work on every element
+/// and holds all of them until the watermark passes.
 fn runs_natively(c: &beam::Components, t: &beam::PTransform) -> bool {
     let urn = urn_of(t);
     if urn != urns::transform::RESHUFFLE
@@ -203,6 +203,33 @@ fn runs_natively(c: &beam::Components, t: &beam::PTransform) -> bool {
     same_coder(c, &input.coder_id, &output.coder_id, 0)
         && windowing(input).is_some()
         && windowing(input) == windowing(output)
+        && !leaks_a_pcollection(c, t)
+}
+
+/// Whether a transform outside composite `t` reads one of the PCollections
+/// `t`'s subtransforms make, other than `t`'s outputs: then `t` cannot be
+/// replaced by one transform.
+fn leaks_a_pcollection(c: &beam::Components, t: &beam::PTransform) -> bool {
+    let mut inside: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut made: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut stack: Vec<&str> = t.subtransforms.iter().map(String::as_str).collect();
+    while let Some(id) = stack.pop() {
+        if !inside.insert(id) {
+            continue;
+        }
+        if let Some(sub) = c.transforms.get(id) {
+            stack.extend(sub.subtransforms.iter().map(String::as_str));
+            made.extend(sub.outputs.values().map(String::as_str));
+        }
+    }
+    for out in t.outputs.values() {
+        made.remove(out.as_str());
+    }
+    c.transforms.iter().any(|(id, other)| {
+        other.subtransforms.is_empty()
+            && !inside.contains(id.as_str())
+            && other.inputs.values().any(|pc| made.contains(pc.as_str()))
+    })
 }
 
 /// The one value of `m`, if it has exactly one.
@@ -364,6 +391,33 @@ mod tests {
         // Any other composite runs as its subtransforms.
         let (p, mut c) = reshuffle_pipeline("beam:transform:generic_composite:v1", "bytes");
         assert_eq!(collect(&p, &mut c).unwrap(), ["impulse", "inner"]);
+    }
+
+    /// A transform outside the composite that reads a PCollection made
+    /// inside it keeps the expansion (the composite is no one transform).
+    #[test]
+    fn a_reshuffle_whose_inner_pcollection_is_read_outside_runs_its_expansion() {
+        let (mut p, mut c) = reshuffle_pipeline(urns::transform::RESHUFFLE, "bytes");
+        // Inner now makes "mid" (then Inner2 makes "b"); Outside reads "mid".
+        let inner = c.transforms.get_mut("inner").unwrap();
+        inner.outputs = [("out".to_string(), "mid".to_string())].into();
+        let mut inner2 = inner.clone();
+        inner2.unique_name = "Reshuffle/Inner2".into();
+        inner2.inputs = [("in".to_string(), "mid".to_string())].into();
+        inner2.outputs = [("out".to_string(), "b".to_string())].into();
+        let mut outside = inner2.clone();
+        outside.unique_name = "Outside".into();
+        outside.outputs = [("out".to_string(), "c".to_string())].into();
+        c.transforms.insert("inner2".into(), inner2);
+        c.transforms.get_mut("reshuffle").unwrap().subtransforms = vec!["inner".into(), "inner2".into()];
+        for pc in ["mid", "c"] {
+            let b = c.pcollections["b"].clone();
+            c.pcollections.insert(pc.into(), b);
+        }
+        assert_eq!(collect(&p, &mut c.clone()).unwrap(), ["impulse", "reshuffle"]);
+        c.transforms.insert("outside".into(), outside);
+        p.root_transform_ids.push("outside".into());
+        assert_eq!(collect(&p, &mut c).unwrap(), ["impulse", "inner", "inner2", "outside"]);
     }
 
     fn spec(kind: Option<beam::state_spec::Spec>, protocol: &str) -> beam::StateSpec {

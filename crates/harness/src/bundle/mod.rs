@@ -234,8 +234,10 @@ impl Inner {
             Ok(d) => d,
             Err(Failure::Error(e) | Failure::Stuck(e)) => return Err((e, false, request.input.len())),
         };
-        let small = request.input.iter().map(Vec::len).sum::<usize>()
-            <= crate::environment::SMALL_BUNDLE_BYTES;
+        // A splittable DoFn's restrictions are small but may run long.
+        let small = !stage.splittable
+            && request.input.iter().map(Vec::len).sum::<usize>()
+                <= crate::environment::SMALL_BUNDLE_BYTES;
         let worker = self
             .harnesses
             .pick(&stage.environment_id, &descriptor, small)
@@ -277,7 +279,7 @@ impl Inner {
         let result = self
             .exchange(&worker, &instruction_id, &descriptor, request, stage, &bundle, sinks)
             .await;
-        self.harnesses.release(&worker, &descriptor);
+        self.harnesses.release(&worker, &descriptor, result.is_err());
         let result = result.map_err(|f| match f {
             Failure::Error(e) => e,
             Failure::Stuck(what) => {
