@@ -90,34 +90,17 @@ pub fn sdk_workers_per_environment(options: &Struct) -> usize {
 /// How a job's SDK harnesses are sized, from Dataflow's worker options.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SdkHarnessPlan {
-    /// SDK harnesses per worker of an SDK that runs bundles on one core
-    /// ([`sdk_workers_per_environment`]); an SDK that declares multi-core
-    /// bundle processing runs one per worker
-    /// ([`weir_harness::environment::harnesses_per_worker`]).
-    pub per_worker: usize,
     /// Workers: fixed at `num_workers` (default 1), or with
     /// `autoscaling_algorithm=THROUGHPUT_BASED` between that and
     /// `max_num_workers` (default `num_workers`).
     pub scaling: weir_harness::environment::Scaling,
-    /// Bundles one SDK harness runs at a time when set:
-    /// `number_of_worker_harness_threads`. Unset, each environment's SDK
-    /// decides ([`weir_harness::environment::bundles_per_harness`]: 16 for
-    /// Java and Go, 2 per core a harness stands for for Python).
-    pub harness_threads: Option<usize>,
-    /// The job's EXTERNAL environments are its client's in-process worker
-    /// pool ([`in_process_pool`]).
-    pub in_process_pool: bool,
-}
-
-impl SdkHarnessPlan {
-    /// The per-environment sizing of one worker's SDK harnesses.
-    pub fn sizing(&self) -> weir_harness::environment::HarnessSizing {
-        weir_harness::environment::HarnessSizing {
-            per_core_sdk: self.per_worker,
-            harness_threads: self.harness_threads,
-            in_process_pool: self.in_process_pool,
-        }
-    }
+    /// The harnesses of each environment on one worker: per core or one
+    /// ([`sdk_workers_per_environment`]), the bundles each runs at a time
+    /// (`number_of_worker_harness_threads` when set, else the SDK's
+    /// [`weir_harness::environment::bundles_per_harness`]), and whether the
+    /// EXTERNAL environments are the client's in-process pool
+    /// ([`in_process_pool`]).
+    pub sizing: weir_harness::environment::HarnessSizing,
 }
 
 /// Whether the job's EXTERNAL environments are a worker pool inside its
@@ -150,12 +133,14 @@ pub fn sdk_harness_plan(validated: &JobOptions, options: &Struct) -> SdkHarnessP
         _ => Scaling::Fixed(workers),
     };
     SdkHarnessPlan {
-        per_worker,
         scaling,
-        harness_threads: validated
-            .number_of_worker_harness_threads
-            .map(|n| n.max(1) as usize),
-        in_process_pool: in_process_pool(options),
+        sizing: weir_harness::environment::HarnessSizing {
+            per_core_sdk: per_worker,
+            harness_threads: validated
+                .number_of_worker_harness_threads
+                .map(|n| n.max(1) as usize),
+            in_process_pool: in_process_pool(options),
+        },
     }
 }
 
@@ -728,14 +713,12 @@ pub fn descriptors() -> Vec<beam::PipelineOptionDescriptor> {
 /// Python's PortableRunner, the Beam client that asks, adds each described
 /// option to its command-line parser so a user can set it and drops those
 /// it already has, one failed `add_argument` each: describing the whole
-/// catalog cost every job about 2.5 ms of the client's time and changed
+/// catalog cost every job about 3.6 ms of the client's time and changed
 /// nothing.
 pub fn runner_descriptors() -> Vec<beam::PipelineOptionDescriptor> {
-    CATALOG
-        .iter()
-        .zip(descriptors())
-        .filter(|(spec, _)| spec.python.is_empty())
-        .map(|(_, d)| d)
+    descriptors()
+        .into_iter()
+        .filter(|d| spec(&d.name).is_some_and(|s| s.python.is_empty()))
         .collect()
 }
 

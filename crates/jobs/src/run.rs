@@ -196,7 +196,7 @@ async fn execute_with(
     // machine do not share its cores out: an attempt's work is seldom even
     // across workers, and a worker given most of a read then runs it on
     // one harness; wordcount on 3 local workers took 1.8x as long.)
-    let sizing = if peers.is_some() {
+    let harness_plan = if peers.is_some() {
         crate::options::sdk_harness_plan_on_worker(&job.validated, &job.options)
     } else {
         crate::options::sdk_harness_plan(&job.validated, &job.options)
@@ -205,9 +205,9 @@ async fn execute_with(
         Importance::JobMessageBasic,
         format!(
             "starting {} for {} stage(s); {}",
-            harness_count_text(&plan.environments, sizing.scaling.initial(), &sizing.sizing()),
+            harness_count_text(&plan.environments, harness_plan.scaling.initial(), &harness_plan.sizing),
             plan.graph.stages.len(),
-            bundles_per_harness_text(&plan.environments, &sizing.sizing()),
+            bundles_per_harness_text(&plan.environments, &harness_plan.sizing),
         ),
     );
     if let Some(t) = job.validated.element_processing_timeout {
@@ -228,8 +228,8 @@ async fn execute_with(
         &registry.fn_api,
         &job.id,
         &plan.environments,
-        sizing.scaling,
-        sizing.sizing(),
+        harness_plan.scaling,
+        harness_plan.sizing,
         &provision,
         log,
         job.cancel.clone(),

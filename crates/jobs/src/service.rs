@@ -138,7 +138,7 @@ fn check_sdk_harnesses(
     // A job with no SDK environment still counts as one.
     let per_worker: usize = environments
         .values()
-        .map(|env| harnesses_per_worker(env, &plan.sizing()))
+        .map(|env| harnesses_per_worker(env, &plan.sizing))
         .sum::<usize>()
         .max(1);
     let total = workers.saturating_mul(per_worker);

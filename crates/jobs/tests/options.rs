@@ -1404,7 +1404,7 @@ fn worker_options_size_the_sdk_harnesses() {
     // Default: one worker of one SDK harness (with no_use_multiple_sdk_containers); the SDK decides its bundles at a time.
     let p = plan(serde_json::json!({ one_each(): ["no_use_multiple_sdk_containers"] }));
     assert_eq!(
-        (p.per_worker, p.scaling, p.harness_threads),
+        (p.sizing.per_core_sdk, p.scaling, p.sizing.harness_threads),
         (1, Scaling::Fixed(1), None)
     );
     // num_workers sets the workers; NONE keeps the count fixed.
@@ -1413,7 +1413,7 @@ fn worker_options_size_the_sdk_harnesses() {
         py("max_num_workers"): 5, py("autoscaling_algorithm"): "NONE",
         py("number_of_worker_harness_threads"): 4,
     }));
-    assert_eq!((p.scaling, p.harness_threads), (Scaling::Fixed(3), Some(4)));
+    assert_eq!((p.scaling, p.sizing.harness_threads), (Scaling::Fixed(3), Some(4)));
     // THROUGHPUT_BASED: between num_workers and max_num_workers.
     let p = plan(serde_json::json!({
         one_each(): ["no_use_multiple_sdk_containers"], py("num_workers"): 2,
@@ -1429,7 +1429,7 @@ fn worker_options_size_the_sdk_harnesses() {
     // Per worker: one SDK harness per core (of an SDK that runs bundles on one core).
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let p = plan(serde_json::json!({ py("num_workers"): 2 }));
-    assert_eq!((p.per_worker, p.scaling), (cores, Scaling::Fixed(2)));
+    assert_eq!((p.sizing.per_core_sdk, p.scaling), (cores, Scaling::Fixed(2)));
 }
 
 #[test]
@@ -1438,7 +1438,7 @@ fn only_a_python_clients_loopback_is_the_clients_in_process_pool() {
     let python = opts(serde_json::from_str(PYTHON_DEFAULT_OPTIONS).unwrap());
     assert!(options::in_process_pool(&python));
     let plan = options::sdk_harness_plan(&options::validate(&python).expect("valid"), &python);
-    assert!(plan.in_process_pool && plan.sizing().in_process_pool);
+    assert!(plan.sizing.in_process_pool);
     // Its pool starts processes with use_loopback_process_worker.
     let processes = opts(serde_json::json!({
         py("environment_type"): "LOOPBACK",
