@@ -112,15 +112,12 @@ fn single(
     what: &str,
     m: &HashMap<String, String>,
 ) -> Result<String> {
-    let mut v: Vec<_> = m.values().collect();
-    v.dedup();
-    match v.as_slice() {
-        [one] => Ok((*one).clone()),
-        _ => Err(PlanError::Invalid(format!(
+    crate::leaves::only(m).cloned().ok_or_else(|| {
+        PlanError::Invalid(format!(
             "transform {id} ({}) must have exactly one {what}",
             t.unique_name
-        ))),
-    }
+        ))
+    })
 }
 
 pub(crate) fn build(

@@ -232,13 +232,13 @@ fn leaks_a_pcollection(c: &beam::Components, t: &beam::PTransform) -> bool {
     })
 }
 
-/// The one value of `m`, if it has exactly one.
-fn only(m: &std::collections::HashMap<String, String>) -> Option<&String> {
+/// The one PCollection id of a transform's inputs or outputs `m`: its only
+/// value, or the value all its names share. None when it has none or
+/// several.
+pub(crate) fn only(m: &std::collections::HashMap<String, String>) -> Option<&String> {
     let mut values = m.values();
-    match (values.next(), values.next()) {
-        (Some(v), None) => Some(v),
-        _ => None,
-    }
+    let first = values.next()?;
+    values.all(|v| v == first).then_some(first)
 }
 
 /// Whether coders `a` and `b` of `c` are the same coder: the same id, or
