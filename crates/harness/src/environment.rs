@@ -1701,24 +1701,41 @@ mod tests {
         (external, ids)
     }
 
+    /// Harnesses of a Java ("java") and a Python ("py") environment, one
+    /// connected worker each, running up to `java_room` and `py_room`
+    /// bundles; the workers with their instruction receivers.
+    #[allow(clippy::type_complexity)]
+    fn java_and_python(
+        fn_api: &Arc<FnApi>,
+        java_room: usize,
+        py_room: usize,
+    ) -> (
+        SdkHarnesses,
+        [(Arc<Worker>, tokio::sync::mpsc::UnboundedReceiver<beam::InstructionRequest>); 2],
+    ) {
+        let mut harnesses = Arc::try_unwrap(harnesses_of(fn_api)).ok().unwrap();
+        harnesses.environments = HashMap::from([
+            ("java".to_string(), env(JAVA)),
+            ("py".to_string(), env(PYTHON)),
+        ]);
+        harnesses.bundles_per_worker =
+            HashMap::from([("java".to_string(), java_room), ("py".to_string(), py_room)]);
+        let java = connected_worker(fn_api, "job-worker-java");
+        let py = connected_worker(fn_api, "job-worker-py");
+        harnesses.pool().workers.insert("java".into(), vec![java.0.clone()]);
+        harnesses.pool().workers.insert("py".into(), vec![py.0.clone()]);
+        (harnesses, [java, py])
+    }
+
     /// A splittable DoFn's residual counts as able to start on the same
     /// harness only for a multi-core SDK with room and no stage backlog;
     /// for a one-core SDK only another idle harness counts.
     #[test]
     fn a_residual_runs_on_the_same_harness_only_for_a_multi_core_sdk() {
         let fn_api = FnApi::new("localhost:1".into());
-        let mut harnesses = Arc::try_unwrap(harnesses_of(&fn_api)).ok().unwrap();
-        harnesses.environments = HashMap::from([
-            ("java".to_string(), env(JAVA)),
-            ("py".to_string(), env(PYTHON)),
-        ]);
-        harnesses.bundles_per_worker = HashMap::from([("java".to_string(), 16), ("py".to_string(), 2)]);
-        let (java, _java_rx) = connected_worker(&fn_api, "job-worker-java");
-        let (py, _py_rx) = connected_worker(&fn_api, "job-worker-py");
+        let (harnesses, [(java, _java_rx), (py, _py_rx)]) = java_and_python(&fn_api, 16, 2);
         java.in_flight.store(1, Ordering::SeqCst);
         py.in_flight.store(1, Ordering::SeqCst);
-        harnesses.pool().workers.insert("java".into(), vec![java.clone()]);
-        harnesses.pool().workers.insert("py".into(), vec![py.clone()]);
         assert!(harnesses.could_run_a_residual("java", &java.id, 0));
         assert!(!harnesses.could_run_a_residual("java", &java.id, 1), "the stage has a backlog");
         assert!(!harnesses.could_run_a_residual("py", &py.id, 0), "a Python harness has room but one core");
@@ -1742,7 +1759,7 @@ mod tests {
         harnesses.bundles_per_worker = HashMap::from([("py".to_string(), 64)]);
         harnesses.sizing = HarnessSizing { in_process_pool: true, ..sizing(2, None) };
         let (py, _py_rx) = connected_worker(&fn_api, "job-worker-py");
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = machine_cores();
         py.in_flight.store(cores - 1, Ordering::SeqCst);
         harnesses.pool().workers.insert("py".into(), vec![py.clone()]);
         assert!(harnesses.could_run_a_residual("py", &py.id, 0));
@@ -1758,16 +1775,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_small_bundle_waits_for_an_idle_processor_of_its_descriptor() {
         let fn_api = FnApi::new("localhost:1".into());
-        let mut harnesses = Arc::try_unwrap(harnesses_of(&fn_api)).ok().unwrap();
-        harnesses.environments = HashMap::from([
-            ("py".to_string(), env(PYTHON)),
-            ("java".to_string(), env(JAVA)),
-        ]);
-        harnesses.bundles_per_worker = HashMap::from([("py".to_string(), 4), ("java".to_string(), 4)]);
-        let (py, _py_rx) = connected_worker(&fn_api, "job-worker-py");
-        let (java, _java_rx) = connected_worker(&fn_api, "job-worker-java");
-        harnesses.pool().workers.insert("py".into(), vec![py.clone()]);
-        harnesses.pool().workers.insert("java".into(), vec![java.clone()]);
+        let (harnesses, [(java, _java_rx), (py, _py_rx)]) = java_and_python(&fn_api, 4, 4);
         let harnesses = Arc::new(harnesses);
         let soon = Duration::from_millis(5);
         let pick = |env: &'static str, d: &'static str, small: bool| {
@@ -1971,7 +1979,7 @@ mod tests {
 
     #[test]
     fn bundles_per_harness_follow_the_sdk_unless_the_option_says() {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = machine_cores();
         let multi = MULTI_CORE_BUNDLES_PER_HARNESS.max(2 * cores);
         assert!(multi >= 16);
         let per_core = sizing(cores, None);
