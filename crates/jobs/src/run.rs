@@ -447,7 +447,7 @@ pub(crate) mod tests {
 
     /// This machine's cores: one Python harness per core runs two bundles.
     fn cores() -> usize {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
+        environment::machine_cores()
     }
 
     #[test]

@@ -656,11 +656,9 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
         staging_root: args
             .staging_dir
             .unwrap_or_else(|| std::env::temp_dir().join("weir-staging")),
-        engine_workers: args.workers.unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1)
-        }),
+        engine_workers: args
+            .workers
+            .unwrap_or_else(weir_harness::environment::machine_cores),
         python_for_docker_images: args.python_for_docker_images,
         limits: weir_jobs::limits::Limits {
             max_pipeline_bytes: args.max_pipeline_bytes,
