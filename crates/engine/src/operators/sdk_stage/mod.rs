@@ -39,6 +39,7 @@ mod expiry;
 mod residuals;
 mod sides;
 mod sorted;
+mod spread;
 mod state;
 
 use bundles::{cut_bundle, BundleLimits};
@@ -46,6 +47,7 @@ use expiry::{drop_expired, set_expiration_timers};
 use residuals::{residual_hold, resume_at};
 use sides::{release_ready, side_specs, with_windows};
 use sorted::TimeSorted;
+use spread::{Spread, SPREAD_CHUNK_BYTES};
 use state::{Emission, InFlight};
 
 /// The operator's state, held under timely capabilities.
@@ -86,16 +88,18 @@ pub(crate) fn sdk_stage<'s>(
     let sdk = sdk.clone();
     let name = ctx.graph.stages[stage_index].name.clone();
     // Stateful stages route by key (state and timers of a key live with one
-    // operator); others spread elements round-robin.
-    let mut round_robin = 0u64;
+    // operator); splittable stages spread restrictions round-robin, one at a
+    // time; others spread in chunks (see spread.rs).
     let keyed = sdk.stateful.then(|| {
         let info = &ctx.graph.pcollections[sdk.input];
         (info.value_coder.clone(), info.window_coder.clone())
     });
-    // In a cluster, round-robin stays within this process (a Reshuffle
+    // In a cluster, spreading stays within this process (a Reshuffle
     // spreads over processes); keyed elements go wherever their key lives.
-    let (local, peers) = (ctx.local_workers as u64, worker.peers() as u64);
-    let base = (worker_index as u64 / local) * local;
+    let peers = worker.peers() as u64;
+    let local = if ctx.config.cluster.is_some() { ctx.local_workers as u64 } else { peers };
+    let chunk = if sdk.splittable { 0 } else { SPREAD_CHUNK_BYTES };
+    let mut spread = Spread::new(worker_index as u64, local, chunk);
     let route_ctx = ctx.clone();
     let route = move |e: &Element| match &keyed {
         Some((vc, wc)) => {
@@ -103,14 +107,7 @@ pub(crate) fn sdk_stage<'s>(
             route_ctx.count_exchange(worker_index, hash, peers, e.len());
             hash
         }
-        None if route_ctx.config.cluster.is_some() => {
-            round_robin = round_robin.wrapping_add(1);
-            base + round_robin % local
-        }
-        None => {
-            round_robin = round_robin.wrapping_add(1);
-            round_robin
-        }
+        None => spread.route(e.len()),
     };
     main.binary_frontier(sides, Exchange::new(route), Pipeline, &name.clone(), move |cap, info| {
         drop(cap);
@@ -323,14 +320,20 @@ pub(crate) fn sdk_stage<'s>(
                 let result = match event {
                     BundleEvent::Split(residuals, returned) => {
                         // Work split off a running bundle: schedule it under that bundle's hold.
-                        if let Some(bundle) = st.in_flight.get_mut(&id) {
-                            let cap = bundle.hold.clone();
-                            // Elements handed back are not what the bundle's time was spent on.
-                            bundle.elements = bundle.elements.saturating_sub(returned);
-                            st.returned += returned;
-                            if residuals.len() > returned {
-                                st.cost.residual_seen();
-                            }
+                        let Some(bundle) = st.in_flight.get_mut(&id) else { continue };
+                        let cap = bundle.hold.clone();
+                        // Elements handed back are not what the bundle's time was spent on.
+                        bundle.elements = bundle.elements.saturating_sub(returned);
+                        st.returned += returned;
+                        if residuals.len() > returned {
+                            st.cost.residual_seen();
+                        }
+                        // A split data channel's elements start at once, past
+                        // the limit of bundles in flight: the harness split
+                        // it because an SDK worker has room for them now.
+                        if returned > 0 && returned == residuals.len() && !sdk.splittable && !ctx.stopped() {
+                            submit(st, cap, residuals, vec![]);
+                        } else {
                             st.pending.push_back((cap, residuals));
                         }
                         continue;
