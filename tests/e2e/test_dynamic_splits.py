@@ -4,10 +4,11 @@ split (`ProcessBundleSplitRequest`, `channel_splits` at an element
 boundary); the elements the SDK had not started run as a bundle of their
 own, in parallel, and the output is exactly DirectRunner's.
 
-A server of its own runs with one timely worker (`--workers 1`), so the
-60 slow elements of `slow_elements` reach one bundle while the LOOPBACK
-harness has room for more (one harness, two bundles per core: its
-residual runs beside it in the client's interpreter).
+A server of its own runs with one timely worker (`--workers 1`) or two:
+either way the 60 slow elements of `slow_elements` (under 1 KiB) reach one
+bundle (a stage spreads its input over timely workers in 16 KiB chunks)
+while the LOOPBACK harness has room for more (one harness, two bundles per
+core: its residual runs beside it in the client's interpreter).
 """
 
 import os
@@ -18,12 +19,12 @@ import pytest
 from conftest import _wait_for_job_api, start_weir_serve
 
 
-@pytest.fixture
-def one_worker_server(tmp_path):
+@pytest.fixture(params=['1', '2'])
+def split_server(tmp_path, request):
   env = dict(os.environ, RUST_LOG='info', NO_COLOR='1')
   server = start_weir_serve(
       tmp_path / 'weir-splits.log',
-      ['--bind', '127.0.0.1', '--staging_dir', tmp_path / 'staging', '--workers', '1'],
+      ['--bind', '127.0.0.1', '--staging_dir', tmp_path / 'staging', '--workers', request.param],
       env=env)
   try:
     _wait_for_job_api(server)
@@ -34,7 +35,7 @@ def one_worker_server(tmp_path):
 
 
 def test_a_bundle_of_slow_elements_splits_its_channel_and_matches_direct_runner(
-    tmp_path, one_worker_server):
+    tmp_path, split_server):
   from conftest import Beam
   direct = Beam(tmp_path / 'direct', lambda: None)
   expected = direct.run_named('slow_elements', 'DIRECT')
@@ -42,15 +43,15 @@ def test_a_bundle_of_slow_elements_splits_its_channel_and_matches_direct_runner(
   _, want = expected.output()
   assert sum(want.values()) == 60
 
-  beam = Beam(tmp_path / 'weir', lambda: one_worker_server)
+  beam = Beam(tmp_path / 'weir', lambda: split_server)
   run = beam.run_named('slow_elements', 'LOOPBACK')
-  assert run.returncode == 0, run.describe(one_worker_server)
+  assert run.returncode == 0, run.describe(split_server)
   _, got = run.output()
   assert got == want, (
       'output differs from DirectRunner\n  missing: %s\n  unexpected: %s' %
       (sorted(want - got)[:5], sorted(got - want)[:5]))
 
-  log = one_worker_server.log_path.read_text(errors='replace')
+  log = split_server.log_path.read_text(errors='replace')
   handed_back = [int(n) for n in re.findall(
       r'split off 0 residual restriction\(s\) and (\d+) input element\(s\)', log)]
   assert handed_back and all(0 < n < 60 for n in handed_back), (
