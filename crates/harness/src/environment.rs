@@ -213,18 +213,28 @@ const OUTPUT_TAIL_LINE_BYTES: usize = 2000;
 /// The last lines an SDK process wrote, oldest first.
 type OutputTail = Arc<Mutex<std::collections::VecDeque<String>>>;
 
+/// Logs each line `reader` (an SDK process's stdout or stderr) writes, at
+/// INFO until the harness opens its Logging stream (`logging` true) and at
+/// DEBUG after (the SDK prints the entries it sends there), and keeps the
+/// last [`OUTPUT_TAIL_LINES`] in `tail`.
 fn forward_output<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
     reader: R,
     worker_id: String,
     tail: OutputTail,
+    logging: Arc<std::sync::atomic::AtomicBool>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut lines = tokio::io::BufReader::new(reader).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             // The SDK's log entries reach the job through the Logging service;
             // the process's own output goes to Weir's log only (and, should
-            // it exit before connecting, into the job's error).
-            tracing::info!(worker = %worker_id, "{line}");
+            // it exit before connecting or fail after, into the job's error
+            // or a warning).
+            if logging.load(Ordering::Relaxed) {
+                tracing::debug!(worker = %worker_id, "{line}");
+            } else {
+                tracing::info!(worker = %worker_id, "{line}");
+            }
             let mut kept = line;
             if kept.len() > OUTPUT_TAIL_LINE_BYTES {
                 let mut end = OUTPUT_TAIL_LINE_BYTES;
@@ -244,7 +254,7 @@ fn forward_output<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
 }
 
 /// How a process ended: its exit code, or the signal that ended it.
-fn exit_status(status: std::io::Result<std::process::ExitStatus>) -> String {
+fn exit_status(status: &std::io::Result<std::process::ExitStatus>) -> String {
     match status {
         Ok(s) => match s.code() {
             Some(code) => code.to_string(),
@@ -564,7 +574,7 @@ impl SdkHarnesses {
             info,
             self.log.clone(),
         );
-        match spawn_harness(env_id, env, &worker_id, &url).await {
+        match spawn_harness(env_id, env, &worker_id, &url, worker.logging.clone()).await {
             Ok(handle) => {
                 let mut pool = self.pool();
                 if self.stopping.load(Ordering::SeqCst) {
@@ -1174,12 +1184,14 @@ async fn stop_handle_of(handle: Handle, worker_id: &str, grace: Duration) -> Opt
 
 /// Starts one SDK harness of `env` as worker `worker_id`: StartWorker on an
 /// EXTERNAL environment's worker pool, or the PROCESS command / `docker run`
-/// with Beam's boot flags.
+/// with Beam's boot flags. `logging` is the worker's "Logging stream
+/// open" flag (see [`forward_output`]).
 async fn spawn_harness(
     env_id: &str,
     env: &beam::Environment,
     worker_id: &str,
     url: &str,
+    logging: Arc<AtomicBool>,
 ) -> Result<Handle> {
     let flags = vec![
         format!("--id={worker_id}"),
@@ -1301,24 +1313,25 @@ async fn spawn_harness(
                 child
                     .stdout
                     .take()
-                    .map(|o| forward_output(o, worker_id.to_string(), tail.clone())),
+                    .map(|o| forward_output(o, worker_id.to_string(), tail.clone(), logging.clone())),
                 child
                     .stderr
                     .take()
-                    .map(|e| forward_output(e, worker_id.to_string(), tail.clone())),
+                    .map(|e| forward_output(e, worker_id.to_string(), tail.clone(), logging.clone())),
             ]
             .into_iter()
             .flatten()
             .collect();
             let (kill, killed) = tokio::sync::oneshot::channel::<()>();
             let (status_tx, status) = tokio::sync::watch::channel(None);
+            let (worker_id, failed_tail) = (worker_id.to_string(), tail.clone());
             tokio::spawn(async move {
                 // A dropped `kill` sender kills the process too.
-                let status = tokio::select! {
-                    s = child.wait() => s,
+                let (status, on_its_own) = tokio::select! {
+                    s = child.wait() => (s, true),
                     _ = killed => {
                         let _ = child.start_kill();
-                        child.wait().await
+                        (child.wait().await, false)
                     }
                 };
                 // Its last lines belong with its exit status.
@@ -1327,7 +1340,20 @@ async fn spawn_harness(
                     futures::future::join_all(readers),
                 )
                 .await;
-                let _ = status_tx.send(Some(exit_status(status)));
+                // A harness that failed after its output went to DEBUG: its
+                // last lines (a crash's traceback) are worth a warning.
+                let failed = !matches!(&status, Ok(s) if s.success());
+                if on_its_own && failed && logging.load(Ordering::Relaxed) {
+                    let lines = failed_tail.lock().unwrap_or_else(|p| p.into_inner());
+                    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+                    tracing::warn!(
+                        worker = %worker_id,
+                        "SDK harness process exited with status {}; its last output lines:\n{}",
+                        exit_status(&status),
+                        lines.join("\n")
+                    );
+                }
+                let _ = status_tx.send(Some(exit_status(&status)));
             });
             Ok(Handle::Process {
                 kill,

@@ -56,6 +56,10 @@ pub struct Worker {
     /// Set by the first control connection claiming this worker id; any
     /// later one is refused (a worker id is used by one SDK harness, once).
     pub(crate) claimed: std::sync::atomic::AtomicBool,
+    /// True once the SDK harness opened its Logging stream: its log entries
+    /// arrive there, so its process output (the same entries, printed) is
+    /// then only logged at DEBUG.
+    pub(crate) logging: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Worker {
@@ -375,6 +379,7 @@ impl FnApi {
             processors: Mutex::default(),
             disconnect_reason: Mutex::new(None),
             claimed: std::sync::atomic::AtomicBool::new(false),
+            logging: Arc::default(),
         });
         self.workers
             .lock()

@@ -28,6 +28,7 @@ impl beam::beam_fn_logging_server::BeamFnLogging for LoggingService {
         request: tonic::Request<tonic::Streaming<beam::log_entry::List>>,
     ) -> Result<tonic::Response<Self::LoggingStream>, tonic::Status> {
         let worker = known_worker(&self.0, &request)?;
+        worker.logging.store(true, std::sync::atomic::Ordering::Relaxed);
         let mut inbound = request.into_inner();
         let fn_api = self.0.clone();
         tokio::spawn(async move {
