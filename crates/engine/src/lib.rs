@@ -133,12 +133,18 @@ impl Default for Notices {
     }
 }
 
+/// The cores this process may use (`available_parallelism`, at least 1),
+/// read once, so every sizing rule (timely workers, SDK harnesses, split
+/// decisions) counts the same.
+pub fn machine_cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            workers: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1),
+            workers: machine_cores(),
             max_bundle_elements: 10_000,
             max_bundle_bytes: 8 << 20,
             max_bundles_in_flight: 2,

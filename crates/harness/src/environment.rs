@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use prost::Message;
 use tokio::io::AsyncBufReadExt;
+use weir_engine::machine_cores;
 use weir_proto::{beam, urns, MAX_GRPC_MESSAGE_BYTES};
 
 use crate::registry::{FnApi, LogSink, Worker, WorkerLog};
@@ -29,12 +30,6 @@ pub fn multi_core_bundles_per_harness() -> usize {
     MULTI_CORE_BUNDLES_PER_HARNESS.max(2 * machine_cores())
 }
 
-/// The cores this process may use (`available_parallelism`, at least 1),
-/// read once: the sizing rules and the split decisions all count the same.
-pub fn machine_cores() -> usize {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
 
 /// Bundles one SDK harness of any other SDK (Python) runs at a time for
 /// each core it stands for (see [`bundles_per_harness`]): its harness runs

@@ -63,7 +63,7 @@ impl Default for Limits {
             // A job with default options starts one harness per core of
             // each Python environment (one of a Java or Go one): the
             // default leaves room for a few environments.
-            max_sdk_harnesses_per_job: weir_harness::environment::machine_cores()
+            max_sdk_harnesses_per_job: weir_engine::machine_cores()
                 .saturating_mul(4)
                 .max(256),
             allow_client_staging_locations: false,

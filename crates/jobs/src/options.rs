@@ -84,7 +84,7 @@ pub fn sdk_workers_per_environment(options: &Struct) -> usize {
     if has_experiment(options, "no_use_multiple_sdk_containers") {
         return 1;
     }
-    weir_harness::environment::machine_cores()
+    weir_engine::machine_cores()
 }
 
 /// How a job's SDK harnesses are sized, from Dataflow's worker options.

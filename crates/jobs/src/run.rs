@@ -447,7 +447,7 @@ pub(crate) mod tests {
 
     /// This machine's cores: one Python harness per core runs two bundles.
     fn cores() -> usize {
-        environment::machine_cores()
+        weir_engine::machine_cores()
     }
 
     #[test]

@@ -572,7 +572,7 @@ mod tests {
             max_sdk_harnesses_per_job: 256,
             ..Default::default()
         };
-        let cores = weir_harness::environment::machine_cores();
+        let cores = weir_engine::machine_cores();
         let options = num_workers(200.0);
         let validated = crate::options::validate(&options).expect("valid");
         let multi = weir_proto::urns::protocol::MULTI_CORE_BUNDLE_PROCESSING;

@@ -1427,7 +1427,7 @@ fn worker_options_size_the_sdk_harnesses() {
     }));
     assert_eq!(p.scaling, Scaling::ThroughputBased { min: 1, max: 1 });
     // Per worker: one SDK harness per core (of an SDK that runs bundles on one core).
-    let cores = weir_harness::environment::machine_cores();
+    let cores = weir_engine::machine_cores();
     let p = plan(serde_json::json!({ py("num_workers"): 2 }));
     assert_eq!((p.sizing.per_core_sdk, p.scaling), (cores, Scaling::Fixed(2)));
 }

@@ -658,7 +658,7 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
             .unwrap_or_else(|| std::env::temp_dir().join("weir-staging")),
         engine_workers: args
             .workers
-            .unwrap_or_else(weir_harness::environment::machine_cores),
+            .unwrap_or_else(weir_engine::machine_cores),
         python_for_docker_images: args.python_for_docker_images,
         limits: weir_jobs::limits::Limits {
             max_pipeline_bytes: args.max_pipeline_bytes,
