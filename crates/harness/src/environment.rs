@@ -1839,6 +1839,17 @@ mod tests {
         // A failed bundle's processor is gone (the SDK drops it).
         harnesses.release(&py, "d", true);
         assert_eq!(py.processors_of("d"), (2, 2));
+        // Idle past the SDK's eviction, the processors are gone: a small
+        // bundle starts at once and builds one.
+        harnesses.release(&py, "d", false);
+        harnesses.release(&py, "d", false);
+        assert_eq!(py.processors_of("d"), (0, 2));
+        tokio::time::advance(crate::registry::PROCESSOR_IDLE_EVICTION).await;
+        assert_eq!(py.processors_of("d"), (0, 0));
+        let began = tokio::time::Instant::now();
+        pick("py", "d", true).await.unwrap();
+        assert!(began.elapsed() < PROCESSOR_WAIT);
+        assert_eq!(py.processors_of("d"), (1, 1));
     }
 
     /// Past MAX_DESCRIPTOR_COUNTS descriptors a worker forgets the idle ones

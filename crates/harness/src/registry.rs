@@ -30,6 +30,35 @@ pub type LogSink = Arc<dyn Fn(WorkerLog, String) + Send + Sync>;
 /// forgets the idle ones.
 pub(crate) const MAX_DESCRIPTOR_COUNTS: usize = 256;
 
+/// How long a descriptor's bundle processors may sit idle before Weir
+/// counts them gone: the Python SDK shuts down the processors of a
+/// descriptor unused for 60 s (`DEFAULT_BUNDLE_PROCESSOR_CACHE_SHUTDOWN_
+/// THRESHOLD_S`), and Java's processor cache expires them after a minute.
+pub(crate) const PROCESSOR_IDLE_EVICTION: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A descriptor's bundles and bundle processors at one SDK harness.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ProcessorCount {
+    /// Its bundles in flight here.
+    running: usize,
+    /// The most that ever were in flight at once since the SDK last
+    /// evicted them: the processors the SDK harness has built for it.
+    built: usize,
+    /// When a bundle of it last started or ended.
+    last_used: tokio::time::Instant,
+}
+
+impl ProcessorCount {
+    /// `built`, or 0 once they sat idle past [`PROCESSOR_IDLE_EVICTION`].
+    fn built_now(&self) -> usize {
+        if self.running == 0 && self.last_used.elapsed() >= PROCESSOR_IDLE_EVICTION {
+            0
+        } else {
+            self.built
+        }
+    }
+}
+
 /// One SDK harness as the runner sees it.
 pub struct Worker {
     pub id: String,
@@ -49,8 +78,9 @@ pub struct Worker {
     /// Per `ProcessBundleDescriptor` id: its bundles in flight here, and
     /// the most that ever were at once, which is how many bundle
     /// processors the SDK harness has built for it (SDKs build one per
-    /// concurrent bundle of a descriptor and reuse idle ones).
-    pub(crate) processors: Mutex<HashMap<String, (usize, usize)>>,
+    /// concurrent bundle of a descriptor, reuse idle ones, and evict them
+    /// after [`PROCESSOR_IDLE_EVICTION`] unused).
+    pub(crate) processors: Mutex<HashMap<String, ProcessorCount>>,
     /// Why the control stream last closed (set by [`Worker::disconnected`]).
     pub(crate) disconnect_reason: Mutex<Option<String>>,
     /// Set by the first control connection claiming this worker id; any
@@ -150,16 +180,22 @@ impl Worker {
     /// harness has built for it).
     pub(crate) fn processors_of(&self, descriptor: &str) -> (usize, usize) {
         let p = self.processors.lock().unwrap_or_else(|p| p.into_inner());
-        p.get(descriptor).copied().unwrap_or((0, 0))
+        p.get(descriptor).map_or((0, 0), |c| (c.running, c.built_now()))
     }
 
     /// Counts a bundle of `descriptor` sent to this worker (and a new
     /// bundle processor when none of the built ones is idle).
     pub(crate) fn descriptor_started(&self, descriptor: &str) {
         let mut p = self.processors.lock().unwrap_or_else(|p| p.into_inner());
-        let (running, built) = p.entry(descriptor.to_string()).or_default();
-        *running += 1;
-        *built = (*built).max(*running);
+        let now = tokio::time::Instant::now();
+        let c = p.entry(descriptor.to_string()).or_insert(ProcessorCount {
+            running: 0,
+            built: 0,
+            last_used: now,
+        });
+        c.built = c.built_now().max(c.running + 1);
+        c.running += 1;
+        c.last_used = now;
     }
 
     /// Counts a bundle of `descriptor` ended: its processor idle again, or
@@ -169,14 +205,15 @@ impl Worker {
     /// generation).
     pub(crate) fn descriptor_ended(&self, descriptor: &str, failed: bool) {
         let mut p = self.processors.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((running, built)) = p.get_mut(descriptor) {
-            *running = running.saturating_sub(1);
+        if let Some(c) = p.get_mut(descriptor) {
+            c.running = c.running.saturating_sub(1);
             if failed {
-                *built = built.saturating_sub(1);
+                c.built = c.built.saturating_sub(1);
             }
+            c.last_used = tokio::time::Instant::now();
         }
         if p.len() > MAX_DESCRIPTOR_COUNTS {
-            p.retain(|_, (running, _)| *running > 0);
+            p.retain(|_, c| c.running > 0);
         }
     }
 }
