@@ -325,6 +325,10 @@ impl Scaling {
 }
 
 /// How one SDK harness was started, so it can be stopped.
+/// A connection to an EXTERNAL environment's worker pool.
+type PoolClient =
+    beam::beam_fn_external_worker_pool_client::BeamFnExternalWorkerPoolClient<tonic::transport::Channel>;
+
 enum Handle {
     /// PROCESS or DOCKER: a task owns the child process; sending on `kill`
     /// (or dropping it) kills it. Also its semi-persistent folder.
@@ -333,8 +337,9 @@ enum Handle {
         exit: ProcessExit,
         dir: Option<std::path::PathBuf>,
     },
-    /// EXTERNAL / LOOPBACK: the worker pool that started it.
-    Pool { endpoint: String },
+    /// EXTERNAL / LOOPBACK: the connection to the worker pool that
+    /// started it (StartWorker went over it; StopWorker reuses it).
+    Pool { client: PoolClient },
 }
 
 #[derive(Default)]
@@ -1065,6 +1070,7 @@ impl SdkHarnesses {
         for (id, _) in &handles {
             self.fn_api.remove_worker(id);
         }
+        let began = Instant::now();
         // All at once: each pool StopWorker or process kill waits on its own.
         futures::future::join_all(
             handles
@@ -1076,7 +1082,9 @@ impl SdkHarnesses {
         // theirs, so one running in the client (LOOPBACK) is done before
         // the client learns the job's state and exits.
         let closed = futures::future::join_all(workers.iter().map(|w| w.sdk_closed()));
+        let stopped = began.elapsed();
         let _ = tokio::time::timeout(SDK_CLOSE_GRACE, closed).await;
+        tracing::debug!(job = %self.job_id, stop_us = stopped.as_micros() as u64, closed_us = began.elapsed().as_micros() as u64, "SDK harnesses stopped");
         self.changed.notify_waiters();
     }
 
@@ -1139,20 +1147,12 @@ async fn wait_connected(
 /// the exit status of a process that exited within `grace`.
 async fn stop_handle_of(handle: Handle, worker_id: &str, grace: Duration) -> Option<String> {
     match handle {
-        Handle::Pool { endpoint } => {
-            let addr = weir_proto::grpc_uri(&endpoint);
-            if let Ok(mut client) =
-                beam::beam_fn_external_worker_pool_client::BeamFnExternalWorkerPoolClient::connect(
-                    addr,
-                )
-                .await
-            {
-                let _ = client
-                    .stop_worker(beam::StopWorkerRequest {
-                        worker_id: worker_id.to_string(),
-                    })
-                    .await;
-            }
+        Handle::Pool { mut client } => {
+            let _ = client
+                .stop_worker(beam::StopWorkerRequest {
+                    worker_id: worker_id.to_string(),
+                })
+                .await;
             None
         }
         Handle::Process {
@@ -1240,7 +1240,7 @@ async fn spawn_harness(
                     format!("worker pool {pool}: {}", resp.error),
                 ));
             }
-            Ok(Handle::Pool { endpoint: pool })
+            Ok(Handle::Pool { client })
         }
         urns::env::PROCESS | urns::env::DOCKER => {
             let mut dir = None;
