@@ -52,7 +52,9 @@ def test_a_bundle_of_slow_elements_splits_its_channel_and_matches_direct_runner(
       (sorted(want - got)[:5], sorted(got - want)[:5]))
 
   log = split_server.log_path.read_text(errors='replace')
-  handed_back = [int(n) for n in re.findall(
-      r'split off 0 residual restriction\(s\) and (\d+) input element\(s\)', log)]
-  assert handed_back and all(0 < n < 60 for n in handed_back), (
+  splits = [(int(n), int(of)) for n, of in re.findall(
+      r'split off 0 residual restriction\(s\) and (\d+) input element\(s\) of (\d+)', log)]
+  assert splits and all(0 < n < of for n, of in splits), (
       'no split of the data channel:\n' + log[-3000:])
+  # All 60 went to one bundle, whatever the number of timely workers.
+  assert splits[0][1] == 60, splits

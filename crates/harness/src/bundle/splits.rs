@@ -29,11 +29,12 @@ impl Inner {
     /// splits asked so far. A splittable DoFn's element (`channel` false)
     /// splits when its residual has an SDK harness to run on
     /// ([`crate::environment::SdkHarnesses::could_run_a_residual`]); a data
-    /// channel of several elements (`channel` true) when no element of its
-    /// stage waits for a bundle on its timely worker and its environment
+    /// channel of several elements (`channel` true) when its environment
     /// could start another bundle at once (no bundle waits for a worker,
     /// and a worker has room for one more; see
-    /// [`crate::environment::SdkHarnesses::has_room`]).
+    /// [`crate::environment::SdkHarnesses::has_room`]) and either no element
+    /// of its stage waits for a bundle on its timely worker or another SDK
+    /// worker sits idle (the engine starts a split's elements at once).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn maybe_split(
         &self,
@@ -50,11 +51,12 @@ impl Inner {
             .on_split
             .as_ref()
             .map_or(usize::MAX, |s| s.backlog.load(Ordering::Relaxed));
+        let env = &stage.environment_id;
         let worth = if channel {
-            backlog == 0 && self.harnesses.has_room(&stage.environment_id)
+            (backlog == 0 || self.harnesses.has_idle_worker(env, &worker.id))
+                && self.harnesses.has_room(env)
         } else {
-            self.harnesses
-                .could_run_a_residual(&stage.environment_id, &worker.id, backlog)
+            self.harnesses.could_run_a_residual(env, &worker.id, backlog)
         };
         if splits >= MAX_SPLITS_PER_BUNDLE || !worth {
             return Ok(splits);
@@ -126,7 +128,7 @@ impl Inner {
             residuals.extend(request.input[back].iter().cloned());
         }
         if !residuals.is_empty() {
-            tracing::info!(worker = %worker.id, bundle = %instruction_id, "split off {restrictions} residual restriction(s) and {returned} input element(s) (fraction of remainder {fraction_of_remainder})");
+            tracing::info!(worker = %worker.id, bundle = %instruction_id, "split off {restrictions} residual restriction(s) and {returned} input element(s) of {} (fraction of remainder {fraction_of_remainder})", request.input.len());
             if restrictions > 0 {
                 bundle.split_handed_over.store(true, Ordering::Relaxed);
             }

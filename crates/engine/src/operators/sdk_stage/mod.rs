@@ -331,7 +331,7 @@ pub(crate) fn sdk_stage<'s>(
                         // A split data channel's elements start at once, past
                         // the limit of bundles in flight: the harness split
                         // it because an SDK worker has room for them now.
-                        if returned > 0 && returned == residuals.len() && !sdk.splittable && !ctx.stopped() {
+                        if returned > 0 && returned == residuals.len() && !sdk.splittable && !sdk.stateful && !ctx.stopped() {
                             submit(st, cap, residuals, vec![]);
                         } else {
                             st.pending.push_back((cap, residuals));
