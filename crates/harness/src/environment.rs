@@ -208,15 +208,16 @@ const OUTPUT_TAIL_LINE_BYTES: usize = 2000;
 /// The last lines an SDK process wrote, oldest first.
 type OutputTail = Arc<Mutex<std::collections::VecDeque<String>>>;
 
-/// Logs each line `reader` (an SDK process's stdout or stderr) writes, at
-/// INFO until the harness opens its Logging stream (`logging` true) and at
-/// DEBUG after (the SDK prints the entries it sends there), and keeps the
-/// last [`OUTPUT_TAIL_LINES`] in `tail`.
+/// Logs each line `reader` (an SDK process's stdout or stderr) writes at
+/// INFO, keeping the last [`OUTPUT_TAIL_LINES`] in `tail`. For stderr,
+/// where SDKs print their log entries, `logging` is the worker's "Logging
+/// stream open" flag: once it is set, the same entries arrive there, and
+/// stderr lines go at DEBUG. A DoFn's `print` (stdout) stays at INFO.
 fn forward_output<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
     reader: R,
     worker_id: String,
     tail: OutputTail,
-    logging: Arc<std::sync::atomic::AtomicBool>,
+    logging: Option<Arc<AtomicBool>>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut lines = tokio::io::BufReader::new(reader).lines();
@@ -225,7 +226,7 @@ fn forward_output<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
             // the process's own output goes to Weir's log only (and, should
             // it exit before connecting or fail after, into the job's error
             // or a warning).
-            if logging.load(Ordering::Relaxed) {
+            if logging.as_ref().is_some_and(|l| l.load(Ordering::Relaxed)) {
                 tracing::debug!(worker = %worker_id, "{line}");
             } else {
                 tracing::info!(worker = %worker_id, "{line}");
@@ -324,11 +325,11 @@ impl Scaling {
     }
 }
 
-/// How one SDK harness was started, so it can be stopped.
 /// A connection to an EXTERNAL environment's worker pool.
 type PoolClient =
     beam::beam_fn_external_worker_pool_client::BeamFnExternalWorkerPoolClient<tonic::transport::Channel>;
 
+/// How one SDK harness was started, so it can be stopped.
 enum Handle {
     /// PROCESS or DOCKER: a task owns the child process; sending on `kill`
     /// (or dropping it) kills it. Also its semi-persistent folder.
@@ -1148,11 +1149,11 @@ async fn wait_connected(
 async fn stop_handle_of(handle: Handle, worker_id: &str, grace: Duration) -> Option<String> {
     match handle {
         Handle::Pool { mut client } => {
-            let _ = client
-                .stop_worker(beam::StopWorkerRequest {
-                    worker_id: worker_id.to_string(),
-                })
-                .await;
+            // A pool that stopped answering must not hold up the job's end.
+            let stop = client.stop_worker(beam::StopWorkerRequest {
+                worker_id: worker_id.to_string(),
+            });
+            let _ = tokio::time::timeout(STOP_GRACE, stop).await;
             None
         }
         Handle::Process {
@@ -1308,11 +1309,11 @@ async fn spawn_harness(
                 child
                     .stdout
                     .take()
-                    .map(|o| forward_output(o, worker_id.to_string(), tail.clone(), logging.clone())),
+                    .map(|o| forward_output(o, worker_id.to_string(), tail.clone(), None)),
                 child
                     .stderr
                     .take()
-                    .map(|e| forward_output(e, worker_id.to_string(), tail.clone(), logging.clone())),
+                    .map(|e| forward_output(e, worker_id.to_string(), tail.clone(), Some(logging.clone()))),
             ]
             .into_iter()
             .flatten()
@@ -1323,6 +1324,7 @@ async fn spawn_harness(
             tokio::spawn(async move {
                 // A dropped `kill` sender kills the process too.
                 let (status, on_its_own) = tokio::select! {
+                    biased;
                     s = child.wait() => (s, true),
                     _ = killed => {
                         let _ = child.start_kill();

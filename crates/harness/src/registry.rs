@@ -87,7 +87,7 @@ pub struct Worker {
     /// later one is refused (a worker id is used by one SDK harness, once).
     pub(crate) claimed: std::sync::atomic::AtomicBool,
     /// True once the SDK harness opened its Logging stream: its log entries
-    /// arrive there, so its process output (the same entries, printed) is
+    /// arrive there, so its process's stderr (the same entries, printed) is
     /// then only logged at DEBUG.
     pub(crate) logging: Arc<std::sync::atomic::AtomicBool>,
 }
