@@ -9,7 +9,7 @@ use weir_proto::beam;
 use super::policy::human_duration;
 use super::progress::Progress;
 use super::residuals::residual_elements;
-use super::splits::{MAX_SPLITS_PER_BUNDLE, SPLIT_CHECK_INTERVAL};
+use super::splits::{CHANNEL_SPLIT_CHECK_INTERVAL, MAX_SPLITS_PER_BUNDLE, SPLIT_CHECK_INTERVAL};
 use super::{Failure, Inner, JobWorkers};
 use crate::registry::{BundleState, ByteChunks, Worker};
 
@@ -84,7 +84,9 @@ impl Inner {
             .zip(self.policy.progress_interval());
         let tick = match watch {
             None if !splittable => return response.await.map_err(|_| gone()),
+            None if channel => CHANNEL_SPLIT_CHECK_INTERVAL,
             None => SPLIT_CHECK_INTERVAL,
+            Some((_, every)) if channel => every.min(CHANNEL_SPLIT_CHECK_INTERVAL),
             Some((_, every)) if splittable => every.min(SPLIT_CHECK_INTERVAL),
             Some((_, every)) => every,
         };

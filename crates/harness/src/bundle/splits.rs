@@ -17,8 +17,13 @@ use super::residuals::residual_elements;
 use super::{Failure, Inner};
 use crate::registry::{BundleState, Worker};
 
-/// How often a running splittable bundle is checked for splitting.
+/// How often a running splittable DoFn's bundle is checked for splitting.
 pub(super) const SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+/// How often a running bundle of several elements is checked for a split
+/// of its data channel: a stage's few slow elements start as one bundle
+/// (see the engine's spread), and each check that finds an SDK worker with
+/// room halves what is left, so they reach idle workers within a few.
+pub(super) const CHANNEL_SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 /// Most dynamic splits requested of one bundle.
 pub(super) const MAX_SPLITS_PER_BUNDLE: u32 = 16;
 
