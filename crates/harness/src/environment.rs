@@ -338,9 +338,8 @@ enum Handle {
         exit: ProcessExit,
         dir: Option<std::path::PathBuf>,
     },
-    /// EXTERNAL / LOOPBACK: the connection to the worker pool that
-    /// started it (StartWorker went over it; StopWorker reuses it).
-    Pool { client: PoolClient },
+    /// EXTERNAL / LOOPBACK: the worker pool that started it.
+    Pool { endpoint: String },
 }
 
 #[derive(Default)]
@@ -1148,11 +1147,16 @@ async fn wait_connected(
 /// the exit status of a process that exited within `grace`.
 async fn stop_handle_of(handle: Handle, worker_id: &str, grace: Duration) -> Option<String> {
     match handle {
-        Handle::Pool { mut client } => {
+        Handle::Pool { endpoint } => {
+            let addr = weir_proto::grpc_uri(&endpoint);
             // A pool that stopped answering must not hold up the job's end.
-            let stop = client.stop_worker(beam::StopWorkerRequest {
-                worker_id: worker_id.to_string(),
-            });
+            let stop = async {
+                let mut client = PoolClient::connect(addr).await.ok()?;
+                let request = beam::StopWorkerRequest {
+                    worker_id: worker_id.to_string(),
+                };
+                client.stop_worker(request).await.ok()
+            };
             let _ = tokio::time::timeout(STOP_GRACE, stop).await;
             None
         }
@@ -1202,10 +1206,7 @@ async fn spawn_harness(
                 .map_err(|e| env_error(env_id, &env.urn, e.to_string()))?;
             let pool = p.endpoint.map(|e| e.url).unwrap_or_default();
             let addr = weir_proto::grpc_uri(&pool);
-            let mut client =
-                beam::beam_fn_external_worker_pool_client::BeamFnExternalWorkerPoolClient::connect(
-                    addr,
-                )
+            let mut client = PoolClient::connect(addr)
                 .await
                 .map_err(|e| {
                     env_error(
@@ -1241,7 +1242,7 @@ async fn spawn_harness(
                     format!("worker pool {pool}: {}", resp.error),
                 ));
             }
-            Ok(Handle::Pool { client })
+            Ok(Handle::Pool { endpoint: pool })
         }
         urns::env::PROCESS | urns::env::DOCKER => {
             let mut dir = None;
