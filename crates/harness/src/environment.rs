@@ -30,7 +30,6 @@ pub fn multi_core_bundles_per_harness() -> usize {
     MULTI_CORE_BUNDLES_PER_HARNESS.max(2 * machine_cores())
 }
 
-
 /// Bundles one SDK harness of any other SDK (Python) runs at a time for
 /// each core it stands for (see [`bundles_per_harness`]): its harness runs
 /// bundles on a thread pool but, under one interpreter lock, on about one

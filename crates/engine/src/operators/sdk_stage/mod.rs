@@ -97,9 +97,8 @@ pub(crate) fn sdk_stage<'s>(
     // In a cluster, spreading stays within this process (a Reshuffle
     // spreads over processes); keyed elements go wherever their key lives.
     let peers = worker.peers() as u64;
-    let local = if ctx.config.cluster.is_some() { ctx.local_workers as u64 } else { peers };
     let chunk = if sdk.splittable { 0 } else { SPREAD_CHUNK_BYTES };
-    let mut spread = Spread::new(worker_index as u64, local, chunk);
+    let mut spread = Spread::new(worker_index as u64, ctx.local_workers as u64, chunk);
     let route_ctx = ctx.clone();
     let route = move |e: &Element| match &keyed {
         Some((vc, wc)) => {
