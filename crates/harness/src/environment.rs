@@ -328,6 +328,85 @@ impl Scaling {
 type PoolClient =
     beam::beam_fn_external_worker_pool_client::BeamFnExternalWorkerPoolClient<tonic::transport::Channel>;
 
+/// A job's connections to its EXTERNAL environments' worker pools, by
+/// endpoint URL. [`PoolChannels::preconnect`] opens them when the job is
+/// prepared, so StartWorker at Run need not wait for a TCP and HTTP/2
+/// handshake with the pool (1–2 ms with a client's in-process LOOPBACK
+/// pool, whose Python is busy right after Run returns).
+#[derive(Clone, Default)]
+pub struct PoolChannels(Arc<Mutex<HashMap<String, Arc<PoolChannel>>>>);
+
+/// One pool's connection: None once connecting failed.
+type PoolChannel = tokio::sync::OnceCell<Option<tonic::transport::Channel>>;
+
+impl PoolChannels {
+    /// Starts connecting, in the background, to the worker pool of each
+    /// EXTERNAL environment in `environments`. A pool that cannot be
+    /// reached now is dialled again at Run, which reports the error.
+    /// Call within a tokio runtime.
+    pub fn preconnect(&self, environments: &HashMap<String, beam::Environment>) {
+        for env in environments.values() {
+            if let Some(endpoint) = pool_endpoint(env) {
+                let cell = self.cell(&endpoint);
+                tokio::spawn(async move {
+                    cell.get_or_init(|| async { connect_pool(&endpoint).await.ok() })
+                        .await;
+                });
+            }
+        }
+    }
+
+    fn cell(&self, endpoint: &str) -> Arc<PoolChannel> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(endpoint.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// A client of `endpoint`'s pool on the job's connection to it (made
+    /// now if there is none yet), or on a fresh one when that connection
+    /// could not be made.
+    ///
+    /// # Errors
+    /// The pool cannot be reached.
+    async fn client(&self, endpoint: &str) -> std::result::Result<PoolClient, tonic::transport::Error> {
+        let cell = self.cell(endpoint);
+        let channel = match cell
+            .get_or_init(|| async { connect_pool(endpoint).await.ok() })
+            .await
+        {
+            Some(channel) => channel.clone(),
+            None => connect_pool(endpoint).await?,
+        };
+        Ok(PoolClient::new(channel)
+            .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES))
+    }
+}
+
+/// The worker pool endpoint URL of an EXTERNAL environment (LOOPBACK is
+/// one); None for other environments or an undecodable payload.
+fn pool_endpoint(env: &beam::Environment) -> Option<String> {
+    if env.urn != urns::env::EXTERNAL {
+        return None;
+    }
+    beam::ExternalPayload::decode(env.payload.as_slice())
+        .ok()?
+        .endpoint
+        .map(|e| e.url)
+}
+
+/// Opens a connection to the worker pool at `endpoint` (`host:port` or a URL).
+async fn connect_pool(
+    endpoint: &str,
+) -> std::result::Result<tonic::transport::Channel, tonic::transport::Error> {
+    tonic::transport::Endpoint::new(weir_proto::grpc_uri(endpoint))?
+        .connect()
+        .await
+}
+
 /// How one SDK harness was started, so it can be stopped.
 enum Handle {
     /// PROCESS or DOCKER: a task owns the child process; sending on `kill`
@@ -386,6 +465,8 @@ pub struct SdkHarnesses {
     cancel: Arc<AtomicBool>,
     /// Why the job cannot go on (e.g. its LOOPBACK/EXTERNAL worker pool is gone).
     failure: Mutex<Option<String>>,
+    /// The job's connections to its worker pools, for StartWorker.
+    pools: PoolChannels,
 }
 
 /// Starts `scaling.initial()` workers' SDK harnesses for each environment
@@ -409,6 +490,7 @@ pub async fn start(
     provision: &beam::ProvisionInfo,
     log: LogSink,
     cancel: Arc<AtomicBool>,
+    pools: PoolChannels,
 ) -> Result<Arc<SdkHarnesses>> {
     for (env_id, env) in environments {
         validate(env_id, env)?;
@@ -434,6 +516,7 @@ pub async fn start(
         stopped: tokio::sync::watch::channel(false).0,
         cancel: cancel.clone(),
         failure: Mutex::new(None),
+        pools,
     });
     let cancelled = async {
         while !cancel.load(Ordering::SeqCst) {
@@ -573,7 +656,7 @@ impl SdkHarnesses {
             info,
             self.log.clone(),
         );
-        match spawn_harness(env_id, env, &worker_id, &url, worker.logging.clone()).await {
+        match spawn_harness(env_id, env, &worker_id, &url, worker.logging.clone(), &self.pools).await {
             Ok(handle) => {
                 let mut pool = self.pool();
                 if self.stopping.load(Ordering::SeqCst) {
@@ -1028,7 +1111,9 @@ impl SdkHarnesses {
         }
     }
 
-    /// Stops every worker: StopWorker on pools, kill for processes. Workers
+    /// Stops every worker: StopWorker on pools (sent, not waited for), kill
+    /// for processes; then waits up to [`SDK_CLOSE_GRACE`] for the
+    /// harnesses to close their streams. Workers
     /// still starting stop waiting for their connection at once. Instructions
     /// already sent (bundles of a failed job's other keys, say) get up to
     /// [`STOP_GRACE`] to be answered first: an SDK harness tears down a
@@ -1070,9 +1155,19 @@ impl SdkHarnesses {
             self.fn_api.remove_worker(id);
         }
         let began = Instant::now();
-        // All at once: each pool StopWorker or process kill waits on its own.
+        // A pool's StopWorker goes beside the wait below, not before it:
+        // a harness ends on its own once its control stream ends, and the
+        // RPC's answer (a round trip through the client's Python, ~2 ms
+        // under its GIL) need not hold up the job's state. Processes are
+        // killed and waited for, each on its own.
+        let (pools, processes): (Vec<_>, Vec<_>) = handles
+            .into_iter()
+            .partition(|(_, h)| matches!(h, Handle::Pool { .. }));
+        for (id, h) in pools {
+            tokio::spawn(async move { stop_handle_of(h, &id, Duration::ZERO).await });
+        }
         futures::future::join_all(
-            handles
+            processes
                 .into_iter()
                 .map(|(id, h)| async move { stop_handle_of(h, &id, Duration::ZERO).await }),
         )
@@ -1191,6 +1286,7 @@ async fn spawn_harness(
     worker_id: &str,
     url: &str,
     logging: Arc<AtomicBool>,
+    pools: &PoolChannels,
 ) -> Result<Handle> {
     let flags = vec![
         format!("--id={worker_id}"),
@@ -1204,18 +1300,13 @@ async fn spawn_harness(
             let p = beam::ExternalPayload::decode(env.payload.as_slice())
                 .map_err(|e| env_error(env_id, &env.urn, e.to_string()))?;
             let pool = p.endpoint.map(|e| e.url).unwrap_or_default();
-            let addr = weir_proto::grpc_uri(&pool);
-            let mut client = PoolClient::connect(addr)
-                .await
-                .map_err(|e| {
-                    env_error(
-                        env_id,
-                        &env.urn,
-                        format!("cannot reach worker pool {pool}: {e}"),
-                    )
-                })?
-                .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
+            let mut client = pools.client(&pool).await.map_err(|e| {
+                env_error(
+                    env_id,
+                    &env.urn,
+                    format!("cannot reach worker pool {pool}: {e}"),
+                )
+            })?;
             let resp = client
                 .start_worker(beam::StartWorkerRequest {
                     worker_id: worker_id.to_string(),
@@ -1421,6 +1512,7 @@ mod tests {
             &beam::ProvisionInfo::default(),
             log,
             Arc::new(AtomicBool::new(false)),
+            PoolChannels::default(),
         )
         .await;
         let _ = std::fs::remove_dir_all(dir);
@@ -1447,6 +1539,7 @@ mod tests {
             stopped: tokio::sync::watch::channel(false).0,
             cancel: Arc::new(AtomicBool::new(false)),
             failure: Mutex::new(None),
+            pools: PoolChannels::default(),
         })
     }
 
@@ -1498,6 +1591,7 @@ mod tests {
                 &beam::ProvisionInfo::default(),
                 Arc::new(|_, _| {}),
                 cancel,
+                PoolChannels::default(),
             )
             .await
         })
@@ -1672,8 +1766,14 @@ mod tests {
     }
 
     /// A worker pool that accepts every StartWorker and records the worker
-    /// ids, whose harnesses never dial (the test connects them).
-    struct SilentPool(Arc<Mutex<Vec<String>>>);
+    /// ids, whose harnesses never dial (the test connects them). It records
+    /// the ids it is asked to stop too, and with `stall_stops` never
+    /// answers a StopWorker.
+    struct SilentPool {
+        started: Arc<Mutex<Vec<String>>>,
+        stopped: Arc<Mutex<Vec<String>>>,
+        stall_stops: bool,
+    }
 
     #[tonic::async_trait]
     impl beam::beam_fn_external_worker_pool_server::BeamFnExternalWorkerPool for SilentPool {
@@ -1681,14 +1781,18 @@ mod tests {
             &self,
             request: tonic::Request<beam::StartWorkerRequest>,
         ) -> std::result::Result<tonic::Response<beam::StartWorkerResponse>, tonic::Status> {
-            self.0.lock().unwrap().push(request.into_inner().worker_id);
+            self.started.lock().unwrap().push(request.into_inner().worker_id);
             Ok(tonic::Response::new(beam::StartWorkerResponse::default()))
         }
 
         async fn stop_worker(
             &self,
-            _: tonic::Request<beam::StopWorkerRequest>,
+            request: tonic::Request<beam::StopWorkerRequest>,
         ) -> std::result::Result<tonic::Response<beam::StopWorkerResponse>, tonic::Status> {
+            self.stopped.lock().unwrap().push(request.into_inner().worker_id);
+            if self.stall_stops {
+                std::future::pending::<()>().await;
+            }
             Ok(tonic::Response::new(beam::StopWorkerResponse::default()))
         }
     }
@@ -1697,11 +1801,27 @@ mod tests {
     /// environment with `capabilities` that starts its harnesses there, and
     /// the worker ids it was asked to start.
     async fn silent_pool(capabilities: &[&str]) -> (beam::Environment, Arc<Mutex<Vec<String>>>) {
+        let (env, ids, _) = silent_pool_stopping(capabilities, false).await;
+        (env, ids)
+    }
+
+    /// [`silent_pool`], also with the worker ids the pool was asked to
+    /// stop; with `stall_stops` it never answers a StopWorker.
+    #[allow(clippy::type_complexity)]
+    async fn silent_pool_stopping(
+        capabilities: &[&str],
+        stall_stops: bool,
+    ) -> (beam::Environment, Arc<Mutex<Vec<String>>>, Arc<Mutex<Vec<String>>>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let endpoint = format!("localhost:{}", listener.local_addr().unwrap().port());
         let ids = Arc::new(Mutex::new(Vec::new()));
+        let stopped = Arc::new(Mutex::new(Vec::new()));
         let pool = beam::beam_fn_external_worker_pool_server::BeamFnExternalWorkerPoolServer::new(
-            SilentPool(ids.clone()),
+            SilentPool {
+                started: ids.clone(),
+                stopped: stopped.clone(),
+                stall_stops,
+            },
         );
         tokio::spawn(
             tonic::transport::Server::builder()
@@ -1721,7 +1841,7 @@ mod tests {
             capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
             ..Default::default()
         };
-        (external, ids)
+        (external, ids, stopped)
     }
 
     /// Harnesses of a Java ("java") and a Python ("py") environment, one
@@ -1945,6 +2065,120 @@ mod tests {
             assert!(began.elapsed() < Duration::from_secs(5), "a task still holds the job's harnesses");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// Stopping a job's harnesses sends StopWorker to the pool for each of
+    /// them, but does not wait for the pool's answer: a pool that never
+    /// answers holds up neither the job's end nor its state.
+    #[tokio::test]
+    async fn stop_sends_stop_worker_without_waiting_for_the_answer() {
+        let (external, ids, stopped) = silent_pool_stopping(&[], true).await;
+        let fn_api = FnApi::new("localhost:1".into());
+        let envs = HashMap::from([("env".to_string(), external)]);
+        let starting = spawn_start(&fn_api, "job-stop-rpc", envs, Arc::new(AtomicBool::new(false)));
+        let began = Instant::now();
+        let first = loop {
+            if let Some(id) = ids.lock().unwrap().first().cloned() {
+                break id;
+            }
+            assert!(began.elapsed() < Duration::from_secs(10), "no StartWorker");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let _control_rx = connect(&fn_api.worker(&first).expect("launched worker"));
+        let harnesses = tokio::time::timeout(Duration::from_secs(10), starting)
+            .await
+            .expect("start returns once one harness connected")
+            .unwrap()
+            .expect("started");
+        while ids.lock().unwrap().len() < 2 {
+            assert!(began.elapsed() < Duration::from_secs(10), "no second StartWorker");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let stopping = Instant::now();
+        harnesses.stop().await;
+        // SDK_CLOSE_GRACE at most (the test's harness never closes its
+        // streams), well short of STOP_GRACE, which a wait for the stalled
+        // answer would reach.
+        assert!(stopping.elapsed() < STOP_GRACE - Duration::from_secs(2), "{:?}", stopping.elapsed());
+        let mut expected = ids.lock().unwrap().clone();
+        expected.sort();
+        loop {
+            let mut got = stopped.lock().unwrap().clone();
+            got.sort();
+            if got == expected {
+                break;
+            }
+            assert!(stopping.elapsed() < Duration::from_secs(10), "StopWorker for {got:?}, not {expected:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// A job's StartWorker calls go over the connection opened when it was
+    /// prepared: the pool accepts one connection for the preconnect and
+    /// both launches. A pool that cannot be reached is an error at launch.
+    #[tokio::test]
+    async fn start_worker_uses_the_connection_opened_at_prepare() {
+        use tokio_stream::StreamExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("localhost:{}", listener.local_addr().unwrap().port());
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = accepted.clone();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener)
+            .map(move |conn| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                conn
+            });
+        let started = Arc::new(Mutex::new(Vec::new()));
+        let pool = beam::beam_fn_external_worker_pool_server::BeamFnExternalWorkerPoolServer::new(
+            SilentPool {
+                started: started.clone(),
+                stopped: Arc::default(),
+                stall_stops: false,
+            },
+        );
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(pool)
+                .serve_with_incoming(incoming),
+        );
+        let env = beam::Environment {
+            urn: urns::env::EXTERNAL.into(),
+            payload: beam::ExternalPayload {
+                endpoint: Some(beam::ApiServiceDescriptor {
+                    url: endpoint.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+            ..Default::default()
+        };
+        let pools = PoolChannels::default();
+        pools.preconnect(&HashMap::from([("env".to_string(), env)]));
+        let began = Instant::now();
+        while accepted.load(Ordering::SeqCst) == 0 {
+            assert!(began.elapsed() < Duration::from_secs(10), "no connection at prepare");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        for id in ["w1", "w2"] {
+            pools
+                .client(&endpoint)
+                .await
+                .unwrap()
+                .start_worker(beam::StartWorkerRequest {
+                    worker_id: id.into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+        }
+        assert_eq!(*started.lock().unwrap(), vec!["w1".to_string(), "w2".to_string()]);
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let nowhere = format!("localhost:{}", closed.local_addr().unwrap().port());
+        drop(closed);
+        assert!(pools.client(&nowhere).await.is_err());
     }
 
     /// Each PROCESS harness runs in its own folder (its semi-persistent

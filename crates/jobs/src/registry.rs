@@ -193,6 +193,8 @@ pub struct Job {
     events: broadcast::Sender<Published>,
     next_message: Mutex<u64>,
     gate: Mutex<StreamGate>,
+    /// Connections to the job's worker pools, opened at Prepare.
+    pub pools: weir_harness::environment::PoolChannels,
 }
 
 #[derive(Default)]
@@ -584,6 +586,7 @@ impl JobRegistry {
             events: broadcast::channel(4096).0,
             next_message: Mutex::new(0),
             gate: Mutex::default(),
+            pools: weir_harness::environment::PoolChannels::default(),
         });
         job.publish(beam::JobMessagesResponse {
             response: Some(beam::job_messages_response::Response::StateResponse(

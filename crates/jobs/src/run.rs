@@ -233,6 +233,7 @@ async fn execute_with(
         &provision,
         log,
         job.cancel.clone(),
+        job.pools.clone(),
     )
     .await
     .map_err(|e| match e {

@@ -361,6 +361,11 @@ impl beam::job_service_server::JobService for JobService {
         for note in validated.notes.iter().chain(&env_notes) {
             job.message(MessageImportance::JobMessageBasic, note.clone());
         }
+        // The pools were allowed above; dialling them now takes the
+        // handshake off the path from Run to the first bundle.
+        if let Some(plan) = &job.plan {
+            job.pools.preconnect(&plan.environments);
+        }
         tracing::info!(job = %job.id, name = %job.name, stages, "prepared");
         Ok(tonic::Response::new(beam::PrepareJobResponse {
             preparation_id: job.id.clone(),
