@@ -43,11 +43,12 @@ pub struct BundleRequest {
 }
 
 /// Hands residuals of a split of a running bundle back to the engine
-/// before the bundle ends: encoded windowed values of the stage input, and
-/// how many of them are the bundle's own input elements the SDK had not
+/// before the bundle ends: encoded windowed values of the stage input; how
+/// many of them are the bundle's own input elements the SDK had not
 /// started (a split of the data channel at an element boundary), as opposed
-/// to new restrictions of splittable elements.
-pub type OnSplit = Arc<dyn Fn(Vec<Vec<u8>>, usize) + Send + Sync>;
+/// to new restrictions of splittable elements; and in how many bundles
+/// (at least 1) those elements start, one per SDK worker ready for them.
+pub type OnSplit = Arc<dyn Fn(Vec<Vec<u8>>, usize, usize) + Send + Sync>;
 
 /// What a running bundle may split off, and where it goes.
 #[derive(Clone)]

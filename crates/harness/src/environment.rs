@@ -946,6 +946,39 @@ impl SdkHarnesses {
         })
     }
 
+    /// In how many bundles, at least 1, the unstarted elements of a bundle
+    /// of `env_id` running on `busy` could start now: for an SDK whose
+    /// harnesses run bundles on one core each in processes of their own
+    /// (Python PROCESS), the other idle workers, a core each; otherwise
+    /// (a multi-core SDK, the client's in-process pool) the free bundle
+    /// slots of the environment's workers, at most the machine's cores not
+    /// running one of its bundles.
+    pub(crate) fn split_ways(&self, env_id: &str, busy: &str) -> usize {
+        let Some(env) = self.environments.get(env_id) else {
+            return 1;
+        };
+        let room = self.bundles_per_worker(env_id);
+        let pool = self.pool();
+        let ws: Vec<&Arc<Worker>> = pool
+            .workers
+            .get(env_id)
+            .map(|ws| ws.iter().filter(|w| w.is_connected()).collect())
+            .unwrap_or_default();
+        let ways = if !declares_multi_core(env) && !in_client_pool(env, &self.sizing) {
+            ws.iter()
+                .filter(|w| w.id != busy && w.bundles_in_flight() == 0)
+                .count()
+        } else {
+            let running: usize = ws.iter().map(|w| w.bundles_in_flight()).sum();
+            let free: usize = ws
+                .iter()
+                .map(|w| room.saturating_sub(w.bundles_in_flight()))
+                .sum();
+            free.min(machine_cores().saturating_sub(running))
+        };
+        ways.max(1)
+    }
+
     /// True when a residual of a splittable DoFn's bundle running on `busy`
     /// has an SDK harness to run on: another connected worker of `env_id`
     /// is idle; or, for an SDK that runs bundles on many cores
@@ -1868,6 +1901,30 @@ mod tests {
         harnesses.pool().workers.insert("java".into(), vec![java.0.clone()]);
         harnesses.pool().workers.insert("py".into(), vec![py.0.clone()]);
         (harnesses, [java, py])
+    }
+
+    /// A split data channel's elements start as one bundle per idle other
+    /// harness of a one-core SDK (at least one), and as one per free bundle
+    /// slot of a multi-core SDK up to the cores not running its bundles.
+    #[test]
+    fn a_data_channel_splits_one_way_per_ready_sdk_worker() {
+        let fn_api = FnApi::new("localhost:1".into());
+        let (harnesses, [(java, _java_rx), (py, _py_rx)]) = java_and_python(&fn_api, 4, 2);
+        py.in_flight.store(1, Ordering::SeqCst);
+        assert_eq!(harnesses.split_ways("py", &py.id), 1, "no idle harness: one bundle, as before");
+        let (a, _a_rx) = connected_worker(&fn_api, "job-worker-py-2");
+        let (b, _b_rx) = connected_worker(&fn_api, "job-worker-py-3");
+        harnesses.pool().workers.get_mut("py").unwrap().extend([a.clone(), b.clone()]);
+        assert_eq!(harnesses.split_ways("py", &py.id), 2);
+        a.in_flight.store(1, Ordering::SeqCst);
+        assert_eq!(harnesses.split_ways("py", &py.id), 1);
+        // Java: 3 free slots of 4, capped by the cores not running a bundle.
+        java.in_flight.store(1, Ordering::SeqCst);
+        assert_eq!(
+            harnesses.split_ways("java", &java.id),
+            3.min(machine_cores() - 1).max(1)
+        );
+        assert_eq!(harnesses.split_ways("none", &java.id), 1);
     }
 
     /// A splittable DoFn's residual counts as able to start on the same

@@ -102,7 +102,7 @@ impl Inner {
             if drainable && self.policy.draining() {
                 if splits < MAX_SPLITS_PER_BUNDLE {
                     splits = MAX_SPLITS_PER_BUNDLE;
-                    self.split(worker, instruction_id, request, stage, bundle, 0.0, splits)
+                    self.split(worker, instruction_id, request, stage, bundle, 0.0, splits, 1)
                         .await?;
                 }
             } else if channel || splittable && request.input.len() == 1 {

@@ -28,8 +28,8 @@ pub(super) const CHANNEL_SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(
 pub(super) const MAX_SPLITS_PER_BUNDLE: u32 = 16;
 
 impl Inner {
-    /// Splits the running bundle in half (fraction of remainder 0.5) when
-    /// that lets other work start now and fewer than
+    /// Splits the running bundle when that lets other work start now and
+    /// fewer than
     /// [`MAX_SPLITS_PER_BUNDLE`] splits were asked; returns the number of
     /// splits asked so far. A splittable DoFn's element (`channel` false)
     /// splits when its residual has an SDK harness to run on
@@ -40,6 +40,12 @@ impl Inner {
     /// [`crate::environment::SdkHarnesses::has_room`]) and either no element
     /// of its stage waits for a bundle on its timely worker or another SDK
     /// worker sits idle (the engine starts a split's elements at once).
+    ///
+    /// A splittable DoFn's element splits in half (fraction of remainder
+    /// 0.5). A data channel keeps 1/(k+1) of what is left and hands the
+    /// rest back as k bundles, k being the SDK workers ready for them
+    /// ([`crate::environment::SdkHarnesses::split_ways`]): a few slow
+    /// elements reach every idle core in one check rather than by halving.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn maybe_split(
         &self,
@@ -67,7 +73,16 @@ impl Inner {
             return Ok(splits);
         }
         splits += 1;
-        self.split(worker, instruction_id, request, stage, bundle, 0.5, splits)
+        let ways = if channel {
+            self.harnesses
+                .split_ways(env, &worker.id)
+                .min(request.input.len().saturating_sub(1))
+                .max(1)
+        } else {
+            1
+        };
+        let keep = 1.0 / (ways as f64 + 1.0);
+        self.split(worker, instruction_id, request, stage, bundle, keep, splits, ways)
             .await?;
         Ok(splits)
     }
@@ -75,7 +90,8 @@ impl Inner {
     /// Asks the SDK to split the running bundle, keeping
     /// `fraction_of_remainder` of what is left (0: a checkpoint, everything
     /// not yet claimed goes to the residual), and hands the residuals (and
-    /// the input elements the SDK has not started) to the engine.
+    /// the input elements the SDK has not started, to start as `ways`
+    /// bundles) to the engine.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn split(
         &self,
@@ -86,6 +102,7 @@ impl Inner {
         bundle: &BundleState,
         fraction_of_remainder: f64,
         nth: u32,
+        ways: usize,
     ) -> Result<(), Failure> {
         // A bundle whose result is read as a whole is never split.
         let Some(on_split) = &request.on_split else {
@@ -133,11 +150,11 @@ impl Inner {
             residuals.extend(request.input[back].iter().cloned());
         }
         if !residuals.is_empty() {
-            tracing::info!(worker = %worker.id, bundle = %instruction_id, "split off {restrictions} residual restriction(s) and {returned} input element(s) of {} (fraction of remainder {fraction_of_remainder})", request.input.len());
+            tracing::info!(worker = %worker.id, bundle = %instruction_id, "split off {restrictions} residual restriction(s) and {returned} input element(s) of {} (fraction of remainder {fraction_of_remainder:.3}, {ways} bundle(s))", request.input.len());
             if restrictions > 0 {
                 bundle.split_handed_over.store(true, Ordering::Relaxed);
             }
-            (on_split.hand_back)(residuals, returned);
+            (on_split.hand_back)(residuals, returned, ways);
         }
         Ok(())
     }

@@ -47,7 +47,7 @@ use expiry::{drop_expired, set_expiration_timers};
 use residuals::{residual_hold, resume_at};
 use sides::{release_ready, side_specs, with_windows};
 use sorted::TimeSorted;
-use spread::{Spread, SPREAD_CHUNK_BYTES};
+use spread::{even_parts, Spread, SPREAD_CHUNK_BYTES};
 use state::{Emission, InFlight};
 
 /// The operator's state, held under timely capabilities.
@@ -62,9 +62,10 @@ const EMIT_BYTES_PER_ACTIVATION: usize = 8 << 20;
 
 /// What the harness reports about a bundle in flight.
 enum BundleEvent {
-    /// Residuals split off while the bundle runs, and how many of them are
-    /// the bundle's own input elements handed back.
-    Split(Vec<Element>, usize),
+    /// Residuals split off while the bundle runs, how many of them are
+    /// the bundle's own input elements handed back, and in how many
+    /// bundles those start.
+    Split(Vec<Element>, usize, usize),
     /// The bundle finished.
     Done(std::result::Result<BundleResult, String>),
 }
@@ -169,8 +170,8 @@ pub(crate) fn sdk_stage<'s>(
             let completions = completions.clone();
             let activator = activator.clone();
             let (split_completions, split_activator) = (completions.clone(), activator.clone());
-            let on_split: OnSplit = Arc::new(move |residuals: Vec<Element>, returned: usize| {
-                split_completions.lock().unwrap_or_else(|p| p.into_inner()).push((id, BundleEvent::Split(residuals, returned)));
+            let on_split: OnSplit = Arc::new(move |residuals: Vec<Element>, returned: usize, ways: usize| {
+                split_completions.lock().unwrap_or_else(|p| p.into_inner()).push((id, BundleEvent::Split(residuals, returned, ways)));
             let _ = split_activator.activate();
             });
             let request = BundleRequest {
@@ -317,7 +318,7 @@ pub(crate) fn sdk_stage<'s>(
             let done: Vec<_> = std::mem::take(&mut *completions.lock().unwrap_or_else(|p| p.into_inner()));
             for (id, event) in done {
                 let result = match event {
-                    BundleEvent::Split(residuals, returned) => {
+                    BundleEvent::Split(residuals, returned, ways) => {
                         // Work split off a running bundle: schedule it under that bundle's hold.
                         let Some(bundle) = st.in_flight.get_mut(&id) else { continue };
                         let cap = bundle.hold.clone();
@@ -328,10 +329,13 @@ pub(crate) fn sdk_stage<'s>(
                             st.cost.residual_seen();
                         }
                         // A split data channel's elements start at once, past
-                        // the limit of bundles in flight: the harness split
-                        // it because an SDK worker has room for them now.
+                        // the limit of bundles in flight, in `ways` bundles:
+                        // the harness split it because that many SDK workers
+                        // have room for them now.
                         if returned > 0 && returned == residuals.len() && !sdk.splittable && !sdk.stateful && !ctx.stopped() {
-                            submit(st, cap, residuals, vec![]);
+                            for part in even_parts(residuals, ways) {
+                                submit(st, cap.clone(), part, vec![]);
+                            }
                         } else {
                             st.pending.push_back((cap, residuals));
                         }

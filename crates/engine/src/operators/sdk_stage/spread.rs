@@ -43,9 +43,30 @@ impl Spread {
     }
 }
 
+/// `elements` cut into `ways` (at least 1, at most one per element)
+/// bundles of consecutive elements whose sizes differ by at most one: the
+/// elements a split of a data channel handed back, one bundle per SDK
+/// worker ready for them.
+pub(super) fn even_parts<T>(elements: Vec<T>, ways: usize) -> Vec<Vec<T>> {
+    let ways = ways.clamp(1, elements.len().max(1));
+    let (base, extra) = (elements.len() / ways, elements.len() % ways);
+    let mut rest = elements.into_iter();
+    (0..ways)
+        .map(|i| rest.by_ref().take(base + usize::from(i < extra)).collect())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn returned_elements_go_in_even_consecutive_parts() {
+        assert_eq!(even_parts((0..7).collect(), 3), vec![vec![0, 1, 2], vec![3, 4], vec![5, 6]]);
+        assert_eq!(even_parts((0..2).collect(), 5), vec![vec![0], vec![1]]);
+        assert_eq!(even_parts((0..4).collect(), 0), vec![vec![0, 1, 2, 3]]);
+        assert_eq!(even_parts(Vec::<u8>::new(), 3), vec![Vec::<u8>::new()]);
+    }
 
     fn targets(spread: &mut Spread, sizes: &[usize]) -> Vec<u64> {
         sizes.iter().map(|&n| spread.route(n)).collect()
