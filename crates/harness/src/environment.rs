@@ -332,52 +332,79 @@ type PoolClient =
 /// endpoint URL. [`PoolChannels::preconnect`] opens them when the job is
 /// prepared, so StartWorker at Run need not wait for a TCP and HTTP/2
 /// handshake with the pool (1–2 ms with a client's in-process LOOPBACK
-/// pool, whose Python is busy right after Run returns).
+/// pool, whose Python is busy right after Run returns). Each serves for
+/// [`PRECONNECT_TTL`]; later StartWorker calls dial afresh.
 #[derive(Clone, Default)]
 pub struct PoolChannels(Arc<Mutex<HashMap<String, Arc<PoolChannel>>>>);
 
 /// One pool's connection: None once connecting failed.
 type PoolChannel = tokio::sync::OnceCell<Option<tonic::transport::Channel>>;
 
+/// How long a connection opened at Prepare serves StartWorker calls: the
+/// job's first harnesses start right after Run; later ones (replacements,
+/// autoscaling) dial afresh, so a connection that went stale meanwhile is
+/// not used, and a job prepared but never run holds none for long.
+pub const PRECONNECT_TTL: Duration = Duration::from_secs(30);
+
+/// How long bundles promised by a data-channel split hold their SDK
+/// workers for other splits ([`SdkHarnesses::split_ways`]): time enough
+/// for the engine to start them.
+const PROMISE_TTL: Duration = Duration::from_millis(100);
+
+/// Longest wait for a TCP connection to a worker pool.
+const POOL_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl PoolChannels {
     /// Starts connecting, in the background, to the worker pool of each
-    /// EXTERNAL environment in `environments`. A pool that cannot be
-    /// reached now is dialled again at Run, which reports the error.
-    /// Call within a tokio runtime.
+    /// EXTERNAL environment in `environments`, for [`PRECONNECT_TTL`]. A
+    /// pool that cannot be reached now is dialled again at Run, which
+    /// reports the error. Call within a tokio runtime.
     pub fn preconnect(&self, environments: &HashMap<String, beam::Environment>) {
         for env in environments.values() {
-            if let Some(endpoint) = pool_endpoint(env) {
-                let cell = self.cell(&endpoint);
-                tokio::spawn(async move {
-                    cell.get_or_init(|| async { connect_pool(&endpoint).await.ok() })
-                        .await;
-                });
-            }
+            let Some(endpoint) = pool_endpoint(env) else {
+                continue;
+            };
+            let cell = Arc::new(PoolChannel::new());
+            self.map().insert(endpoint.clone(), cell.clone());
+            let this = self.clone();
+            tokio::spawn(async move {
+                cell.get_or_init(|| async { connect_pool(&endpoint).await.ok() })
+                    .await;
+                tokio::time::sleep(PRECONNECT_TTL).await;
+                let mut map = this.map();
+                if map.get(&endpoint).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                    map.remove(&endpoint);
+                }
+            });
         }
     }
 
-    fn cell(&self, endpoint: &str) -> Arc<PoolChannel> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(endpoint.to_string())
-            .or_default()
-            .clone()
+    /// Drops the job's connections (its end).
+    pub fn clear(&self) {
+        self.map().clear();
     }
 
-    /// A client of `endpoint`'s pool on the job's connection to it (made
-    /// now if there is none yet), or on a fresh one when that connection
-    /// could not be made.
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<PoolChannel>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A client of `endpoint`'s pool on the connection opened at Prepare
+    /// (waiting for it while it is being made), or on a fresh one when
+    /// there is none or it could not be made.
     ///
     /// # Errors
     /// The pool cannot be reached.
     async fn client(&self, endpoint: &str) -> std::result::Result<PoolClient, tonic::transport::Error> {
-        let cell = self.cell(endpoint);
-        let channel = match cell
-            .get_or_init(|| async { connect_pool(endpoint).await.ok() })
-            .await
-        {
-            Some(channel) => channel.clone(),
+        let cell = self.map().get(endpoint).cloned();
+        let preconnected = match cell {
+            Some(cell) => cell
+                .get_or_init(|| async { connect_pool(endpoint).await.ok() })
+                .await
+                .clone(),
+            None => None,
+        };
+        let channel = match preconnected {
+            Some(channel) => channel,
             None => connect_pool(endpoint).await?,
         };
         Ok(PoolClient::new(channel)
@@ -403,6 +430,7 @@ async fn connect_pool(
     endpoint: &str,
 ) -> std::result::Result<tonic::transport::Channel, tonic::transport::Error> {
     tonic::transport::Endpoint::new(weir_proto::grpc_uri(endpoint))?
+        .connect_timeout(POOL_CONNECT_TIMEOUT)
         .connect()
         .await
 }
@@ -465,6 +493,11 @@ pub struct SdkHarnesses {
     cancel: Arc<AtomicBool>,
     /// Why the job cannot go on (e.g. its LOOPBACK/EXTERNAL worker pool is gone).
     failure: Mutex<Option<String>>,
+    /// Bundles promised to ready SDK workers by recent data-channel splits
+    /// ([`SdkHarnesses::split_ways`]) and not picked yet, and when the last
+    /// promise was made: other splits meanwhile do not count those workers
+    /// again. Forgotten after [`PROMISE_TTL`].
+    promised: Mutex<(usize, tokio::time::Instant)>,
     /// The job's connections to its worker pools, for StartWorker.
     pools: PoolChannels,
 }
@@ -516,6 +549,7 @@ pub async fn start(
         stopped: tokio::sync::watch::channel(false).0,
         cancel: cancel.clone(),
         failure: Mutex::new(None),
+        promised: Mutex::new((0, tokio::time::Instant::now())),
         pools,
     });
     let cancelled = async {
@@ -861,6 +895,8 @@ impl SdkHarnesses {
                 let done = match free {
                     Some((w, _, _)) => {
                         w.in_flight.fetch_add(1, Ordering::Relaxed);
+                        let mut promised = self.promised.lock().unwrap_or_else(|p| p.into_inner());
+                        promised.0 = promised.0.saturating_sub(1);
                         w.descriptor_started(descriptor);
                         Some(Ok(w.clone()))
                     }
@@ -953,6 +989,10 @@ impl SdkHarnesses {
     /// (a multi-core SDK, the client's in-process pool) the free bundle
     /// slots of the environment's workers, at most the machine's cores not
     /// running one of its bundles.
+    ///
+    /// The workers counted are promised to this split for [`PROMISE_TTL`]
+    /// or until bundles are picked: another split meanwhile does not count
+    /// them again. So call it only for a split about to be asked.
     pub(crate) fn split_ways(&self, env_id: &str, busy: &str) -> usize {
         let Some(env) = self.environments.get(env_id) else {
             return 1;
@@ -976,7 +1016,16 @@ impl SdkHarnesses {
                 .sum();
             free.min(machine_cores().saturating_sub(running))
         };
-        ways.max(1)
+        // After the pool lock (pick takes the two in that order).
+        let mut promised = self.promised.lock().unwrap_or_else(|p| p.into_inner());
+        if promised.1.elapsed() > PROMISE_TTL {
+            promised.0 = 0;
+        }
+        let ready = ways.saturating_sub(promised.0);
+        if ready > 0 {
+            *promised = (promised.0 + ready, tokio::time::Instant::now());
+        }
+        ready.max(1)
     }
 
     /// True when a residual of a splittable DoFn's bundle running on `busy`
@@ -1572,6 +1621,7 @@ mod tests {
             stopped: tokio::sync::watch::channel(false).0,
             cancel: Arc::new(AtomicBool::new(false)),
             failure: Mutex::new(None),
+        promised: Mutex::new((0, tokio::time::Instant::now())),
             pools: PoolChannels::default(),
         })
     }
@@ -1906,18 +1956,31 @@ mod tests {
     /// A split data channel's elements start as one bundle per idle other
     /// harness of a one-core SDK (at least one), and as one per free bundle
     /// slot of a multi-core SDK up to the cores not running its bundles.
-    #[test]
-    fn a_data_channel_splits_one_way_per_ready_sdk_worker() {
+    /// The workers a split counts are promised to it: a second split soon
+    /// after does not count them again, until their bundles are picked or
+    /// PROMISE_TTL passes.
+    #[tokio::test(start_paused = true)]
+    async fn a_data_channel_splits_one_way_per_ready_sdk_worker() {
         let fn_api = FnApi::new("localhost:1".into());
         let (harnesses, [(java, _java_rx), (py, _py_rx)]) = java_and_python(&fn_api, 4, 2);
+        let later = || tokio::time::advance(PROMISE_TTL + Duration::from_millis(1));
         py.in_flight.store(1, Ordering::SeqCst);
         assert_eq!(harnesses.split_ways("py", &py.id), 1, "no idle harness: one bundle, as before");
         let (a, _a_rx) = connected_worker(&fn_api, "job-worker-py-2");
         let (b, _b_rx) = connected_worker(&fn_api, "job-worker-py-3");
         harnesses.pool().workers.get_mut("py").unwrap().extend([a.clone(), b.clone()]);
         assert_eq!(harnesses.split_ways("py", &py.id), 2);
-        a.in_flight.store(1, Ordering::SeqCst);
+        assert_eq!(harnesses.split_ways("py", &a.id), 1, "both idle harnesses are promised");
+        later().await;
+        assert_eq!(harnesses.split_ways("py", &py.id), 2, "promises lapse");
+        // A pick takes up one promise; the idle harness left stays promised.
+        harnesses.pick("py", "d", false).await.unwrap();
         assert_eq!(harnesses.split_ways("py", &py.id), 1);
+        later().await;
+        a.in_flight.store(1, Ordering::SeqCst);
+        b.in_flight.store(0, Ordering::SeqCst);
+        assert_eq!(harnesses.split_ways("py", &py.id), 1);
+        later().await;
         // Java: 3 free slots of 4, capped by the cores not running a bundle.
         java.in_flight.store(1, Ordering::SeqCst);
         assert_eq!(

@@ -123,6 +123,7 @@ impl Teardown {
             teardown.run().await;
         }
         let _ = tokio::fs::remove_dir_all(&job.staging_dir).await;
+        job.pools.clear();
         reported
     }
 

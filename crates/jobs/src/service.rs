@@ -361,8 +361,9 @@ impl beam::job_service_server::JobService for JobService {
         for note in validated.notes.iter().chain(&env_notes) {
             job.message(MessageImportance::JobMessageBasic, note.clone());
         }
-        // The pools were allowed above; dialling them now takes the
-        // handshake off the path from Run to the first bundle.
+        // After the token, limit and environment checks (no policy limits
+        // EXTERNAL endpoints): dialling the job's worker pools now takes
+        // the handshake off the path from Run to its first bundle.
         if let Some(plan) = &job.plan {
             job.pools.preconnect(&plan.environments);
         }

@@ -51,8 +51,9 @@ impl Inner {
     ///   sits idle (`ProcessBundleSplitRequest`, fraction_of_remainder 0.5),
     ///   and hands the residuals to the engine at once so the idle worker
     ///   takes them; for another stage's bundle of several elements, splits
-    ///   its data channel the same way whenever the environment has room
-    ///   for another bundle;
+    ///   its data channel whenever the environment has room for another
+    ///   bundle, handing what is left back as one bundle per ready SDK
+    ///   worker ([`Inner::maybe_split`]);
     /// * with an element processing timeout, watches the bundle's progress
     ///   ([`Progress`]) and gives up on it ([`Failure::Stuck`]) when the
     ///   progress has not moved for the timeout.

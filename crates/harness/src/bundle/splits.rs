@@ -1,5 +1,6 @@
-//! Dynamic splits of a running bundle (`ProcessBundleSplitRequest`): for an
-//! idle SDK worker (fraction 0.5), or a checkpoint when the job drains (0).
+//! Dynamic splits of a running bundle (`ProcessBundleSplitRequest`): for
+//! idle SDK workers (a splittable element in half, a data channel into one
+//! bundle per ready worker), or a checkpoint when the job drains (0).
 //!
 //! Two kinds, as Dataflow's dynamic work rebalancing: a splittable DoFn's
 //! bundle of one element splits inside the element (residual restrictions),
@@ -21,8 +22,8 @@ use crate::registry::{BundleState, Worker};
 pub(super) const SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(500);
 /// How often a running bundle of several elements is checked for a split
 /// of its data channel: a stage's few slow elements start as one bundle
-/// (see the engine's spread), and each check that finds an SDK worker with
-/// room halves what is left, so they reach idle workers within a few.
+/// (see the engine's spread), and a check that finds SDK workers ready
+/// hands them what is left, one bundle each.
 pub(super) const CHANNEL_SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 /// Most dynamic splits requested of one bundle.
 pub(super) const MAX_SPLITS_PER_BUNDLE: u32 = 16;
@@ -150,7 +151,7 @@ impl Inner {
             residuals.extend(request.input[back].iter().cloned());
         }
         if !residuals.is_empty() {
-            tracing::info!(worker = %worker.id, bundle = %instruction_id, "split off {restrictions} residual restriction(s) and {returned} input element(s) of {} (fraction of remainder {fraction_of_remainder:.3}, {ways} bundle(s))", request.input.len());
+            tracing::info!(worker = %worker.id, bundle = %instruction_id, "split off {restrictions} residual restriction(s) and {returned} input element(s) of {} (fraction of remainder {fraction_of_remainder:.3}, in {} bundle(s))", request.input.len(), ways.min(returned).max(1));
             if restrictions > 0 {
                 bundle.split_handed_over.store(true, Ordering::Relaxed);
             }
