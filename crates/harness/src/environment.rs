@@ -368,8 +368,7 @@ impl PoolChannels {
             self.map().insert(endpoint.clone(), cell.clone());
             let this = self.clone();
             tokio::spawn(async move {
-                cell.get_or_init(|| async { connect_pool(&endpoint).await.ok() })
-                    .await;
+                dial_once(&cell, &endpoint).await;
                 tokio::time::sleep(PRECONNECT_TTL).await;
                 let mut map = this.map();
                 if map.get(&endpoint).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
@@ -397,10 +396,7 @@ impl PoolChannels {
     async fn client(&self, endpoint: &str) -> std::result::Result<PoolClient, tonic::transport::Error> {
         let cell = self.map().get(endpoint).cloned();
         let preconnected = match cell {
-            Some(cell) => cell
-                .get_or_init(|| async { connect_pool(endpoint).await.ok() })
-                .await
-                .clone(),
+            Some(cell) => dial_once(&cell, endpoint).await,
             None => None,
         };
         let channel = match preconnected {
@@ -411,6 +407,15 @@ impl PoolChannels {
             .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES))
     }
+}
+
+/// `cell`'s connection to the pool at `endpoint`: made now if nobody made
+/// it yet, else the one made (waiting while it is being made); None when
+/// connecting failed.
+async fn dial_once(cell: &PoolChannel, endpoint: &str) -> Option<tonic::transport::Channel> {
+    cell.get_or_init(|| async { connect_pool(endpoint).await.ok() })
+        .await
+        .clone()
 }
 
 /// The worker pool endpoint URL of an EXTERNAL environment (LOOPBACK is
@@ -1884,34 +1889,37 @@ mod tests {
     /// environment with `capabilities` that starts its harnesses there, and
     /// the worker ids it was asked to start.
     async fn silent_pool(capabilities: &[&str]) -> (beam::Environment, Arc<Mutex<Vec<String>>>) {
-        let (env, ids, _) = silent_pool_stopping(capabilities, false).await;
-        (env, ids)
+        let pool = served_silent_pool(capabilities, false).await;
+        (pool.env, pool.started)
     }
 
     /// [`silent_pool`], also with the worker ids the pool was asked to
-    /// stop; with `stall_stops` it never answers a StopWorker.
-    #[allow(clippy::type_complexity)]
-    async fn silent_pool_stopping(
-        capabilities: &[&str],
-        stall_stops: bool,
-    ) -> (beam::Environment, Arc<Mutex<Vec<String>>>, Arc<Mutex<Vec<String>>>) {
+    /// stop and the TCP connections it accepted; with `stall_stops` it
+    /// never answers a StopWorker.
+    async fn served_silent_pool(capabilities: &[&str], stall_stops: bool) -> ServedPool {
+        use tokio_stream::StreamExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let endpoint = format!("localhost:{}", listener.local_addr().unwrap().port());
-        let ids = Arc::new(Mutex::new(Vec::new()));
-        let stopped = Arc::new(Mutex::new(Vec::new()));
+        let (started, stopped) = (Arc::default(), Arc::default());
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = accepted.clone();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(move |conn| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            conn
+        });
         let pool = beam::beam_fn_external_worker_pool_server::BeamFnExternalWorkerPoolServer::new(
             SilentPool {
-                started: ids.clone(),
-                stopped: stopped.clone(),
+                started: Arc::clone(&started),
+                stopped: Arc::clone(&stopped),
                 stall_stops,
             },
         );
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(pool)
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+                .serve_with_incoming(incoming),
         );
-        let external = beam::Environment {
+        let env = beam::Environment {
             urn: urns::env::EXTERNAL.into(),
             payload: beam::ExternalPayload {
                 endpoint: Some(beam::ApiServiceDescriptor {
@@ -1924,7 +1932,50 @@ mod tests {
             capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
             ..Default::default()
         };
-        (external, ids, stopped)
+        ServedPool { env, started, stopped, accepted }
+    }
+
+    /// A [`SilentPool`] being served: its EXTERNAL environment, the worker
+    /// ids it was asked to start and to stop, and the TCP connections it
+    /// accepted.
+    struct ServedPool {
+        env: beam::Environment,
+        started: Arc<Mutex<Vec<String>>>,
+        stopped: Arc<Mutex<Vec<String>>>,
+        accepted: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    /// Starts job `job` on `envs` (one environment "env", a silent pool
+    /// recording its StartWorker ids in `ids`), connects the first harness
+    /// it launches, and returns once start returned and the second harness
+    /// was launched: one harness connected (with the SDK's end of its
+    /// control stream), one still starting.
+    async fn start_one_connected_one_starting(
+        fn_api: &Arc<FnApi>,
+        job: &'static str,
+        envs: HashMap<String, beam::Environment>,
+        ids: &Mutex<Vec<String>>,
+    ) -> (Arc<SdkHarnesses>, tokio::sync::mpsc::UnboundedReceiver<beam::InstructionRequest>) {
+        let starting = spawn_start(fn_api, job, envs, Arc::new(AtomicBool::new(false)));
+        let began = Instant::now();
+        let first = loop {
+            if let Some(id) = ids.lock().unwrap().first().cloned() {
+                break id;
+            }
+            assert!(began.elapsed() < Duration::from_secs(10), "no StartWorker");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let control_rx = connect(&fn_api.worker(&first).expect("launched worker"));
+        let harnesses = tokio::time::timeout(Duration::from_secs(10), starting)
+            .await
+            .expect("start returns once one harness connected")
+            .unwrap()
+            .expect("started");
+        while ids.lock().unwrap().len() < 2 {
+            assert!(began.elapsed() < Duration::from_secs(10), "no second StartWorker");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        (harnesses, control_rx)
     }
 
     /// Harnesses of a Java ("java") and a Python ("py") environment, one
@@ -2146,30 +2197,8 @@ mod tests {
         let (external, ids) = silent_pool(&[]).await;
         let fn_api = FnApi::new("localhost:1".into());
         let envs = HashMap::from([("env".to_string(), external)]);
-        let starting = spawn_start(
-            &fn_api,
-            "job-stop-wait",
-            envs,
-            Arc::new(AtomicBool::new(false)),
-        );
-        let began = Instant::now();
-        let first = loop {
-            if let Some(id) = ids.lock().unwrap().first().cloned() {
-                break id;
-            }
-            assert!(began.elapsed() < Duration::from_secs(10), "no StartWorker");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
-        let _control_rx = connect(&fn_api.worker(&first).expect("launched worker"));
-        let harnesses = tokio::time::timeout(Duration::from_secs(10), starting)
-            .await
-            .expect("start returns once one harness connected")
-            .unwrap()
-            .expect("started");
-        while ids.lock().unwrap().len() < 2 {
-            assert!(began.elapsed() < Duration::from_secs(10), "no second StartWorker");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let (harnesses, _control_rx) =
+            start_one_connected_one_starting(&fn_api, "job-stop-wait", envs, &ids).await;
         assert_eq!(harnesses.pool().starting.get("env").copied(), Some(1));
         harnesses.stop().await;
         let began = Instant::now();
@@ -2192,28 +2221,12 @@ mod tests {
     /// answers holds up neither the job's end nor its state.
     #[tokio::test]
     async fn stop_sends_stop_worker_without_waiting_for_the_answer() {
-        let (external, ids, stopped) = silent_pool_stopping(&[], true).await;
+        let pool = served_silent_pool(&[], true).await;
+        let (ids, stopped) = (pool.started, pool.stopped);
         let fn_api = FnApi::new("localhost:1".into());
-        let envs = HashMap::from([("env".to_string(), external)]);
-        let starting = spawn_start(&fn_api, "job-stop-rpc", envs, Arc::new(AtomicBool::new(false)));
-        let began = Instant::now();
-        let first = loop {
-            if let Some(id) = ids.lock().unwrap().first().cloned() {
-                break id;
-            }
-            assert!(began.elapsed() < Duration::from_secs(10), "no StartWorker");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
-        let _control_rx = connect(&fn_api.worker(&first).expect("launched worker"));
-        let harnesses = tokio::time::timeout(Duration::from_secs(10), starting)
-            .await
-            .expect("start returns once one harness connected")
-            .unwrap()
-            .expect("started");
-        while ids.lock().unwrap().len() < 2 {
-            assert!(began.elapsed() < Duration::from_secs(10), "no second StartWorker");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let envs = HashMap::from([("env".to_string(), pool.env)]);
+        let (harnesses, _control_rx) =
+            start_one_connected_one_starting(&fn_api, "job-stop-rpc", envs, &ids).await;
         let stopping = Instant::now();
         harnesses.stop().await;
         // SDK_CLOSE_GRACE at most (the test's harness never closes its
@@ -2238,41 +2251,8 @@ mod tests {
     /// both launches. A pool that cannot be reached is an error at launch.
     #[tokio::test]
     async fn start_worker_uses_the_connection_opened_at_prepare() {
-        use tokio_stream::StreamExt;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let endpoint = format!("localhost:{}", listener.local_addr().unwrap().port());
-        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counted = accepted.clone();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener)
-            .map(move |conn| {
-                counted.fetch_add(1, Ordering::SeqCst);
-                conn
-            });
-        let started = Arc::new(Mutex::new(Vec::new()));
-        let pool = beam::beam_fn_external_worker_pool_server::BeamFnExternalWorkerPoolServer::new(
-            SilentPool {
-                started: started.clone(),
-                stopped: Arc::default(),
-                stall_stops: false,
-            },
-        );
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(pool)
-                .serve_with_incoming(incoming),
-        );
-        let env = beam::Environment {
-            urn: urns::env::EXTERNAL.into(),
-            payload: beam::ExternalPayload {
-                endpoint: Some(beam::ApiServiceDescriptor {
-                    url: endpoint.clone(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }
-            .encode_to_vec(),
-            ..Default::default()
-        };
+        let ServedPool { env, started, accepted, .. } = served_silent_pool(&[], false).await;
+        let endpoint = pool_endpoint(&env).unwrap();
         let pools = PoolChannels::default();
         pools.preconnect(&HashMap::from([("env".to_string(), env)]));
         let began = Instant::now();
