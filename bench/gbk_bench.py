@@ -132,7 +132,7 @@ def run_once(runner, n, args, out_dir):
   try:
     srv = psutil.Process(server.pid) if server else None
     cpu0 = wb._cpu(srv) if srv else 0.0
-    harnesses0 = wb.reaped_children_cpu(srv) if srv else 0.0
+    harnesses0 = wb.tree_cpu_total(srv) if srv else 0.0
     peak = 0
     with open(os.path.join(out_dir, 'client.log'), 'wb') as clog:
       start = time.monotonic()
@@ -153,15 +153,16 @@ def run_once(runner, n, args, out_dir):
         time.sleep(args.interval)
       wall = time.monotonic() - start
     runner_cpu = wb._cpu(srv) - cpu0 if srv else None
+    harnesses1 = wb.tree_cpu_total(srv) if srv else 0.0
   finally:
     if server:
       wb.stop_server(server)
       logf.close()
-  # SDK harnesses that Weir started (PROCESS): the kernel's count for
-  # children the server reaped, else the last samples.
+  # SDK harnesses that Weir started (PROCESS): the kernel's count for the
+  # server's tree when the client ended, else the last samples.
   harness_cpu = 0.0
   if server:
-    harness_cpu = max(sampler.sdk.cpu(), wb.reaped_children_cpu(srv) - harnesses0)
+    harness_cpu = max(sampler.sdk.cpu(), harnesses1 - harnesses0)
   if client.returncode != 0:
     raise SystemExit('%s %d failed; see %s' % (runner, n, os.path.join(out_dir, 'client.log')))
   _, lines = wb.read_output(prefix)

@@ -155,7 +155,7 @@ def run_client(py, module, opts, out_dir, timeout, server=None):
     f.write('$ %s\n\n' % shlex.join(args))
   with open(log_path, 'ab') as out:
     client_cpu0 = children_cpu()
-    server_reaped0 = wb.reaped_children_cpu(psutil.Process(server.pid)) if server else 0.0
+    server_tree0 = wb.tree_cpu_total(psutil.Process(server.pid)) if server else 0.0
     start = time.monotonic()
     client = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL, cwd=out_dir)
@@ -182,11 +182,8 @@ def run_client(py, module, opts, out_dir, timeout, server=None):
     sdk_cpu = client_cpu
     if server:
       sampler.runner.sample([sampler.weir_proc])
-      # A PROCESS server's SDK workers: those it reaped, plus those alive.
-      alive = wb.Group()
-      alive.sample(wb.descendants(sampler.weir_proc))
-      sdk_cpu += (wb.reaped_children_cpu(sampler.weir_proc) - server_reaped0
-                  + sum(alive.cpu_by_proc.values()))
+      # A PROCESS server's SDK workers, live or reaped.
+      sdk_cpu += wb.tree_cpu_total(sampler.weir_proc) - server_tree0
   text = read(log_path)
   r = dict(wall=wall, ok=(rc == 0), log=log_path, metrics=metrics(text),
            runner_cpu=sampler.runner.cpu() if server else None, sdk_cpu=sdk_cpu)

@@ -71,15 +71,10 @@ def start_server(name, args, out_dir):
 
 
 def tree_cpu(proc):
-  """CPU seconds of a server alone, and of its live and reaped children (the
-  SDK workers it started, under PROCESS)."""
-  children = wb.reaped_children_cpu(proc)
-  for c in wb.descendants(proc):
-    try:
-      children += wb._cpu(c)
-    except psutil.Error:
-      pass
-  return wb._cpu(proc), children
+  """CPU seconds of a server alone, and of everything below it, live or
+  reaped (the SDK workers it started under PROCESS; Weir's Python fork
+  server and the harnesses it forks)."""
+  return wb._cpu(proc), wb.tree_cpu_total(proc)
 
 
 def server_of(config):

@@ -157,6 +157,21 @@ def reaped_children_cpu(p):
     return 0.0
 
 
+def tree_cpu_total(p):
+  """CPU seconds of everything below server `p`, each process once: its live
+  descendants' own CPU, plus what `p` and each of them reaped (Weir's PROCESS
+  harnesses, forked by its Python fork server, are reaped there). The SDK
+  CPU of a job is this after it minus this before it."""
+  total = reaped_children_cpu(p)
+  for c in descendants(p):
+    try:
+      t = c.cpu_times()
+      total += t.user + t.system + t.children_user + t.children_system
+    except psutil.Error:
+      pass
+  return total
+
+
 # --- runs -----------------------------------------------------------------------
 def wait_for_job_api(endpoint, proc, log_path, timeout=60.0):
   import grpc
@@ -309,7 +324,7 @@ def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout, pri
                             stdin=subprocess.DEVNULL, env=env)
   try:
     wait_for_job_api('localhost:%d' % port, server, log_path)
-    reaped_before = reaped_children_cpu(psutil.Process(server.pid))
+    tree_before = tree_cpu_total(psutil.Process(server.pid))
     extra = ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port,
              '--environment_type=%s' % env_type] + PORTABLE_CLIENT + list(options)
     if env_type == 'PROCESS':
@@ -319,15 +334,11 @@ def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout, pri
     log('%s: running wordcount (%s environment), server log %s' % (name, env_type, log_path))
     wall, s = run_client(wordcount_args(py, input_path, prefix, extra),
                          os.path.join(out_dir, 'client.log'), interval, timeout, server)
-    # SDK workers that the server has already reaped: their CPU as the kernel counts it.
-    reaped = reaped_children_cpu(s.weir_proc) - reaped_before
-    alive_sdk = Group()
-    alive_sdk.sample(descendants(s.weir_proc))
-    alive_now = sum(alive_sdk.cpu_by_proc.values())
-    sdk_cpu = max(s.sdk.cpu(), reaped + alive_now - sum(
-        s.sdk.baseline.get(k, 0.0) for k in alive_sdk.cpu_by_proc))
+    # SDK workers, live or reaped: their CPU as the kernel counts it.
+    tree = tree_cpu_total(s.weir_proc) - tree_before
+    sdk_cpu = max(s.sdk.cpu(), tree)
     return dict(wall=wall, peak_rss=s.peak_rss, runner_cpu=s.runner.cpu(),
-                sdk_cpu=sdk_cpu, sdk_cpu_sampled=s.sdk.cpu(), sdk_cpu_reaped=reaped,
+                sdk_cpu=sdk_cpu, sdk_cpu_sampled=s.sdk.cpu(), sdk_cpu_tree=tree,
                 sdk_procs=s.sdk.count(), client_cpu=s.client.cpu(),
                 samples=s.samples, prefix=prefix)
   finally:
@@ -448,9 +459,9 @@ def main():
     if total > 0:
       print('runner share of CPU (weir server / (server + SDK)): %.1f%%' %
             (100 * w['runner_cpu'] / total))
-    print('weir SDK processes seen: %d (CPU sampled %.2f s, reaped by kernel '
+    print('weir SDK processes seen: %d (CPU sampled %.2f s, server tree by kernel '
           'count %.2f s); samples: %d' % (w['sdk_procs'], w['sdk_cpu_sampled'],
-                                         w['sdk_cpu_reaped'], w['samples']))
+                                         w['sdk_cpu_tree'], w['samples']))
   # Every run's output against the first one's (Weir's, when it ran).
   names = list(outputs)
   same = all(outputs[n] == outputs[names[0]] for n in names[1:])
