@@ -32,6 +32,14 @@ use prost::Message;
 use tonic::metadata::MetadataValue;
 use weir_proto::{beam, prost_types, urns, MAX_GRPC_MESSAGE_BYTES};
 
+/// Main module of Beam's Python SDK harness (`python -m`).
+pub const PYTHON_HARNESS_MODULE: &str = "apache_beam.runners.worker.sdk_worker_main";
+
+/// File in the semi-persistent folder holding the pid of a Python SDK
+/// harness forked by the fork server (`crate::fork_server`): not a child of
+/// `weir boot`, it is found for the job's resource figures through this.
+pub const HARNESS_PID_FILE: &str = "harness.pid";
+
 /// What `weir boot` was told.
 #[derive(Clone, Debug)]
 pub struct BootConfig {
@@ -155,7 +163,18 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
             // In a file, not the PIPELINE_OPTIONS variable: one environment
             // string over 128 KiB (a large option) fails exec with E2BIG.
             let options_file = write_options(&info, &semi)?;
-            python_command(python, &cfg, &info, &semi, &options_file)
+            let mut cmd = python_command(python, &cfg, &info, &semi, &options_file);
+            if let Some(socket) = std::env::var_os(crate::fork_server::SOCKET_ENV) {
+                cmd.env_remove(crate::fork_server::SOCKET_ENV);
+                // Returns only when the fork server cannot take it.
+                let why = crate::fork_server::run_forked(
+                    Path::new(&socket),
+                    &cmd,
+                    &semi.join(HARNESS_PID_FILE),
+                );
+                eprintln!("weir boot: starting Python itself, the fork server did not answer: {why}");
+            }
+            cmd
         }
         Sdk::Java {
             java,
@@ -311,7 +330,7 @@ fn python_command(
     options_file: &Path,
 ) -> std::process::Command {
     let mut cmd = std::process::Command::new(python);
-    cmd.args(["-m", "apache_beam.runners.worker.sdk_worker_main"])
+    cmd.args(["-m", PYTHON_HARNESS_MODULE])
         .env("WORKER_ID", &cfg.worker_id)
         .env("PIPELINE_OPTIONS_FILE", options_file)
         .env("SEMI_PERSISTENT_DIRECTORY", semi);

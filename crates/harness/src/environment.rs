@@ -12,6 +12,7 @@ use tokio::io::AsyncBufReadExt;
 use weir_engine::machine_cores;
 use weir_proto::{beam, urns, MAX_GRPC_MESSAGE_BYTES};
 
+use crate::fork_server;
 use crate::registry::{FnApi, LogSink, Worker, WorkerLog};
 use crate::{HarnessError, Result};
 
@@ -1463,6 +1464,18 @@ async fn spawn_harness(
                 args.extend(flags);
                 ("docker".to_string(), args, HashMap::new())
             };
+            let mut envs = envs;
+            // This binary's `weir boot` for Python forks its harness from a
+            // warm interpreter (see `crate::fork_server`).
+            let full: HashMap<String, String> = std::env::vars().chain(envs.clone()).collect();
+            if let Some(python) = fork_server::boot_python(&program, &args, &full) {
+                if let Some(socket) = fork_server::ForkServers::global().socket_for(&python, &full) {
+                    envs.insert(
+                        fork_server::SOCKET_ENV.to_string(),
+                        socket.display().to_string(),
+                    );
+                }
+            }
             let mut command = tokio::process::Command::new(&program);
             // Each SDK harness works in its own folder: boot programs write
             // files into their working folder (Beam's Go boot writes

@@ -14,6 +14,7 @@ pub mod bundle;
 pub mod environment;
 pub mod error;
 pub mod expansion;
+pub mod fork_server;
 pub mod metrics;
 pub mod registry;
 pub mod resolve;

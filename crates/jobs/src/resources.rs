@@ -8,7 +8,9 @@
 //! no longer names the worker but whose environment has
 //! `WORKER_ID=<job id>-worker-N`. A process counts for the job when it is a
 //! descendant of this server and its command line or environment names a
-//! worker of the job; its own children count too. In LOOPBACK (and for
+//! worker of the job; its own children count too, and so does the harness
+//! that Weir's Python fork server forked for that `weir boot` (its pid in
+//! the worker's folder). In LOOPBACK (and for
 //! EXTERNAL worker pools) the SDK harness runs in another process that Weir
 //! did not start, so only the runner is measured and the SDK process count
 //! is 0.
@@ -192,6 +194,16 @@ pub fn names_worker_of(job_id: &str, cmd: &[String], environ: &[String]) -> bool
         || environ.iter().any(|e| e.starts_with(&env))
 }
 
+/// The pid of the Python SDK harness that the fork server forked for the
+/// `weir boot` with command line `cmd`: written by `weir boot` to
+/// `<--semi_persist_dir>/harness.pid` (`weir_harness::boot::HARNESS_PID_FILE`).
+fn forked_harness(cmd: &[String]) -> Option<Pid> {
+    let dir = cmd.iter().find_map(|a| a.strip_prefix("--semi_persist_dir="))?;
+    let path = std::path::Path::new(dir).join(weir_harness::boot::HARNESS_PID_FILE);
+    let pid = std::fs::read_to_string(path).ok()?.trim().parse::<u32>().ok()?;
+    Some(Pid::from_u32(pid))
+}
+
 impl Sampler {
     /// Updates `resources` of job `job_id` from the processes now running.
     /// The first call for a job records the server's CPU time as its start.
@@ -248,9 +260,16 @@ impl Sampler {
             let Some(p) = system.process(*pid) else {
                 continue;
             };
-            if names_worker_of(job_id, &text(p.cmd()), &text(p.environ())) {
+            let cmd = text(p.cmd());
+            if names_worker_of(job_id, &cmd, &text(p.environ())) {
                 job_pids.insert(*pid);
                 job_pids.extend(descendants(*pid));
+                // A harness forked by the Python fork server stands behind
+                // this `weir boot`.
+                if let Some(forked) = forked_harness(&cmd).filter(|f| mine.contains(f)) {
+                    job_pids.insert(forked);
+                    job_pids.extend(descendants(forked));
+                }
             }
         }
         let mut u = resources.inner.lock().unwrap_or_else(|p| p.into_inner());

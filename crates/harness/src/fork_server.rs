@@ -1,0 +1,405 @@
+//! Python fork server: one Python interpreter that has imported the SDK
+//! harness's modules and forks a fresh harness process for each PROCESS
+//! worker, so a Python SDK harness starts in milliseconds instead of paying
+//! the interpreter's start and Beam's imports (about 0.5 CPU s) every time.
+//!
+//! - The Weir server starts one per interpreter and start-up environment
+//!   (`PYTHON*`, `LD_*`, `PATH`, protobuf's) on the first `weir boot --python` harness
+//!   that needs it ([`ForkServers::socket_for`]), as its own child, and names
+//!   its socket to every such `weir boot` in [`SOCKET_ENV`].
+//! - `weir boot` asks it for the harness ([`run_forked`]) with the exact
+//!   environment, folder and standard streams it would have exec'd Python
+//!   with, then stands in for the harness: it exits with the harness's code,
+//!   and its own end (killed by the server) kills the harness.
+//! - Nothing of a job runs in the fork server: each harness is forked before
+//!   it reads the job's options or main session. What the fork shares is
+//!   what importing Beam set up; `random` and NumPy's global generator are
+//!   reseeded in each harness.
+//! - When the fork server is not there (failed, disabled with
+//!   `weir serve --python_fork_server=false`), `weir boot` execs Python.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::io::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Environment variable naming the fork server's socket to `weir boot`.
+pub const SOCKET_ENV: &str = "WEIR_PYTHON_FORK_SERVER";
+
+/// The fork server's Python source, written beside its socket.
+const SOURCE: &str = include_str!("fork_server.py");
+
+/// How long `weir boot` waits for a fork server that is still importing.
+const READY_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether an environment variable is read by the interpreter as it starts,
+/// so that a fork server serves only harnesses with the same value.
+/// (`PROTOCOL_BUFFERS_*` and protobuf's version check are read as Beam's
+/// protos are imported).
+fn shapes_interpreter(name: &str) -> bool {
+    ["PYTHON", "LD_", "PROTOCOL_BUFFERS_", "TEMPORARILY_DISABLE_PROTOBUF"]
+        .iter()
+        .any(|p| name.starts_with(p))
+        || name == "PATH"
+}
+
+/// The fork servers of this Weir server, one per interpreter and start-up
+/// environment; each lives as long as the server.
+#[derive(Default)]
+pub struct ForkServers {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    disabled: bool,
+    dir: Option<PathBuf>,
+    servers: HashMap<String, Running>,
+}
+
+/// A fork server: its socket and process (with its standard input, held
+/// open: it ends when it reads end of input); no process once it could not
+/// start or was seen to have exited (it is not started again).
+struct Running {
+    socket: PathBuf,
+    process: Option<(std::process::Child, std::process::ChildStdin)>,
+}
+
+impl ForkServers {
+    /// The process-wide set the server's PROCESS environments use.
+    pub fn global() -> &'static ForkServers {
+        static GLOBAL: std::sync::OnceLock<ForkServers> = std::sync::OnceLock::new();
+        GLOBAL.get_or_init(ForkServers::default)
+    }
+
+    /// With `false`, no fork server is started and `weir boot` execs Python.
+    pub fn set_enabled(&self, enabled: bool) {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).disabled = !enabled;
+    }
+
+    /// Ends every fork server (closing its input ends it and its harnesses)
+    /// and removes their folder; none starts after this.
+    pub fn stop(&self) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.disabled = true;
+        for (_, r) in inner.servers.drain() {
+            if let Some((mut child, stdin)) = r.process {
+                drop(stdin);
+                let deadline = Instant::now() + Duration::from_secs(2);
+                while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        if let Some(dir) = inner.dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+
+    /// The socket of the fork server for `python` started with `env` (the
+    /// whole environment `weir boot` will have), starting it on first use.
+    /// `None` when disabled, or when it could not start or has exited (then
+    /// once, a warning says why).
+    pub fn socket_for(&self, python: &str, env: &HashMap<String, String>) -> Option<PathBuf> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.disabled {
+            return None;
+        }
+        let mut shaping: Vec<(&String, &String)> =
+            env.iter().filter(|(k, _)| shapes_interpreter(k)).collect();
+        shaping.sort();
+        let key = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (python, &shaping).hash(&mut h);
+            format!("{:016x}", h.finish())
+        };
+        if let Some(r) = inner.servers.get_mut(&key) {
+            let (child, _) = r.process.as_mut()?;
+            if let Ok(Some(status)) = child.try_wait() {
+                r.process = None;
+                tracing::warn!(
+                    "the Python fork server of {python} exited ({status}); Python SDK harnesses start their own interpreter from now on"
+                );
+                return None;
+            }
+            return Some(r.socket.clone());
+        }
+        let dir = match &inner.dir {
+            Some(d) => d.clone(),
+            None => match private_dir() {
+                Ok(d) => inner.dir.insert(d).clone(),
+                Err(e) => {
+                    tracing::warn!("no Python fork server: {e}");
+                    inner.disabled = true;
+                    return None;
+                }
+            },
+        };
+        let socket = dir.join(format!("{key}.sock"));
+        let log = dir.join(format!("{key}.log"));
+        let script = dir.join("fork_server.py");
+        let started = std::fs::write(&script, SOURCE)
+            .and_then(|()| std::fs::File::create(&log))
+            .and_then(|log| {
+            std::process::Command::new(python)
+                .arg(&script)
+                .arg(&socket)
+                .arg(crate::boot::PYTHON_HARNESS_MODULE)
+                .env_clear()
+                .envs(env)
+                .current_dir(&dir)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .stderr(log)
+                .spawn()
+        });
+        match started {
+            Ok(mut child) => {
+                let stdin = child.stdin.take().expect("piped stdin");
+                let _ = std::fs::write(socket.with_extension("pid"), child.id().to_string());
+                tracing::debug!(python, socket = %socket.display(), "started a Python fork server");
+                inner.servers.insert(
+                    key,
+                    Running {
+                        socket: socket.clone(),
+                        process: Some((child, stdin)),
+                    },
+                );
+                Some(socket)
+            }
+            Err(e) => {
+                tracing::warn!("cannot start a Python fork server with {python}: {e}");
+                inner.servers.insert(
+                    key,
+                    Running {
+                        socket,
+                        process: None,
+                    },
+                );
+                None
+            }
+        }
+    }
+}
+
+/// A folder only this user can enter, for the fork servers' sockets and logs.
+fn private_dir() -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = std::env::temp_dir().join(format!("weir-fork-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    Ok(dir)
+}
+
+/// The interpreter a PROCESS command runs when it is this binary's
+/// `weir boot` for Python: `--python X` or `--python=X`, else `WEIR_PYTHON`
+/// of `env`, else `python3`. `None` for another command or `--java`.
+pub fn boot_python(program: &str, args: &[String], env: &HashMap<String, String>) -> Option<String> {
+    let me = std::env::current_exe().ok()?.canonicalize().ok()?;
+    if std::fs::canonicalize(program).ok()? != me || args.first().map(String::as_str) != Some("boot") {
+        return None;
+    }
+    if args.iter().any(|a| a == "--java") {
+        return None;
+    }
+    let mut python = None;
+    for (i, a) in args.iter().enumerate() {
+        if a == "--python" {
+            python = args.get(i + 1).cloned();
+        } else if let Some(v) = a.strip_prefix("--python=") {
+            python = Some(v.to_string());
+        }
+    }
+    Some(
+        python
+            .or_else(|| env.get("WEIR_PYTHON").filter(|v| !v.is_empty()).cloned())
+            .unwrap_or_else(|| "python3".into()),
+    )
+}
+
+/// Runs `cmd` (`python -m apache_beam.runners.worker.sdk_worker_main` with
+/// its environment) as a fork of the fork server at `socket`, with this
+/// process's environment, folder and standard streams, writes the harness's
+/// pid to `pid_file` and exits with its code. Returns (with the reason) when
+/// the fork server cannot take it, for the caller to exec `cmd` instead.
+pub fn run_forked(socket: &Path, cmd: &std::process::Command, pid_file: &Path) -> String {
+    let mut env: HashMap<String, String> = std::env::vars()
+        .filter(|(k, _)| k != SOCKET_ENV)
+        .collect();
+    for (k, v) in cmd.get_envs() {
+        let k = k.to_string_lossy().into_owned();
+        match v {
+            Some(v) => {
+                env.insert(k, v.to_string_lossy().into_owned());
+            }
+            None => {
+                env.remove(&k);
+            }
+        }
+    }
+    // After `-m <module>`: what the module sees in sys.argv[1:].
+    let argv: Vec<String> = cmd
+        .get_args()
+        .skip(2)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let cwd = match std::env::current_dir() {
+        Ok(d) => d,
+        Err(e) => return format!("no current folder: {e}"),
+    };
+    let stream = match connect(socket) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    let request = serde_json::json!({"argv": argv, "env": env, "cwd": cwd});
+    let mut line = request.to_string().into_bytes();
+    line.push(b'\n');
+    if let Err(e) = send_with_fds(&stream, &line, &[0, 1, 2]) {
+        return format!("cannot send the request: {e}");
+    }
+    let mut replies = BufReader::new(&stream);
+    let mut reply = String::new();
+    match replies.read_line(&mut reply) {
+        Ok(n) if n > 0 => {}
+        Ok(_) => return "the fork server closed the connection".into(),
+        Err(e) => return format!("no answer: {e}"),
+    }
+    let Some(pid) = reply.trim().strip_prefix("pid ") else {
+        return format!("the fork server refused: {}", reply.trim());
+    };
+    let _ = std::fs::write(pid_file, pid);
+    // From here on this process stands in for the harness.
+    reply.clear();
+    let code = match replies.read_line(&mut reply) {
+        Ok(n) if n > 0 => reply
+            .trim()
+            .strip_prefix("exit ")
+            .and_then(|c| c.parse::<i32>().ok())
+            .map_or(1, |c| if c < 0 { 128 - c } else { c }),
+        _ => 1,
+    };
+    let _ = std::io::stdout().flush();
+    std::process::exit(code)
+}
+
+/// Connects to the fork server, waiting while it is still starting (its
+/// socket not there yet, its process alive: pid in `<socket>.pid`).
+fn connect(socket: &Path) -> Result<UnixStream, String> {
+    let deadline = Instant::now() + READY_WAIT;
+    loop {
+        match UnixStream::connect(socket) {
+            Ok(s) => return Ok(s),
+            Err(e) if Instant::now() < deadline && starting(socket) => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(format!("cannot reach {}: {e}", socket.display())),
+        }
+    }
+}
+
+/// Whether the fork server of `socket` is alive (not exited, not a zombie)
+/// but has not bound its socket yet.
+fn starting(socket: &Path) -> bool {
+    if socket.exists() {
+        return false;
+    }
+    let Ok(pid) = std::fs::read_to_string(socket.with_extension("pid")) else {
+        return false;
+    };
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())) else {
+        return false;
+    };
+    // The state follows the parenthesised command name.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|state| state != "Z" && state != "X")
+}
+
+/// Sends `data` with the descriptors `fds` attached (SCM_RIGHTS).
+fn send_with_fds(stream: &UnixStream, data: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
+    let fd_bytes = std::mem::size_of_val(fds);
+    // SAFETY: the control buffer is sized by CMSG_SPACE and 8-byte aligned;
+    // every pointer handed to sendmsg outlives the call.
+    let sent = unsafe {
+        let space = libc::CMSG_SPACE(fd_bytes as u32) as usize;
+        let mut control = vec![0u64; space.div_ceil(8)];
+        let mut iov = libc::iovec {
+            iov_base: data.as_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        };
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast::<RawFd>(), fds.len());
+        libc::sendmsg(stream.as_raw_fd(), &msg, 0)
+    };
+    if sent < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    (&*stream).write_all(&data[sent as usize..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn only_this_binarys_python_boot_is_forked() {
+        let me = std::env::current_exe().unwrap().display().to_string();
+        let none = HashMap::new();
+        let env = HashMap::from([("WEIR_PYTHON".to_string(), "/venv/bin/python".to_string())]);
+        let boot = |a: &[&str], env: &HashMap<String, String>| boot_python(&me, &args(a), env);
+        assert_eq!(boot(&["boot", "--python", "/py", "--id=w"], &none).as_deref(), Some("/py"));
+        assert_eq!(boot(&["boot", "--id=w", "--python=/py3"], &none).as_deref(), Some("/py3"));
+        assert_eq!(boot(&["boot", "--id=w"], &env).as_deref(), Some("/venv/bin/python"));
+        assert_eq!(boot(&["boot", "--id=w"], &none).as_deref(), Some("python3"));
+        assert_eq!(boot(&["boot", "--java", "--id=w"], &none), None);
+        assert_eq!(boot(&["serve"], &none), None);
+        assert_eq!(boot_python("/bin/sh", &args(&["boot", "--python", "/py"]), &none), None);
+    }
+
+    #[test]
+    fn interpreter_variables_pick_the_fork_server() {
+        for name in ["PYTHONPATH", "PYTHONHASHSEED", "LD_PRELOAD", "PATH", "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"] {
+            assert!(shapes_interpreter(name), "{name}");
+        }
+        for name in ["WORKER_ID", "HOME", "PIPELINE_OPTIONS_FILE", SOCKET_ENV] {
+            assert!(!shapes_interpreter(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_fork_server_that_never_started_is_not_waited_for() {
+        let dir = std::env::temp_dir().join(format!("weir-fork-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("x.sock");
+        // No pid file: nothing is starting.
+        assert!(!starting(&socket));
+        // This process is alive: it is starting until the socket exists.
+        std::fs::write(socket.with_extension("pid"), std::process::id().to_string()).unwrap();
+        assert!(starting(&socket));
+        std::fs::write(socket.with_extension("pid"), "999999999").unwrap();
+        assert!(!starting(&socket));
+        let started = Instant::now();
+        assert!(connect(&socket).is_err());
+        assert!(started.elapsed() < Duration::from_secs(1));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
