@@ -305,7 +305,7 @@ def wordcount_args(py, input_path, prefix, extra):
 
 
 def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout, prism_bin=None,
-             options=()):
+             options=(), serve_flags=()):
   """Runs wordcount on a job server started here: `weir serve`, or Prism when
   prism_bin is given (its PROCESS environment starting the same `weir boot`
   SDK workers as Weir's, through prism_process_config)."""
@@ -319,7 +319,7 @@ def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout, pri
   if prism_bin:
     cmd = [prism_bin, '--job_port', str(port), '--serve_http=false']
   else:
-    cmd = [weir_bin, 'serve', '--job_port', str(port), '--bind', '127.0.0.1']
+    cmd = [weir_bin, 'serve', '--job_port', str(port), '--bind', '127.0.0.1'] + list(serve_flags)
   server = subprocess.Popen(cmd, stdout=server_log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, env=env)
   try:
@@ -373,6 +373,8 @@ def main():
   ap.add_argument('--interval', type=float, default=0.2, help='sampling period, s')
   ap.add_argument('--timeout', type=float, default=3600, help='per run, s')
   ap.add_argument('--json', metavar='PATH', help='also write the results as JSON')
+  ap.add_argument('--serve-flag', action='append', default=[], metavar='FLAG',
+                  help='a `weir serve` flag for the Weir run (repeatable; an A/B of it)')
   ap.add_argument('--extra', action='append', default=[], metavar='OPT',
                   help='a pipeline option for the Weir and Prism runs, e.g. '
                        '--extra=--number_of_worker_harness_threads=1 (repeatable)')
@@ -398,7 +400,7 @@ def main():
         raise SystemExit('missing %s; run scripts/setup.sh' % args.weir_bin)
       results[name] = run_weir(py, os.path.abspath(args.weir_bin), input_path, out_dir,
                                args.weir_env, args.interval, args.timeout,
-                               options=args.extra)
+                               options=args.extra, serve_flags=args.serve_flag)
     elif name == 'prism':
       results[name] = run_weir(py, os.path.abspath(args.weir_bin), input_path, out_dir,
                                args.weir_env, args.interval, args.timeout,

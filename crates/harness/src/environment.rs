@@ -1467,7 +1467,10 @@ async fn spawn_harness(
             let mut envs = envs;
             // This binary's `weir boot` for Python forks its harness from a
             // warm interpreter (see `crate::fork_server`).
-            let full: HashMap<String, String> = std::env::vars().chain(envs.clone()).collect();
+            let full: HashMap<String, String> = std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .chain(envs.clone())
+                .collect();
             if let Some(python) = fork_server::boot_python(&program, &args, &full) {
                 if let Some(socket) = fork_server::ForkServers::global().socket_for(&python, &full) {
                     envs.insert(

@@ -9,12 +9,16 @@
 //!   its socket to every such `weir boot` in [`SOCKET_ENV`].
 //! - `weir boot` asks it for the harness ([`run_forked`]) with the exact
 //!   environment, folder and standard streams it would have exec'd Python
-//!   with, then stands in for the harness: it exits with the harness's code,
-//!   and its own end (killed by the server) kills the harness.
-//! - Nothing of a job runs in the fork server: each harness is forked before
-//!   it reads the job's options or main session. What the fork shares is
-//!   what importing Beam set up; `random` and NumPy's global generator are
-//!   reseeded in each harness.
+//!   with, then stands in for the harness: it ends as the harness ended (its
+//!   exit code, or its signal), and its own end (killed by the server) kills
+//!   the harness.
+//! - Nothing of a job runs in the fork server, and its environment holds
+//!   only the variables that shape the interpreter: each harness is forked
+//!   before it reads the job's options or main session. What the forks
+//!   share is what importing Beam set up; what Beam means to be per process
+//!   (`random`, NumPy's global generator, the worker id its gRPC
+//!   interceptor read, GroupIntoBatches' shard id prefix) is made afresh in
+//!   each.
 //! - When the fork server is not there (failed, disabled with
 //!   `weir serve --python_fork_server=false`), `weir boot` execs Python.
 
@@ -35,16 +39,29 @@ const SOURCE: &str = include_str!("fork_server.py");
 /// How long `weir boot` waits for a fork server that is still importing.
 const READY_WAIT: Duration = Duration::from_secs(10);
 
-/// Whether an environment variable is read by the interpreter as it starts,
-/// so that a fork server serves only harnesses with the same value.
-/// (`PROTOCOL_BUFFERS_*` and protobuf's version check are read as Beam's
-/// protos are imported).
+/// How long `weir boot` waits for the forked harness's pid.
+const PID_WAIT: Duration = Duration::from_secs(30);
+
+/// Whether an environment variable is read as the interpreter starts or as
+/// Beam and its dependencies are imported (protobuf, gRPC, NumPy's BLAS,
+/// the locale, user site-packages, the temp folder), so that a fork server
+/// serves only harnesses with the same values. A fork server is started
+/// with these variables only.
 fn shapes_interpreter(name: &str) -> bool {
-    ["PYTHON", "LD_", "PROTOCOL_BUFFERS_", "TEMPORARILY_DISABLE_PROTOBUF"]
-        .iter()
-        .any(|p| name.starts_with(p))
-        || name == "PATH"
+    const PREFIXES: &[&str] = &[
+        "PYTHON", "LD_", "PROTOCOL_BUFFERS_", "TEMPORARILY_DISABLE_PROTOBUF", "GRPC_",
+        "OMP_", "OPENBLAS_", "MKL_", "LC_",
+    ];
+    const NAMES: &[&str] = &["PATH", "HOME", "LANG", "TZ", "TMPDIR", "VIRTUAL_ENV"];
+    PREFIXES.iter().any(|p| name.starts_with(p)) || NAMES.contains(&name)
 }
+
+/// At most this many fork servers (interpreters or start-up environments)
+/// per Weir server; more harnesses start their own interpreter.
+const MAX_FORK_SERVERS: usize = 4;
+
+/// Longest socket path a Unix socket address holds (sun_path, with room).
+const MAX_SOCKET_PATH: usize = 100;
 
 /// The fork servers of this Weir server, one per interpreter and start-up
 /// environment; each lives as long as the server.
@@ -113,6 +130,7 @@ impl ForkServers {
         let mut shaping: Vec<(&String, &String)> =
             env.iter().filter(|(k, _)| shapes_interpreter(k)).collect();
         shaping.sort();
+        let shaping_env: HashMap<&String, &String> = shaping.iter().copied().collect();
         let key = {
             use std::hash::{Hash, Hasher};
             let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -124,11 +142,16 @@ impl ForkServers {
             if let Ok(Some(status)) = child.try_wait() {
                 r.process = None;
                 tracing::warn!(
-                    "the Python fork server of {python} exited ({status}); Python SDK harnesses start their own interpreter from now on"
+                    "the Python fork server of {python} exited ({status}; its output: {}); its Python SDK harnesses start their own interpreter from now on",
+                    r.socket.with_extension("log").display()
                 );
                 return None;
             }
             return Some(r.socket.clone());
+        }
+        if inner.servers.len() >= MAX_FORK_SERVERS {
+            tracing::debug!(python, "{MAX_FORK_SERVERS} Python fork servers run already; this harness starts its own interpreter");
+            return None;
         }
         let dir = match &inner.dir {
             Some(d) => d.clone(),
@@ -143,6 +166,14 @@ impl ForkServers {
         };
         let socket = dir.join(format!("{key}.sock"));
         let log = dir.join(format!("{key}.log"));
+        if socket.as_os_str().len() > MAX_SOCKET_PATH {
+            tracing::warn!(
+                "no Python fork server: its socket path {} is too long for a Unix socket (set TMPDIR to a shorter folder)",
+                socket.display()
+            );
+            inner.disabled = true;
+            return None;
+        }
         let script = dir.join("fork_server.py");
         let started = std::fs::write(&script, SOURCE)
             .and_then(|()| std::fs::File::create(&log))
@@ -152,7 +183,7 @@ impl ForkServers {
                 .arg(&socket)
                 .arg(crate::boot::PYTHON_HARNESS_MODULE)
                 .env_clear()
-                .envs(env)
+                .envs(shaping_env)
                 .current_dir(&dir)
                 .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::null())
@@ -229,9 +260,16 @@ pub fn boot_python(program: &str, args: &[String], env: &HashMap<String, String>
 /// pid to `pid_file` and exits with its code. Returns (with the reason) when
 /// the fork server cannot take it, for the caller to exec `cmd` instead.
 pub fn run_forked(socket: &Path, cmd: &std::process::Command, pid_file: &Path) -> String {
-    let mut env: HashMap<String, String> = std::env::vars()
-        .filter(|(k, _)| k != SOCKET_ENV)
-        .collect();
+    let mut env = HashMap::new();
+    for (k, v) in std::env::vars_os() {
+        match (k.into_string(), v.into_string()) {
+            (Ok(k), Ok(v)) if k != SOCKET_ENV => {
+                env.insert(k, v);
+            }
+            (Ok(_), Ok(_)) => {}
+            (k, _) => return format!("a variable of the environment is not UTF-8 ({k:?})"),
+        }
+    }
     for (k, v) in cmd.get_envs() {
         let k = k.to_string_lossy().into_owned();
         match v {
@@ -263,6 +301,9 @@ pub fn run_forked(socket: &Path, cmd: &std::process::Command, pid_file: &Path) -
     if let Err(e) = send_with_fds(&stream, &line, &[0, 1, 2]) {
         return format!("cannot send the request: {e}");
     }
+    // The fork itself takes milliseconds; a fork server that does not answer
+    // is dropped (it kills a late harness when this connection closes).
+    let _ = stream.set_read_timeout(Some(PID_WAIT));
     let mut replies = BufReader::new(&stream);
     let mut reply = String::new();
     match replies.read_line(&mut reply) {
@@ -275,16 +316,27 @@ pub fn run_forked(socket: &Path, cmd: &std::process::Command, pid_file: &Path) -
     };
     let _ = std::fs::write(pid_file, pid);
     // From here on this process stands in for the harness.
+    let _ = stream.set_read_timeout(None);
     reply.clear();
     let code = match replies.read_line(&mut reply) {
         Ok(n) if n > 0 => reply
             .trim()
             .strip_prefix("exit ")
             .and_then(|c| c.parse::<i32>().ok())
-            .map_or(1, |c| if c < 0 { 128 - c } else { c }),
+            .unwrap_or(1),
         _ => 1,
     };
     let _ = std::io::stdout().flush();
+    if code < 0 {
+        // Killed by a signal: so is this process, as the server expects.
+        // SAFETY: resetting a disposition and raising a signal in a
+        // single-threaded process.
+        unsafe {
+            libc::signal(-code, libc::SIG_DFL);
+            libc::raise(-code);
+        }
+        std::process::exit(128 - code)
+    }
     std::process::exit(code)
 }
 
@@ -377,10 +429,13 @@ mod tests {
 
     #[test]
     fn interpreter_variables_pick_the_fork_server() {
-        for name in ["PYTHONPATH", "PYTHONHASHSEED", "LD_PRELOAD", "PATH", "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"] {
+        for name in [
+            "PYTHONPATH", "PYTHONHASHSEED", "LD_PRELOAD", "PATH", "HOME", "LANG", "LC_ALL",
+            "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "OPENBLAS_NUM_THREADS", "GRPC_VERBOSITY",
+        ] {
             assert!(shapes_interpreter(name), "{name}");
         }
-        for name in ["WORKER_ID", "HOME", "PIPELINE_OPTIONS_FILE", SOCKET_ENV] {
+        for name in ["WORKER_ID", "PIPELINE_OPTIONS_FILE", "AWS_SECRET_ACCESS_KEY", SOCKET_ENV] {
             assert!(!shapes_interpreter(name), "{name}");
         }
     }
