@@ -87,6 +87,10 @@ struct WorkerArgs {
     /// Folder for this worker's own files (default: <tmp>/weir-staging).
     #[arg(long = "staging_dir")]
     staging_dir: Option<PathBuf>,
+    /// As `weir serve --python_fork_server`: fork this worker's Python SDK
+    /// harnesses from a warm interpreter.
+    #[arg(long = "python_fork_server", default_value_t = true, action = clap::ArgAction::Set)]
+    python_fork_server: bool,
 }
 
 #[derive(Args)]
@@ -589,6 +593,7 @@ async fn worker(w: WorkerArgs) -> anyhow::Result<()> {
     if let Some(d) = &w.staging_dir {
         argv.extend(["--staging_dir".into(), d.display().to_string()]);
     }
+    argv.push(format!("--python_fork_server={}", w.python_fork_server));
     if let Some(t) = &token {
         argv.extend(["--auth_token".into(), t.clone()]);
     }
