@@ -6,13 +6,15 @@ job, and with `--python_fork_server=false` Python starts afresh as before.
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
-from conftest import WEIR_BIN, _wait_for_job_api, start_weir_serve
+from conftest import REPO, WEIR_BIN, _wait_for_job_api, start_weir_serve
 from test_shutdown import alive, cmdline, descendants
 
 # Each element reports what the harness that processed it sees of itself.
@@ -108,3 +110,103 @@ def test_without_the_fork_server_python_starts_afresh(server, tmp_path):
   # `weir boot` exec'd Python: the harness is the server's own child.
   assert r['ppid'] == server.proc.pid, r
   assert not [p for p in descendants(server.proc.pid) if 'fork_server.py' in cmdline(p)]
+
+
+# The fork server's protocol, driven directly with a small module in place
+# of Beam's harness: what `weir boot` relies on.
+FORK_SERVER = REPO / 'crates' / 'harness' / 'src' / 'fork_server.py'
+MODULE = r"""
+import os, sys, time
+print('RAN', os.environ.get('GREETING'), os.getcwd(), sys.argv[1:], __name__, flush=True)
+mode = os.environ.get('MODE')
+if mode == 'exit':
+  sys.exit(int(os.environ['CODE']))
+if mode == 'raise':
+  raise RuntimeError('boom in the harness')
+if mode == 'sleep':
+  time.sleep(600)
+"""
+
+
+@pytest.fixture
+def fork_server(tmp_path):
+  mods = tmp_path / 'mods'
+  mods.mkdir()
+  (mods / 'forktest_main.py').write_text(MODULE)
+  sock = tmp_path / 'fs.sock'
+  log = open(tmp_path / 'fork_server.log', 'wb')
+  proc = subprocess.Popen(
+      [sys.executable, str(FORK_SERVER), str(sock), 'forktest_main'],
+      stdin=subprocess.PIPE, stdout=log, stderr=log,
+      env=dict(PATH=os.environ['PATH'], PYTHONPATH=str(mods)))
+  deadline = time.time() + 30
+  while not sock.exists():
+    assert proc.poll() is None and time.time() < deadline, (tmp_path / 'fork_server.log').read_text()
+    time.sleep(0.02)
+  yield proc, sock, tmp_path
+  if proc.poll() is None:
+    proc.stdin.close()
+    proc.wait(timeout=10)
+
+
+def ask(sock, out, env, cwd, fds=True):
+  """Sends one request as `weir boot` does; returns the connection and its replies."""
+  s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+  s.connect(str(sock))
+  line = json.dumps(dict(argv=['a', 'b'], env=env, cwd=str(cwd))).encode() + b'\n'
+  null = os.open(os.devnull, os.O_RDONLY)
+  try:
+    if fds:
+      socket.send_fds(s, [line], [null, out.fileno(), out.fileno()])
+    else:
+      s.sendall(line)
+  finally:
+    os.close(null)
+  return s, s.makefile('rb')
+
+
+def test_fork_server_runs_the_module_with_the_callers_streams_env_and_folder(fork_server):
+  _, sock, tmp = fork_server
+  with open(tmp / 'out.txt', 'wb') as out:
+    s, replies = ask(sock, out, dict(GREETING='hello', MODE='exit', CODE='7'), tmp)
+    assert replies.readline().startswith(b'pid ')
+    assert replies.readline() == b'exit 7\n'
+    s.close()
+  assert (tmp / 'out.txt').read_text() == "RAN hello %s ['a', 'b'] __main__\n" % tmp
+
+  with open(tmp / 'raised.txt', 'wb') as out:
+    s, replies = ask(sock, out, dict(MODE='raise'), tmp)
+    replies.readline()
+    assert replies.readline() == b'exit 1\n'
+    s.close()
+  assert 'RuntimeError: boom in the harness' in (tmp / 'raised.txt').read_text()
+
+
+def test_fork_server_kills_a_harness_whose_caller_went_away_and_serves_on(fork_server):
+  proc, sock, tmp = fork_server
+  with open(tmp / 'out.txt', 'wb') as out:
+    # A request without its descriptors is refused, not fatal.
+    s, replies = ask(sock, out, {}, tmp, fds=False)
+    assert replies.readline().startswith(b'error ')
+    s.close()
+    # A caller that connects and leaves at once.
+    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect(str(sock))
+    # A harness killed by a signal: its caller reads the signal.
+    s, replies = ask(sock, out, dict(MODE='sleep'), tmp)
+    pid = int(replies.readline().split()[1])
+    os.kill(pid, signal.SIGKILL)
+    assert replies.readline() == b'exit -9\n'
+    s.close()
+    # A harness whose caller goes away (weir boot killed) is killed.
+    s, replies = ask(sock, out, dict(MODE='sleep'), tmp)
+    pid = int(replies.readline().split()[1])
+    replies.close()
+    s.close()
+    assert wait_gone([pid]) == []
+    # Still serving, and its end (Weir gone) ends its harnesses.
+    s, replies = ask(sock, out, dict(MODE='sleep'), tmp)
+    pid = int(replies.readline().split()[1])
+    proc.stdin.close()
+    assert proc.wait(timeout=10) is not None
+    assert wait_gone([pid]) == []
+    s.close()
