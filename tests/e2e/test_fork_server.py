@@ -210,3 +210,25 @@ def test_fork_server_kills_a_harness_whose_caller_went_away_and_serves_on(fork_s
     assert proc.wait(timeout=10) is not None
     assert wait_gone([pid]) == []
     s.close()
+
+
+def test_fork_server_refuses_once_its_code_changed_on_disk_and_exits_after_its_harnesses(fork_server):
+  proc, sock, tmp = fork_server
+  with open(tmp / 'out.txt', 'wb') as out:
+    s, replies = ask(sock, out, dict(MODE='sleep'), tmp)
+    pid = int(replies.readline().split()[1])
+    # An upgrade rewrites the harness's module.
+    module = tmp / 'mods' / 'forktest_main.py'
+    module.write_text(MODULE + '\n# upgraded\n')
+    s2, replies2 = ask(sock, out, dict(MODE='exit', CODE='0'), tmp)
+    assert b'changed on disk' in replies2.readline()
+    replies2.close()
+    s2.close()
+    # The running harness is untouched; its end ends the fork server (75:
+    # the Weir server starts a new one).
+    assert proc.poll() is None and wait_gone([pid], timeout=0.5) == [pid]
+    os.kill(pid, signal.SIGKILL)
+    assert replies.readline() == b'exit -9\n'
+    assert proc.wait(timeout=10) == 75
+    replies.close()
+    s.close()

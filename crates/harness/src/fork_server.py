@@ -12,7 +12,9 @@ Protocol on the Unix socket SOCKET, one request per connection (sent by
            caller's stdin, stdout and stderr attached (SCM_RIGHTS);
   replies: "pid N\\n" once the harness is forked, then "exit CODE\\n" when it
            ends (CODE as os.waitstatus_to_exitcode: negative for a signal);
-           or "error WHY\\n" when no harness was forked.
+           or "error WHY\\n" when no harness was forked (the request was
+           malformed, or the imported files changed on disk: then the fork
+           server exits with 75 once its harnesses have ended).
 The caller closing its connection kills the harness. End of standard input
 (the Weir server went away) kills every harness and ends the fork server.
 No job's code runs in this process: each harness is forked before it reads
@@ -30,6 +32,20 @@ import traceback
 PR_SET_PDEATHSIG = 1
 # How long a caller may take to send its request.
 REQUEST_TIMEOUT_S = 5.0
+# Exit code once the imported files changed on disk (an upgrade of Beam)
+# and no harness runs: the Weir server starts a new fork server.
+STALE = 75
+
+
+def stamp(module):
+  """What identifies the imported code on disk: the module's file and its
+  top package's, by inode, size and modification time."""
+  top = sys.modules[module.split('.')[0]]
+  out = []
+  for f in (sys.modules[module].__file__, top.__file__):
+    st = os.stat(f)
+    out.append((f, st.st_ino, st.st_size, st.st_mtime_ns))
+  return out
 
 
 def reseed(module):
@@ -134,6 +150,8 @@ def main(path, module):
   sel.register(sys.stdin, selectors.EVENT_READ, ('parent', None))
   harnesses = {}  # pid -> [conn or None, pidfd]
   me = os.getpid()
+  imported = stamp(module)
+  stale = []
 
   def drop_caller(pid):
     conn = harnesses[pid][0]
@@ -162,6 +180,18 @@ def main(path, module):
       request, fds = read_request(conn)
     except Exception as e:  # pylint: disable=broad-except
       refuse(conn, e)
+      return
+    try:
+      changed = stale or stamp(module) != imported
+    except OSError:
+      changed = True
+    if changed:
+      # Forks would run the old code beside new files: each caller starts
+      # its own interpreter until this fork server's harnesses end.
+      stale.append(True)
+      for fd in fds:
+        os.close(fd)
+      refuse(conn, '%s changed on disk since the fork server imported it' % module)
       return
     try:
       child = os.fork()
@@ -211,6 +241,8 @@ def main(path, module):
             kill(pid)
         elif what == 'exited' and pid in harnesses:
           reap(pid)
+        if stale and not harnesses:
+          sys.exit(STALE)
       except Exception:  # pylint: disable=broad-except
         # One request's trouble must not end the others' harnesses.
         traceback.print_exc()

@@ -20,7 +20,10 @@
 //!   interceptor read, GroupIntoBatches' shard id prefix) is made afresh in
 //!   each.
 //! - When the fork server is not there (failed, disabled with
-//!   `weir serve --python_fork_server=false`), `weir boot` execs Python.
+//!   `weir serve --python_fork_server=false`) or refuses (the files it
+//!   imported changed on disk), `weir boot` execs Python. A fork server
+//!   whose files changed exits after its last harness (exit code 75) and
+//!   the next harness starts a new one.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -36,6 +39,10 @@ pub const SOCKET_ENV: &str = "WEIR_PYTHON_FORK_SERVER";
 /// The fork server's Python source, written beside its socket.
 const SOURCE: &str = include_str!("fork_server.py");
 
+/// A fork server's exit code once the files it imported changed on disk (an
+/// upgrade of Beam) and its last harness ended: a new one replaces it.
+const STALE_EXIT: i32 = 75;
+
 /// How long `weir boot` waits for a fork server that is still importing.
 const READY_WAIT: Duration = Duration::from_secs(10);
 
@@ -49,8 +56,15 @@ const PID_WAIT: Duration = Duration::from_secs(30);
 /// with these variables only.
 fn shapes_interpreter(name: &str) -> bool {
     const PREFIXES: &[&str] = &[
-        "PYTHON", "LD_", "PROTOCOL_BUFFERS_", "TEMPORARILY_DISABLE_PROTOBUF", "GRPC_",
-        "OMP_", "OPENBLAS_", "MKL_", "LC_",
+        "PYTHON",
+        "LD_",
+        "PROTOCOL_BUFFERS_",
+        "TEMPORARILY_DISABLE_PROTOBUF",
+        "GRPC_",
+        "OMP_",
+        "OPENBLAS_",
+        "MKL_",
+        "LC_",
     ];
     const NAMES: &[&str] = &["PATH", "HOME", "LANG", "TZ", "TMPDIR", "VIRTUAL_ENV"];
     PREFIXES.iter().any(|p| name.starts_with(p)) || NAMES.contains(&name)
@@ -94,7 +108,10 @@ impl ForkServers {
 
     /// With `false`, no fork server is started and `weir boot` execs Python.
     pub fn set_enabled(&self, enabled: bool) {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).disabled = !enabled;
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .disabled = !enabled;
     }
 
     /// Ends every fork server (closing its input ends it and its harnesses)
@@ -139,15 +156,24 @@ impl ForkServers {
         };
         if let Some(r) = inner.servers.get_mut(&key) {
             let (child, _) = r.process.as_mut()?;
-            if let Ok(Some(status)) = child.try_wait() {
-                r.process = None;
-                tracing::warn!(
+            match child.try_wait() {
+                Ok(Some(status)) if status.code() == Some(STALE_EXIT) => {
+                    tracing::info!(
+                        "Beam's files changed under the Python fork server of {python}: starting a new one"
+                    );
+                    let _ = std::fs::remove_file(&r.socket);
+                    inner.servers.remove(&key);
+                }
+                Ok(Some(status)) => {
+                    r.process = None;
+                    tracing::warn!(
                     "the Python fork server of {python} exited ({status}; its output: {}); its Python SDK harnesses start their own interpreter from now on",
                     r.socket.with_extension("log").display()
                 );
-                return None;
+                    return None;
+                }
+                _ => return Some(r.socket.clone()),
             }
-            return Some(r.socket.clone());
         }
         if inner.servers.len() >= MAX_FORK_SERVERS {
             tracing::debug!(python, "{MAX_FORK_SERVERS} Python fork servers run already; this harness starts its own interpreter");
@@ -178,18 +204,18 @@ impl ForkServers {
         let started = std::fs::write(&script, SOURCE)
             .and_then(|()| std::fs::File::create(&log))
             .and_then(|log| {
-            std::process::Command::new(python)
-                .arg(&script)
-                .arg(&socket)
-                .arg(crate::boot::PYTHON_HARNESS_MODULE)
-                .env_clear()
-                .envs(shaping_env)
-                .current_dir(&dir)
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::null())
-                .stderr(log)
-                .spawn()
-        });
+                std::process::Command::new(python)
+                    .arg(&script)
+                    .arg(&socket)
+                    .arg(crate::boot::PYTHON_HARNESS_MODULE)
+                    .env_clear()
+                    .envs(shaping_env)
+                    .current_dir(&dir)
+                    .stdin(std::process::Stdio::piped())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(log)
+                    .spawn()
+            });
         match started {
             Ok(mut child) => {
                 let stdin = child.stdin.take().expect("piped stdin");
@@ -222,7 +248,9 @@ impl ForkServers {
 /// A folder only this user can enter, for the fork servers' sockets and logs.
 fn private_dir() -> std::io::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
-    let dir = std::env::temp_dir().join(format!("weir-fork-{}", std::process::id()));
+    static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("weir-fork-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
     Ok(dir)
@@ -231,9 +259,15 @@ fn private_dir() -> std::io::Result<PathBuf> {
 /// The interpreter a PROCESS command runs when it is this binary's
 /// `weir boot` for Python: `--python X` or `--python=X`, else `WEIR_PYTHON`
 /// of `env`, else `python3`. `None` for another command or `--java`.
-pub fn boot_python(program: &str, args: &[String], env: &HashMap<String, String>) -> Option<String> {
+pub fn boot_python(
+    program: &str,
+    args: &[String],
+    env: &HashMap<String, String>,
+) -> Option<String> {
     let me = std::env::current_exe().ok()?.canonicalize().ok()?;
-    if std::fs::canonicalize(program).ok()? != me || args.first().map(String::as_str) != Some("boot") {
+    if std::fs::canonicalize(program).ok()? != me
+        || args.first().map(String::as_str) != Some("boot")
+    {
         return None;
     }
     if args.iter().any(|a| a == "--java") {
@@ -395,7 +429,11 @@ fn send_with_fds(stream: &UnixStream, data: &[u8], fds: &[RawFd]) -> std::io::Re
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
         (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as _;
-        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast::<RawFd>(), fds.len());
+        std::ptr::copy_nonoverlapping(
+            fds.as_ptr(),
+            libc::CMSG_DATA(cmsg).cast::<RawFd>(),
+            fds.len(),
+        );
         libc::sendmsg(stream.as_raw_fd(), &msg, 0)
     };
     if sent < 0 {
@@ -418,26 +456,111 @@ mod tests {
         let none = HashMap::new();
         let env = HashMap::from([("WEIR_PYTHON".to_string(), "/venv/bin/python".to_string())]);
         let boot = |a: &[&str], env: &HashMap<String, String>| boot_python(&me, &args(a), env);
-        assert_eq!(boot(&["boot", "--python", "/py", "--id=w"], &none).as_deref(), Some("/py"));
-        assert_eq!(boot(&["boot", "--id=w", "--python=/py3"], &none).as_deref(), Some("/py3"));
-        assert_eq!(boot(&["boot", "--id=w"], &env).as_deref(), Some("/venv/bin/python"));
+        assert_eq!(
+            boot(&["boot", "--python", "/py", "--id=w"], &none).as_deref(),
+            Some("/py")
+        );
+        assert_eq!(
+            boot(&["boot", "--id=w", "--python=/py3"], &none).as_deref(),
+            Some("/py3")
+        );
+        assert_eq!(
+            boot(&["boot", "--id=w"], &env).as_deref(),
+            Some("/venv/bin/python")
+        );
         assert_eq!(boot(&["boot", "--id=w"], &none).as_deref(), Some("python3"));
         assert_eq!(boot(&["boot", "--java", "--id=w"], &none), None);
         assert_eq!(boot(&["serve"], &none), None);
-        assert_eq!(boot_python("/bin/sh", &args(&["boot", "--python", "/py"]), &none), None);
+        assert_eq!(
+            boot_python("/bin/sh", &args(&["boot", "--python", "/py"]), &none),
+            None
+        );
     }
 
     #[test]
     fn interpreter_variables_pick_the_fork_server() {
         for name in [
-            "PYTHONPATH", "PYTHONHASHSEED", "LD_PRELOAD", "PATH", "HOME", "LANG", "LC_ALL",
-            "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "OPENBLAS_NUM_THREADS", "GRPC_VERBOSITY",
+            "PYTHONPATH",
+            "PYTHONHASHSEED",
+            "LD_PRELOAD",
+            "PATH",
+            "HOME",
+            "LANG",
+            "LC_ALL",
+            "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION",
+            "OPENBLAS_NUM_THREADS",
+            "GRPC_VERBOSITY",
         ] {
             assert!(shapes_interpreter(name), "{name}");
         }
-        for name in ["WORKER_ID", "PIPELINE_OPTIONS_FILE", "AWS_SECRET_ACCESS_KEY", SOCKET_ENV] {
+        for name in [
+            "WORKER_ID",
+            "PIPELINE_OPTIONS_FILE",
+            "AWS_SECRET_ACCESS_KEY",
+            SOCKET_ENV,
+        ] {
             assert!(!shapes_interpreter(name), "{name}");
         }
+    }
+
+    /// A stand-in for Python that counts its starts and exits with `code`.
+    fn fake_python(dir: &Path, code: i32) -> String {
+        use std::os::unix::fs::PermissionsExt;
+        let script = dir.join(format!("python-{code}"));
+        let count = dir.join(format!("starts-{code}"));
+        std::fs::write(
+            &script,
+            format!("#!/bin/sh\necho x >> {}\nexit {code}\n", count.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        script.display().to_string()
+    }
+
+    fn starts(dir: &Path, code: i32) -> usize {
+        std::fs::read_to_string(dir.join(format!("starts-{code}"))).map_or(0, |s| s.lines().count())
+    }
+
+    fn wait_for_exit(servers: &ForkServers) {
+        for _ in 0..500 {
+            let mut inner = servers.inner.lock().unwrap();
+            let running = inner.servers.values_mut().any(|r| {
+                r.process
+                    .as_mut()
+                    .is_some_and(|(c, _)| matches!(c.try_wait(), Ok(None)))
+            });
+            if !running {
+                return;
+            }
+            drop(inner);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("the fake fork server did not exit");
+    }
+
+    #[test]
+    fn a_stale_fork_server_is_replaced_and_a_failed_one_is_not() {
+        let dir = std::env::temp_dir().join(format!("weir-fork-fake-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let env = HashMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+        let servers = ForkServers::default();
+        // Exit 75: Beam changed on disk; the next harness gets a new one.
+        let stale = fake_python(&dir, STALE_EXIT);
+        assert!(servers.socket_for(&stale, &env).is_some());
+        wait_for_exit(&servers);
+        assert!(servers.socket_for(&stale, &env).is_some());
+        wait_for_exit(&servers);
+        assert_eq!(starts(&dir, STALE_EXIT), 2);
+        // Any other exit: failed, never started again.
+        let failed = fake_python(&dir, 1);
+        assert!(servers.socket_for(&failed, &env).is_some());
+        wait_for_exit(&servers);
+        assert_eq!(servers.socket_for(&failed, &env), None);
+        assert_eq!(servers.socket_for(&failed, &env), None);
+        assert_eq!(starts(&dir, 1), 1);
+        servers.stop();
+        assert_eq!(servers.socket_for(&stale, &env), None, "none after stop");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
