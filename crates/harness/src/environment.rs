@@ -1467,11 +1467,16 @@ async fn spawn_harness(
             let mut envs = envs;
             // This binary's `weir boot` for Python forks its harness from a
             // warm interpreter (see `crate::fork_server`).
-            let full: HashMap<String, String> = std::env::vars_os()
-                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-                .chain(envs.clone())
-                .collect();
-            if let Some(python) = fork_server::boot_python(&program, &args, &full) {
+            let weir_python = envs
+                .get("WEIR_PYTHON")
+                .cloned()
+                .or_else(|| std::env::var("WEIR_PYTHON").ok());
+            if let Some(python) = fork_server::boot_python(&program, &args, weir_python.as_deref()) {
+                // The whole environment `weir boot` will have.
+                let full: HashMap<String, String> = std::env::vars_os()
+                    .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                    .chain(envs.clone())
+                    .collect();
                 if let Some(socket) = fork_server::ForkServers::global().socket_for(&python, &full) {
                     envs.insert(
                         fork_server::SOCKET_ENV.to_string(),

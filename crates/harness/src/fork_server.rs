@@ -93,7 +93,8 @@ struct Inner {
 
 /// A fork server: its socket and process (with its standard input, held
 /// open: it ends when it reads end of input); no process once it could not
-/// start or was seen to have exited (it is not started again).
+/// start or was seen to have failed (it is not started again; one that
+/// exited as stale, [`STALE_EXIT`], is replaced instead).
 struct Running {
     socket: PathBuf,
     process: Option<(std::process::Child, std::process::ChildStdin)>,
@@ -147,7 +148,6 @@ impl ForkServers {
         let mut shaping: Vec<(&String, &String)> =
             env.iter().filter(|(k, _)| shapes_interpreter(k)).collect();
         shaping.sort();
-        let shaping_env: HashMap<&String, &String> = shaping.iter().copied().collect();
         let key = {
             use std::hash::{Hash, Hasher};
             let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -209,7 +209,7 @@ impl ForkServers {
                     .arg(&socket)
                     .arg(crate::boot::PYTHON_HARNESS_MODULE)
                     .env_clear()
-                    .envs(shaping_env)
+                    .envs(shaping.iter().copied())
                     .current_dir(&dir)
                     .stdin(std::process::Stdio::piped())
                     .stdout(std::process::Stdio::null())
@@ -257,13 +257,10 @@ fn private_dir() -> std::io::Result<PathBuf> {
 }
 
 /// The interpreter a PROCESS command runs when it is this binary's
-/// `weir boot` for Python: `--python X` or `--python=X`, else `WEIR_PYTHON`
-/// of `env`, else `python3`. `None` for another command or `--java`.
-pub fn boot_python(
-    program: &str,
-    args: &[String],
-    env: &HashMap<String, String>,
-) -> Option<String> {
+/// `weir boot` for Python: `--python X` or `--python=X`, else
+/// `weir_python` (the `WEIR_PYTHON` it will see) when not empty, else
+/// `python3`. `None` for another command or `--java`.
+pub fn boot_python(program: &str, args: &[String], weir_python: Option<&str>) -> Option<String> {
     let me = std::env::current_exe().ok()?.canonicalize().ok()?;
     if std::fs::canonicalize(program).ok()? != me
         || args.first().map(String::as_str) != Some("boot")
@@ -283,7 +280,7 @@ pub fn boot_python(
     }
     Some(
         python
-            .or_else(|| env.get("WEIR_PYTHON").filter(|v| !v.is_empty()).cloned())
+            .or_else(|| weir_python.filter(|v| !v.is_empty()).map(str::to_string))
             .unwrap_or_else(|| "python3".into()),
     )
 }
@@ -453,26 +450,27 @@ mod tests {
     #[test]
     fn only_this_binarys_python_boot_is_forked() {
         let me = std::env::current_exe().unwrap().display().to_string();
-        let none = HashMap::new();
-        let env = HashMap::from([("WEIR_PYTHON".to_string(), "/venv/bin/python".to_string())]);
-        let boot = |a: &[&str], env: &HashMap<String, String>| boot_python(&me, &args(a), env);
+        let none = None;
+        let env = Some("/venv/bin/python");
+        let boot = |a: &[&str], env: Option<&str>| boot_python(&me, &args(a), env);
         assert_eq!(
-            boot(&["boot", "--python", "/py", "--id=w"], &none).as_deref(),
+            boot(&["boot", "--python", "/py", "--id=w"], none).as_deref(),
             Some("/py")
         );
         assert_eq!(
-            boot(&["boot", "--id=w", "--python=/py3"], &none).as_deref(),
+            boot(&["boot", "--id=w", "--python=/py3"], none).as_deref(),
             Some("/py3")
         );
         assert_eq!(
-            boot(&["boot", "--id=w"], &env).as_deref(),
+            boot(&["boot", "--id=w"], env).as_deref(),
             Some("/venv/bin/python")
         );
-        assert_eq!(boot(&["boot", "--id=w"], &none).as_deref(), Some("python3"));
-        assert_eq!(boot(&["boot", "--java", "--id=w"], &none), None);
-        assert_eq!(boot(&["serve"], &none), None);
+        assert_eq!(boot(&["boot", "--id=w"], none).as_deref(), Some("python3"));
+        assert_eq!(boot(&["boot", "--id=w"], Some("")).as_deref(), Some("python3"));
+        assert_eq!(boot(&["boot", "--java", "--id=w"], none), None);
+        assert_eq!(boot(&["serve"], none), None);
         assert_eq!(
-            boot_python("/bin/sh", &args(&["boot", "--python", "/py"]), &none),
+            boot_python("/bin/sh", &args(&["boot", "--python", "/py"]), none),
             None
         );
     }
