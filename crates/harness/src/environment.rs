@@ -1235,12 +1235,14 @@ impl SdkHarnesses {
             (workers, handles)
         };
         // Forget the workers first, so their streams closing is not taken
-        // for a dying SDK harness.
-        for w in &workers {
-            self.fn_api.remove_worker(&w.id);
-        }
+        // for a dying SDK harness. Their control streams end here; a data
+        // stream the harness ends by itself stays open until it does.
+        let mut retired = workers.clone();
         for (id, _) in &handles {
-            self.fn_api.remove_worker(id);
+            retired.extend(self.fn_api.retire_worker(id));
+        }
+        for w in &workers {
+            self.fn_api.retire_worker(&w.id);
         }
         let began = Instant::now();
         // A pool's StopWorker goes beside the wait below, not before it:
@@ -1266,6 +1268,9 @@ impl SdkHarnesses {
         let closed = futures::future::join_all(workers.iter().map(|w| w.sdk_closed()));
         let stopped = began.elapsed();
         let _ = tokio::time::timeout(SDK_CLOSE_GRACE, closed).await;
+        for w in &retired {
+            w.close_data();
+        }
         tracing::debug!(job = %self.job_id, stop_us = stopped.as_micros() as u64, closed_us = began.elapsed().as_micros() as u64, "SDK harnesses stopped");
         self.changed.notify_waiters();
     }
@@ -1766,6 +1771,65 @@ mod tests {
         harnesses.stop().await;
         assert!(began.elapsed() >= STOP_GRACE, "{:?}", began.elapsed());
         assert!(stuck.await.unwrap().error.contains("disconnected"));
+    }
+
+    /// `stop` ends every control stream, but a data stream that its SDK
+    /// harness ends by itself (Python's, Go's) stays open until it does:
+    /// the job's end waits for that harness to have shut down. Another
+    /// harness's data stream (Java's) ends with its control stream.
+    #[tokio::test]
+    async fn stop_waits_for_a_harness_that_ends_its_own_data_stream() {
+        let fn_api = FnApi::new("localhost:1".into());
+        let harnesses = harnesses_of(&fn_api);
+        let open_data = |w: &Worker, closes_itself: bool| {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            *w.data_tx.lock().unwrap() = Some(tx);
+            let _ = w.data_connected.send_replace(true);
+            w.closes_data_itself.store(closes_itself, Ordering::SeqCst);
+            rx
+        };
+        let (python, mut python_control) = connected_worker(&fn_api, "job-worker-1");
+        let (java, mut java_control) = connected_worker(&fn_api, "job-worker-2");
+        let mut python_data = open_data(&python, true);
+        let mut java_data = open_data(&java, false);
+        harnesses
+            .pool()
+            .workers
+            .insert("env".into(), vec![python.clone(), java.clone()]);
+        // The Python side: its data stream is still open once its control
+        // stream has ended; it shuts down for 200 ms, then ends its side.
+        let sdk = {
+            let python = python.clone();
+            tokio::spawn(async move {
+                assert!(python_control.recv().await.is_none());
+                let open = matches!(
+                    python_data.try_recv(),
+                    Err(tokio::sync::mpsc::error::TryRecvError::Empty)
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let _ = python.data_connected.send_replace(false);
+                open
+            })
+        };
+        // The Java side: its call ends when the runner ends its data stream.
+        let jvm = {
+            let java = java.clone();
+            tokio::spawn(async move {
+                assert!(java_control.recv().await.is_none());
+                assert!(java_data.recv().await.is_none());
+                let _ = java.data_connected.send_replace(false);
+            })
+        };
+        let began = Instant::now();
+        harnesses.stop().await;
+        let waited = began.elapsed();
+        assert!(
+            waited >= Duration::from_millis(200) && waited < SDK_CLOSE_GRACE,
+            "{waited:?}"
+        );
+        assert!(sdk.await.unwrap(), "the Python harness's data stream ended with its control stream");
+        jvm.await.unwrap();
+        assert!(python.data_tx.lock().unwrap().is_none());
     }
 
     /// A harness process that exits before dialing the control service fails

@@ -74,6 +74,9 @@ pub struct Worker {
     /// True once the SDK harness has ended its side of the control stream
     /// (it does so as it shuts down, after its last bundle).
     pub(crate) control_ended: watch::Sender<bool>,
+    /// True when the SDK harness's gRPC library is one whose harness ends
+    /// its data stream by itself as it shuts down (see the data service).
+    pub(crate) closes_data_itself: std::sync::atomic::AtomicBool,
     pub(crate) in_flight: AtomicUsize,
     /// Per `ProcessBundleDescriptor` id: its bundles in flight here, and
     /// the most that ever were at once, which is how many bundle
@@ -140,6 +143,12 @@ impl Worker {
                 response: None,
             });
         }
+    }
+
+    /// Ends the runner's side of the data stream (the SDK harness then sees
+    /// it end).
+    pub(crate) fn close_data(&self) {
+        *self.data_tx.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// Resolves once the SDK harness has closed its side of the control
@@ -412,6 +421,7 @@ impl FnApi {
             connected: watch::channel(false).0,
             data_connected: watch::channel(false).0,
             control_ended: watch::channel(false).0,
+            closes_data_itself: std::sync::atomic::AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             processors: Mutex::default(),
             disconnect_reason: Mutex::new(None),
@@ -451,7 +461,7 @@ impl FnApi {
             .cloned()
     }
 
-    /// Forgets a worker (its job ended).
+    /// Forgets a worker (its job ended) and ends its control and data streams.
     pub fn remove_worker(&self, id: &str) {
         if let Some(w) = self
             .workers
@@ -460,8 +470,27 @@ impl FnApi {
             .remove(id)
         {
             w.disconnected("its job ended");
-            *w.data_tx.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            w.close_data();
         }
+    }
+
+    /// Forgets a worker and ends its control stream. Its data stream stays
+    /// open when its SDK harness ends that one by itself as it shuts down
+    /// (Python's does so after it has logged its shutdown): the runner
+    /// ending both at once lets gRPC finish the harness's calls while its
+    /// threads still run. [`Worker::close_data`] ends it in any case.
+    /// Returns the worker if it was registered.
+    pub(crate) fn retire_worker(&self, id: &str) -> Option<Arc<Worker>> {
+        let w = self
+            .workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id)?;
+        w.disconnected("its job ended");
+        if !w.closes_data_itself.load(Ordering::SeqCst) {
+            w.close_data();
+        }
+        Some(w)
     }
 
     /// The worker with this id, if registered.

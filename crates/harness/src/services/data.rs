@@ -15,6 +15,13 @@ use weir_proto::beam;
 use super::known_worker;
 use crate::registry::FnApi;
 
+/// gRPC libraries (the start of a client's `user-agent`) whose SDK harness
+/// ends its side of the data stream on its own once its control stream has
+/// ended, after its worker threads have stopped: Python's (a few ms later,
+/// after it logs "No more requests from control plane") and Go's. Java's
+/// harness keeps its data stream open until the runner ends it.
+const CLOSES_DATA_ON_SHUTDOWN: [&str; 2] = ["grpc-python/", "grpc-go/"];
+
 /// The data service.
 pub struct DataService(pub Arc<FnApi>);
 
@@ -27,6 +34,15 @@ impl beam::beam_fn_data_server::BeamFnData for DataService {
         request: tonic::Request<tonic::Streaming<beam::Elements>>,
     ) -> Result<tonic::Response<Self::DataStream>, tonic::Status> {
         let worker = known_worker(&self.0, &request)?;
+        let closes_itself = request
+            .metadata()
+            .get("user-agent")
+            .and_then(|ua| ua.to_str().ok())
+            .is_some_and(|ua| {
+                CLOSES_DATA_ON_SHUTDOWN
+                    .iter()
+                    .any(|lib| ua.starts_with(lib))
+            });
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
         {
@@ -41,6 +57,9 @@ impl beam::beam_fn_data_server::BeamFnData for DataService {
             }
             *data_tx = Some(tx);
         }
+        worker
+            .closes_data_itself
+            .store(closes_itself, std::sync::atomic::Ordering::SeqCst);
         let _ = worker.data_connected.send_replace(true);
         let fn_api = self.0.clone();
         tokio::spawn(async move {
