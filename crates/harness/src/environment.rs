@@ -856,6 +856,10 @@ impl SdkHarnesses {
     /// one alone). That wait is not counted in the backlog: it asks for no
     /// more harnesses and holds back no split.
     ///
+    /// An `alone` bundle of such an SDK goes only to a harness that runs no
+    /// other bundle of `descriptor`: two long CPU-bound bundles on one
+    /// interpreter only take turns at its lock (see the bundle's caller).
+    ///
     /// # Errors
     /// When the environment has no worker left and none is starting.
     pub(crate) async fn pick(
@@ -863,11 +867,13 @@ impl SdkHarnesses {
         env_id: &str,
         descriptor: &str,
         small: bool,
+        alone: bool,
     ) -> std::result::Result<Arc<Worker>, String> {
         let one_core = self
             .environments
             .get(env_id)
             .is_some_and(|env| !declares_multi_core(env));
+        let alone = alone && one_core;
         // tokio's clock, so tests can pause it.
         let reuse_until =
             (small && one_core).then(|| tokio::time::Instant::now() + PROCESSOR_WAIT);
@@ -897,6 +903,7 @@ impl SdkHarnesses {
                         (*w, running, built)
                     })
                     .filter(|&(_, running, built)| !reuse_only || running == 0 || built > running)
+                    .filter(|&(_, running, _)| !(alone && running > 0))
                     .min_by_key(|&(w, running, built)| (w.bundles_in_flight(), built <= running));
                 let done = match free {
                     Some((w, _, _)) => {
@@ -1032,6 +1039,12 @@ impl SdkHarnesses {
             *promised = (promised.0 + ready, tokio::time::Instant::now());
         }
         ready.max(1)
+    }
+
+    /// Resolves at the next change of the pool: a bundle started or ended,
+    /// a worker joined or left.
+    pub(crate) async fn pool_changed(&self) {
+        self.changed.notified().await
     }
 
     /// True when a residual of a splittable DoFn's bundle running on `busy`
@@ -2110,7 +2123,7 @@ mod tests {
         later().await;
         assert_eq!(harnesses.split_ways("py", &py.id), 2, "promises lapse");
         // A pick takes up one promise; the idle harness left stays promised.
-        harnesses.pick("py", "d", false).await.unwrap();
+        harnesses.pick("py", "d", false, false).await.unwrap();
         assert_eq!(harnesses.split_ways("py", &py.id), 1);
         later().await;
         a.in_flight.store(1, Ordering::SeqCst);
@@ -2167,6 +2180,37 @@ mod tests {
         assert!(!harnesses.could_run_a_residual("py", &py.id, 0), "as many bundles as cores run");
     }
 
+    /// An `alone` bundle of a one-core SDK goes only to a harness that runs
+    /// no other bundle of its descriptor, and waits while each does; other
+    /// descriptors, other bundles and a multi-core SDK's share a harness.
+    #[tokio::test(start_paused = true)]
+    async fn an_alone_bundle_does_not_share_a_one_core_harness_with_its_descriptor() {
+        let fn_api = FnApi::new("localhost:1".into());
+        let (harnesses, [(java, _java_rx), (py, _py_rx)]) = java_and_python(&fn_api, 4, 4);
+        let harnesses = Arc::new(harnesses);
+        let pick = |env: &'static str, d: &'static str, alone: bool| {
+            let h = harnesses.clone();
+            tokio::spawn(async move { h.pick(env, d, false, alone).await.unwrap().id.clone() })
+        };
+        assert_eq!(pick("py", "d", true).await.unwrap(), py.id);
+        let second = pick("py", "d", true);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!second.is_finished(), "the harness runs a bundle of d already");
+        assert_eq!(pick("py", "e", true).await.unwrap(), py.id);
+        assert_eq!(pick("py", "d", false).await.unwrap(), py.id);
+        assert_eq!(py.processors_of("d"), (2, 2));
+        assert_eq!(pick("java", "d", true).await.unwrap(), java.id);
+        assert_eq!(pick("java", "d", true).await.unwrap(), java.id);
+        // One of d ends: still one running, the alone bundle still waits.
+        harnesses.release(&py, "d", false);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!second.is_finished());
+        // The last one ends: it starts.
+        harnesses.release(&py, "d", false);
+        assert_eq!(second.await.unwrap(), py.id);
+        assert_eq!(py.processors_of("d"), (1, 2));
+    }
+
     /// A small bundle of a one-core SDK waits for the harness's idle bundle
     /// processor of its descriptor rather than have it build another, at
     /// most PROCESSOR_WAIT; a large one, another descriptor's, or a
@@ -2179,7 +2223,7 @@ mod tests {
         let soon = Duration::from_millis(5);
         let pick = |env: &'static str, d: &'static str, small: bool| {
             let h = harnesses.clone();
-            tokio::spawn(async move { h.pick(env, d, small).await.unwrap().id.clone() })
+            tokio::spawn(async move { h.pick(env, d, small, false).await.unwrap().id.clone() })
         };
         // The first bundle of a descriptor starts (its processor gets built).
         pick("py", "d", true).await.unwrap();

@@ -9,7 +9,9 @@ use weir_proto::beam;
 use super::policy::human_duration;
 use super::progress::Progress;
 use super::residuals::residual_elements;
-use super::splits::{CHANNEL_SPLIT_CHECK_INTERVAL, MAX_SPLITS_PER_BUNDLE, SPLIT_CHECK_INTERVAL};
+use super::splits::{
+    CHANNEL_SPLIT_CHECK_INTERVAL, MAX_SPLITS_PER_BUNDLE, POOL_CHANGE_SETTLE, SPLIT_CHECK_INTERVAL,
+};
 use super::{Failure, Inner, JobWorkers};
 use crate::registry::{BundleState, ByteChunks, Worker};
 
@@ -95,10 +97,20 @@ impl Inner {
         let mut last_poll = std::time::Instant::now();
         let mut polls = 0u32;
         let mut splits = 0u32;
+        // A splittable DoFn's element is also checked as soon as the pool
+        // changes (another bundle ended: its harness may now be idle), after
+        // a moment in which a waiting bundle takes that harness first.
+        let element = splittable && !channel && request.input.len() == 1;
         loop {
             tokio::select! {
                 r = &mut response => return r.map_err(|_| gone()),
                 _ = tokio::time::sleep(tick) => {}
+                _ = self.harnesses.pool_changed(), if element => {
+                    tokio::select! {
+                        r = &mut response => return r.map_err(|_| gone()),
+                        _ = tokio::time::sleep(POOL_CHANGE_SETTLE) => {}
+                    }
+                }
             }
             if drainable && self.policy.draining() {
                 if splits < MAX_SPLITS_PER_BUNDLE {

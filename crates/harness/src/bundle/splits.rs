@@ -25,6 +25,10 @@ pub(super) const SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(500);
 /// (see the engine's spread), and a check that finds SDK workers ready
 /// hands them what is left, one bundle each.
 pub(super) const CHANNEL_SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+/// How long after a change of the SDK harness pool (a bundle ended) a
+/// running splittable DoFn's bundle is checked for splitting: time for a
+/// bundle waiting for a harness to take the one that became free.
+pub(super) const POOL_CHANGE_SETTLE: Duration = Duration::from_millis(10);
 /// Most dynamic splits requested of one bundle.
 pub(super) const MAX_SPLITS_PER_BUNDLE: u32 = 16;
 
