@@ -155,7 +155,6 @@ def run_client(py, module, opts, out_dir, timeout, server=None):
     f.write('$ %s\n\n' % shlex.join(args))
   with open(log_path, 'ab') as out:
     client_cpu0 = children_cpu()
-    server_tree0 = wb.tree_cpu_total(psutil.Process(server.pid)) if server else 0.0
     start = time.monotonic()
     client = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL, cwd=out_dir)
@@ -182,8 +181,9 @@ def run_client(py, module, opts, out_dir, timeout, server=None):
     sdk_cpu = client_cpu
     if server:
       sampler.runner.sample([sampler.weir_proc])
-      # A PROCESS server's SDK workers, live or reaped.
-      sdk_cpu += wb.tree_cpu_total(sampler.weir_proc) - server_tree0
+      # A PROCESS server's SDK workers, live or reaped, since the server
+      # started (a prewarmed fork server's import counts).
+      sdk_cpu += wb.tree_cpu_total(sampler.weir_proc)
   text = read(log_path)
   r = dict(wall=wall, ok=(rc == 0), log=log_path, metrics=metrics(text),
            runner_cpu=sampler.runner.cpu() if server else None, sdk_cpu=sdk_cpu)
@@ -194,14 +194,18 @@ def run_client(py, module, opts, out_dir, timeout, server=None):
   return r
 
 
-def run_weir(py, weir_bin, module, opts, out_dir, timeout):
+def run_weir(py, weir_bin, module, opts, out_dir, timeout, prewarm=True):
   port = free_port()
   server_log = os.path.join(out_dir, 'weir-server.log')
   env = dict(os.environ)
   env.setdefault('RUST_LOG', 'info')
   env.setdefault('NO_COLOR', '1')
   with open(server_log, 'wb') as slog:
-    weir = subprocess.Popen([weir_bin, 'serve', '--job_port', str(port), '--bind', '127.0.0.1'],
+    # Prewarmed: this Python's fork server starts with the server, as on
+    # a server that ran a job before.
+    flags = ['--python_fork_server_prewarm=' + py] if prewarm else []
+    weir = subprocess.Popen([weir_bin, 'serve', '--job_port', str(port), '--bind', '127.0.0.1']
+                            + flags,
                             stdout=slog, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, env=env)
     try:
@@ -274,6 +278,8 @@ def main():
   ap.add_argument('--prism-bin', default=os.environ.get('PRISM_BIN', os.path.join(BENCH, 'bin', 'prism')))
   ap.add_argument('--out-dir', default=os.path.join(BENCH, 'data', 'out', 'load_tests'))
   ap.add_argument('--timeout', type=float, default=300, help='per run, s')
+  ap.add_argument('--no-prewarm', action='store_true',
+                  help='start `weir serve` without --python_fork_server_prewarm')
   ap.add_argument('--extra', action='append', default=[], metavar='OPT',
                   help='extra --test-pipeline-options entry for every test, e.g. '
                   '--extra=--access_percentage=0 (repeatable)')
@@ -312,7 +318,8 @@ def main():
       os.makedirs(out_dir)
       log('%s: %s %s' % (runner, module, ' '.join(opts)))
       if runner == 'weir':
-        r = run_weir(py, weir_bin, module, opts + common, out_dir, args.timeout)
+        r = run_weir(py, weir_bin, module, opts + common, out_dir, args.timeout,
+                     prewarm=not args.no_prewarm)
       elif runner in ('weir_loopback', 'prism'):
         r = run_loopback('weir' if runner == 'weir_loopback' else 'prism', py, weir_bin,
                          prism_bin, module, opts + common, out_dir, args.timeout)

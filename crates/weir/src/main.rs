@@ -204,6 +204,13 @@ struct ServeArgs {
     /// fresh interpreter for each.
     #[arg(long = "python_fork_server", default_value_t = true, action = clap::ArgAction::Set)]
     python_fork_server: bool,
+    /// Start the fork server of this Python interpreter (the `--python` of
+    /// `weir boot`; repeatable) as the server starts, not at the first
+    /// job's first harness: that job's harnesses then need not wait for it
+    /// to import Beam (about 0.5 s). It serves PROCESS environments whose
+    /// own variables leave the interpreter's (PYTHON*, LD_*, ...) as here.
+    #[arg(long = "python_fork_server_prewarm", value_name = "PYTHON")]
+    python_fork_server_prewarm: Vec<String>,
     /// Largest pipeline proto Prepare takes, in bytes.
     #[arg(long = "max_pipeline_bytes", default_value_t = weir_jobs::limits::Limits::default().max_pipeline_bytes)]
     max_pipeline_bytes: usize,
@@ -530,6 +537,23 @@ fn default_gbk_memory_budget() -> Option<usize> {
         .ok()?;
     Some(kib * 1024 / 4)
 }
+/// Starts the Python fork servers `--python_fork_server_prewarm` names, for
+/// the environment this server gives its harnesses (see `socket_for`);
+/// one that cannot start says so in the log, as a job's would.
+fn prewarm_fork_servers(pythons: &[String]) {
+    let env: std::collections::HashMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    for python in pythons {
+        if weir_harness::fork_server::ForkServers::global()
+            .socket_for(python, &env)
+            .is_some()
+        {
+            tracing::info!("Python fork server of {python} starting (--python_fork_server_prewarm)");
+        }
+    }
+}
+
 
 /// Runs `weir worker --coordinator at` as local worker `i` for as long as
 /// this server lives: restarted a second after it exits, and sent SIGTERM
@@ -664,6 +688,7 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
         None => None,
     };
     weir_harness::fork_server::ForkServers::global().set_enabled(args.python_fork_server);
+    prewarm_fork_servers(&args.python_fork_server_prewarm);
     let config = weir_jobs::ServerConfig {
         staging_root: args
             .staging_dir
