@@ -112,6 +112,22 @@ def test_without_the_fork_server_python_starts_afresh(server, tmp_path):
   assert not [p for p in descendants(server.proc.pid) if 'fork_server.py' in cmdline(p)]
 
 
+@pytest.mark.parametrize('server', [['--python_fork_server_prewarm', sys.executable]],
+                         indirect=True)
+def test_a_prewarmed_fork_server_is_up_before_the_first_job_and_forks_its_harnesses(server, tmp_path):
+  deadline = time.time() + 30
+  before = []
+  while not before and time.time() < deadline:
+    before = [p for p in descendants(server.proc.pid) if 'fork_server.py' in cmdline(p)]
+    time.sleep(0.1)
+  assert len(before) == 1, [cmdline(p) for p in descendants(server.proc.pid)]
+  r = run_job(server, tmp_path, 'out.txt')
+  # The job's harness is a fork of the one started with the server: no other.
+  assert r['ppid'] == before[0], r
+  assert [p for p in descendants(server.proc.pid) if 'fork_server.py' in cmdline(p)
+          and p != r['pid']] == before
+
+
 # The fork server's protocol, driven directly with a small module in place
 # of Beam's harness: what `weir boot` relies on.
 FORK_SERVER = REPO / 'crates' / 'harness' / 'src' / 'fork_server.py'
