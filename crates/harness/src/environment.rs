@@ -857,8 +857,10 @@ impl SdkHarnesses {
     /// more harnesses and holds back no split.
     ///
     /// An `alone` bundle of such an SDK goes only to a harness that runs no
-    /// other bundle of `descriptor`: two long CPU-bound bundles on one
-    /// interpreter only take turns at its lock (see the bundle's caller).
+    /// other bundle of `descriptor`, unless the harness is the client's
+    /// in-process pool (see [`SdkHarnesses::one_core_process`]): two long
+    /// CPU-bound bundles on one interpreter only take turns at its lock
+    /// (see the bundle's caller).
     ///
     /// # Errors
     /// When the environment has no worker left and none is starting.
@@ -873,7 +875,7 @@ impl SdkHarnesses {
             .environments
             .get(env_id)
             .is_some_and(|env| !declares_multi_core(env));
-        let alone = alone && one_core;
+        let alone = alone && self.one_core_process(env_id);
         // tokio's clock, so tests can pause it.
         let reuse_until =
             (small && one_core).then(|| tokio::time::Instant::now() + PROCESSOR_WAIT);
@@ -1045,6 +1047,17 @@ impl SdkHarnesses {
     /// a worker joined or left.
     pub(crate) async fn pool_changed(&self) {
         self.changed.notified().await
+    }
+
+    /// True when each SDK harness of `env_id` is an interpreter of its own
+    /// that runs its bundles on about one core: its SDK does not declare
+    /// `beam:protocol:multi_core_bundle_processing:v1` and it is not the
+    /// client's in-process pool ([`in_client_pool`]). Only another, idle
+    /// harness can take a residual of its bundle.
+    pub(crate) fn one_core_process(&self, env_id: &str) -> bool {
+        self.environments
+            .get(env_id)
+            .is_some_and(|env| !declares_multi_core(env) && !in_client_pool(env, &self.sizing))
     }
 
     /// True when a residual of a splittable DoFn's bundle running on `busy`
@@ -2209,6 +2222,13 @@ mod tests {
         harnesses.release(&py, "d", false);
         assert_eq!(second.await.unwrap(), py.id);
         assert_eq!(py.processors_of("d"), (1, 2));
+        // The client's in-process pool (LOOPBACK) is one interpreter for
+        // every core: its bundles share it.
+        let (mut pooled, [_, (pool_py, _pool_rx)]) = java_and_python(&fn_api, 4, 4);
+        pooled.sizing.in_process_pool = true;
+        pooled.pick("py", "d", false, true).await.unwrap();
+        pooled.pick("py", "d", false, true).await.unwrap();
+        assert_eq!(pool_py.processors_of("d"), (2, 2));
     }
 
     /// A small bundle of a one-core SDK waits for the harness's idle bundle

@@ -97,10 +97,15 @@ impl Inner {
         let mut last_poll = std::time::Instant::now();
         let mut polls = 0u32;
         let mut splits = 0u32;
-        // A splittable DoFn's element is also checked as soon as the pool
-        // changes (another bundle ended: its harness may now be idle), after
-        // a moment in which a waiting bundle takes that harness first.
-        let element = splittable && !channel && request.input.len() == 1;
+        // A splittable DoFn's element on a one-core harness process is also
+        // checked as soon as the pool changes (another bundle ended: its
+        // harness may now be idle), after a moment in which a waiting bundle
+        // takes that harness first. (Other harnesses may run a residual
+        // beside its bundle: the periodic check is enough.)
+        let element = splittable
+            && !channel
+            && request.input.len() == 1
+            && self.harnesses.one_core_process(&stage.environment_id);
         loop {
             tokio::select! {
                 r = &mut response => return r.map_err(|_| gone()),
