@@ -922,10 +922,12 @@ impl SdkHarnesses {
                     }
                     None => None,
                 };
-                // In the backlog only while no worker has room: a small
-                // bundle waiting for an idle processor is no demand for more
-                // harnesses (autoscaling) and holds back no split.
-                let blocked = done.is_none() && with_room.is_empty();
+                // In the backlog only while no worker has room, or none
+                // is free of its descriptor for an `alone` bundle (demand
+                // for more harnesses): a small bundle waiting for an idle
+                // processor is no demand for more harnesses (autoscaling)
+                // and holds back no split.
+                let blocked = done.is_none() && (with_room.is_empty() || alone);
                 if counted != blocked {
                     let n = pool.waiting.entry(env_id.to_string()).or_default();
                     *n = if blocked { *n + 1 } else { n.saturating_sub(1) };
@@ -2209,6 +2211,7 @@ mod tests {
         let second = pick("py", "d", true);
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(!second.is_finished(), "the harness runs a bundle of d already");
+        assert_eq!(harnesses.backlog("py"), 1, "demand for another harness");
         assert_eq!(pick("py", "e", true).await.unwrap(), py.id);
         assert_eq!(pick("py", "d", false).await.unwrap(), py.id);
         assert_eq!(py.processors_of("d"), (2, 2));
