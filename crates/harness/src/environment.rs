@@ -857,10 +857,10 @@ impl SdkHarnesses {
     /// more harnesses and holds back no split.
     ///
     /// An `alone` bundle of such an SDK goes only to a harness that runs no
-    /// other bundle of `descriptor`, unless the harness is the client's
-    /// in-process pool (see [`SdkHarnesses::one_core_process`]): two long
-    /// CPU-bound bundles on one interpreter only take turns at its lock
-    /// (see the bundle's caller).
+    /// other bundle of `descriptor` when each harness is a process standing
+    /// for one core (not the client's in-process pool, not one harness for
+    /// a worker's cores): two long CPU-bound bundles on one interpreter
+    /// only take turns at its lock (see the bundle's caller).
     ///
     /// # Errors
     /// When the environment has no worker left and none is starting.
@@ -875,7 +875,7 @@ impl SdkHarnesses {
             .environments
             .get(env_id)
             .is_some_and(|env| !declares_multi_core(env));
-        let alone = alone && self.one_core_process(env_id);
+        let alone = alone && self.one_core_process(env_id) && self.harness_per_core(env_id);
         // tokio's clock, so tests can pause it.
         let reuse_until =
             (small && one_core).then(|| tokio::time::Instant::now() + PROCESSOR_WAIT);
@@ -886,6 +886,10 @@ impl SdkHarnesses {
             {
                 let mut pool = self.pool();
                 if self.is_stopping() {
+                    if counted {
+                        let n = pool.waiting.entry(env_id.to_string()).or_default();
+                        *n = n.saturating_sub(1);
+                    }
                     return Err(format!(
                         "the SDK harnesses of job {} are stopped",
                         self.job_id
@@ -1045,10 +1049,21 @@ impl SdkHarnesses {
         ready.max(1)
     }
 
-    /// Resolves at the next change of the pool: a bundle started or ended,
-    /// a worker joined or left.
+    /// Resolves at the next notified change of the pool: a bundle ended
+    /// (its harness may be idle), a worker joined, a start ended, the job
+    /// failed or stopped.
     pub(crate) async fn pool_changed(&self) {
         self.changed.notified().await
+    }
+
+    /// True when each SDK harness of `env_id` stands for one core: it runs
+    /// the default [`SINGLE_CORE_BUNDLES_PER_HARNESS`] bundles, not
+    /// `number_of_worker_harness_threads` nor two for each of a worker's
+    /// cores (`no_use_multiple_sdk_containers`), where other harnesses
+    /// could not take a bundle it turned away.
+    fn harness_per_core(&self, env_id: &str) -> bool {
+        self.sizing.harness_threads.is_none()
+            && self.bundles_per_worker(env_id) == SINGLE_CORE_BUNDLES_PER_HARNESS
     }
 
     /// True when each SDK harness of `env_id` is an interpreter of its own
@@ -2196,12 +2211,15 @@ mod tests {
     }
 
     /// An `alone` bundle of a one-core SDK goes only to a harness that runs
-    /// no other bundle of its descriptor, and waits while each does; other
-    /// descriptors, other bundles and a multi-core SDK's share a harness.
+    /// no other bundle of its descriptor, and waits (in the backlog) while
+    /// each does; other descriptors and other bundles share a harness, as
+    /// do a multi-core SDK's, the client's in-process pool and a harness
+    /// that stands for several cores.
     #[tokio::test(start_paused = true)]
     async fn an_alone_bundle_does_not_share_a_one_core_harness_with_its_descriptor() {
         let fn_api = FnApi::new("localhost:1".into());
-        let (harnesses, [(java, _java_rx), (py, _py_rx)]) = java_and_python(&fn_api, 4, 4);
+        let (harnesses, [(java, _java_rx), (py, _py_rx)]) =
+            java_and_python(&fn_api, 4, SINGLE_CORE_BUNDLES_PER_HARNESS);
         let harnesses = Arc::new(harnesses);
         let pick = |env: &'static str, d: &'static str, alone: bool| {
             let h = harnesses.clone();
@@ -2212,22 +2230,28 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(!second.is_finished(), "the harness runs a bundle of d already");
         assert_eq!(harnesses.backlog("py"), 1, "demand for another harness");
-        assert_eq!(pick("py", "e", true).await.unwrap(), py.id);
         assert_eq!(pick("py", "d", false).await.unwrap(), py.id);
         assert_eq!(py.processors_of("d"), (2, 2));
         assert_eq!(pick("java", "d", true).await.unwrap(), java.id);
         assert_eq!(pick("java", "d", true).await.unwrap(), java.id);
-        // One of d ends: still one running, the alone bundle still waits.
+        // One of d ends: one still runs, the alone bundle still waits.
         harnesses.release(&py, "d", false);
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(!second.is_finished());
-        // The last one ends: it starts.
+        // The last one ends: it starts, and leaves the backlog.
         harnesses.release(&py, "d", false);
         assert_eq!(second.await.unwrap(), py.id);
         assert_eq!(py.processors_of("d"), (1, 2));
-        // The client's in-process pool (LOOPBACK) is one interpreter for
-        // every core: its bundles share it.
-        let (mut pooled, [_, (pool_py, _pool_rx)]) = java_and_python(&fn_api, 4, 4);
+        assert_eq!(harnesses.backlog("py"), 0);
+        assert_eq!(pick("py", "e", true).await.unwrap(), py.id, "another descriptor");
+        // One harness for a worker's cores, or the client's in-process pool
+        // (LOOPBACK: one interpreter for every core): bundles share it.
+        let (wide, [_, (wide_py, _wide_rx)]) = java_and_python(&fn_api, 4, 4);
+        wide.pick("py", "d", false, true).await.unwrap();
+        wide.pick("py", "d", false, true).await.unwrap();
+        assert_eq!(wide_py.processors_of("d"), (2, 2));
+        let (mut pooled, [_, (pool_py, _pool_rx)]) =
+            java_and_python(&fn_api, 4, SINGLE_CORE_BUNDLES_PER_HARNESS);
         pooled.sizing.in_process_pool = true;
         pooled.pick("py", "d", false, true).await.unwrap();
         pooled.pick("py", "d", false, true).await.unwrap();

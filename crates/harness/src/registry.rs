@@ -487,9 +487,11 @@ impl FnApi {
             .unwrap_or_else(|p| p.into_inner())
             .remove(id)?;
         w.disconnected("its job ended");
+        let mut data = w.data_tx.lock().unwrap_or_else(|p| p.into_inner());
         if !w.closes_data_itself.load(Ordering::SeqCst) {
-            w.close_data();
+            *data = None;
         }
+        drop(data);
         Some(w)
     }
 

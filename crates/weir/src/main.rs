@@ -208,7 +208,8 @@ struct ServeArgs {
     /// `weir boot`; repeatable) as the server starts, not at the first
     /// job's first harness: that job's harnesses then need not wait for it
     /// to import Beam (about 0.5 s). It serves PROCESS environments whose
-    /// own variables leave the interpreter's (PYTHON*, LD_*, ...) as here.
+    /// `weir boot --python` is this same string and whose own variables
+    /// leave the interpreter's (PYTHON*, LD_*, ...) as here.
     #[arg(long = "python_fork_server_prewarm", value_name = "PYTHON")]
     python_fork_server_prewarm: Vec<String>,
     /// Largest pipeline proto Prepare takes, in bytes.
@@ -539,7 +540,8 @@ fn default_gbk_memory_budget() -> Option<usize> {
 }
 /// Starts the Python fork servers `--python_fork_server_prewarm` names, for
 /// the environment this server gives its harnesses (see `socket_for`);
-/// one that cannot start says so in the log, as a job's would.
+/// one that cannot start says so in the log, as a job's would. A job uses
+/// one only when its `weir boot --python` names the interpreter the same way.
 fn prewarm_fork_servers(pythons: &[String]) {
     let env: std::collections::HashMap<String, String> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
@@ -688,7 +690,11 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
         None => None,
     };
     weir_harness::fork_server::ForkServers::global().set_enabled(args.python_fork_server);
-    prewarm_fork_servers(&args.python_fork_server_prewarm);
+    if args.python_fork_server {
+        prewarm_fork_servers(&args.python_fork_server_prewarm);
+    } else if !args.python_fork_server_prewarm.is_empty() {
+        tracing::warn!("--python_fork_server_prewarm is ignored: --python_fork_server=false");
+    }
     let config = weir_jobs::ServerConfig {
         staging_root: args
             .staging_dir

@@ -16,10 +16,12 @@ use super::known_worker;
 use crate::registry::FnApi;
 
 /// gRPC libraries (the start of a client's `user-agent`) whose SDK harness
-/// ends its side of the data stream on its own once its control stream has
-/// ended, after its worker threads have stopped: Python's (a few ms later,
-/// after it logs "No more requests from control plane") and Go's. Java's
-/// harness keeps its data stream open until the runner ends it.
+/// ends its side of the data stream soon after its control stream ended:
+/// Python's, once its worker threads have stopped (1-3 ms later, after it
+/// logs "No more requests from control plane"); Go's when its process ends
+/// or its worker pool stops it (`StopWorker`, which Weir sends beside),
+/// measured 1-1.5 ms. Java's keeps its data stream open until the runner
+/// ends it. Either way the runner ends it after a grace.
 const CLOSES_DATA_ON_SHUTDOWN: [&str; 2] = ["grpc-python/", "grpc-go/"];
 
 /// The data service.
@@ -55,11 +57,12 @@ impl beam::beam_fn_data_server::BeamFnData for DataService {
                     worker.id
                 )));
             }
+            // Under the lock: a retirement that sees the sender sees this.
+            worker
+                .closes_data_itself
+                .store(closes_itself, std::sync::atomic::Ordering::SeqCst);
             *data_tx = Some(tx);
         }
-        worker
-            .closes_data_itself
-            .store(closes_itself, std::sync::atomic::Ordering::SeqCst);
         let _ = worker.data_connected.send_replace(true);
         let fn_api = self.0.clone();
         tokio::spawn(async move {
