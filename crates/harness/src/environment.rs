@@ -1521,10 +1521,8 @@ async fn spawn_harness(
                 .or_else(|| std::env::var("WEIR_PYTHON").ok());
             if let Some(python) = fork_server::boot_python(&program, &args, weir_python.as_deref()) {
                 // The whole environment `weir boot` will have.
-                let full: HashMap<String, String> = std::env::vars_os()
-                    .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-                    .chain(envs.clone())
-                    .collect();
+                let mut full = fork_server::own_env();
+                full.extend(envs.clone());
                 if let Some(socket) = fork_server::ForkServers::global().socket_for(&python, &full) {
                     envs.insert(
                         fork_server::SOCKET_ENV.to_string(),

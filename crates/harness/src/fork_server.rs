@@ -256,6 +256,14 @@ fn private_dir() -> std::io::Result<PathBuf> {
     Ok(dir)
 }
 
+/// This process's environment, as the `env` of [`ForkServers::socket_for`]
+/// (variables not in UTF-8 left out).
+pub fn own_env() -> HashMap<String, String> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
+}
+
 /// The interpreter a PROCESS command runs when it is this binary's
 /// `weir boot` for Python: `--python X` or `--python=X`, else
 /// `weir_python` (the `WEIR_PYTHON` it will see) when not empty, else

@@ -463,13 +463,7 @@ impl FnApi {
 
     /// Forgets a worker (its job ended) and ends its control and data streams.
     pub fn remove_worker(&self, id: &str) {
-        if let Some(w) = self
-            .workers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id)
-        {
-            w.disconnected("its job ended");
+        if let Some(w) = self.retire_worker(id) {
             w.close_data();
         }
     }

@@ -538,14 +538,13 @@ fn default_gbk_memory_budget() -> Option<usize> {
         .ok()?;
     Some(kib * 1024 / 4)
 }
+
 /// Starts the Python fork servers `--python_fork_server_prewarm` names, for
 /// the environment this server gives its harnesses (see `socket_for`);
 /// one that cannot start says so in the log, as a job's would. A job uses
 /// one only when its `weir boot --python` names the interpreter the same way.
 fn prewarm_fork_servers(pythons: &[String]) {
-    let env: std::collections::HashMap<String, String> = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .collect();
+    let env = weir_harness::fork_server::own_env();
     for python in pythons {
         if weir_harness::fork_server::ForkServers::global()
             .socket_for(python, &env)
@@ -555,7 +554,6 @@ fn prewarm_fork_servers(pythons: &[String]) {
         }
     }
 }
-
 
 /// Runs `weir worker --coordinator at` as local worker `i` for as long as
 /// this server lives: restarted a second after it exits, and sent SIGTERM
