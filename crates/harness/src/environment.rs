@@ -463,10 +463,34 @@ struct Pool {
     starting: HashMap<String, usize>,
     /// Bundles waiting for a free worker, by environment id (the backlog).
     waiting: HashMap<String, usize>,
+    /// Of those, `alone` bundles ([`SdkHarnesses::pick`]): each needs a
+    /// harness of its own, by environment id.
+    waiting_alone: HashMap<String, usize>,
     /// When each worker last finished a bundle (or joined), by worker id.
     last_busy: HashMap<String, Instant>,
     /// How each worker was started, by worker id.
     handles: HashMap<String, Handle>,
+}
+
+impl Pool {
+    /// Counts a bundle of `env_id` into the backlog (`waiting` true) or out
+    /// of it; `alone` as [`SdkHarnesses::pick`]'s.
+    fn count_waiting(&mut self, env_id: &str, alone: bool, waiting: bool) {
+        let counts = [Some(&mut self.waiting), alone.then_some(&mut self.waiting_alone)];
+        for n in counts.into_iter().flatten() {
+            let n = n.entry(env_id.to_string()).or_default();
+            *n = if waiting { *n + 1 } else { n.saturating_sub(1) };
+        }
+    }
+
+    /// SDK harnesses the backlog of `env_id` asks for, with `room` bundles
+    /// each: one per waiting `alone` bundle (it runs beside no other bundle
+    /// of its descriptor), one per `room` other waiting bundles.
+    fn harnesses_wanted(&self, env_id: &str, room: usize) -> usize {
+        let waiting = self.waiting.get(env_id).copied().unwrap_or(0);
+        let alone = self.waiting_alone.get(env_id).copied().unwrap_or(0).min(waiting);
+        alone + (waiting - alone).div_ceil(room.max(1))
+    }
 }
 
 /// The SDK harnesses of one job, looked after the way Dataflow's runner
@@ -887,8 +911,7 @@ impl SdkHarnesses {
                 let mut pool = self.pool();
                 if self.is_stopping() {
                     if counted {
-                        let n = pool.waiting.entry(env_id.to_string()).or_default();
-                        *n = n.saturating_sub(1);
+                        pool.count_waiting(env_id, alone, false);
                     }
                     return Err(format!(
                         "the SDK harnesses of job {} are stopped",
@@ -933,8 +956,7 @@ impl SdkHarnesses {
                 // and holds back no split.
                 let blocked = done.is_none() && (with_room.is_empty() || alone);
                 if counted != blocked {
-                    let n = pool.waiting.entry(env_id.to_string()).or_default();
-                    *n = if blocked { *n + 1 } else { n.saturating_sub(1) };
+                    pool.count_waiting(env_id, alone, blocked);
                     counted = blocked;
                 }
                 if let Some(result) = done {
@@ -1049,11 +1071,11 @@ impl SdkHarnesses {
         ready.max(1)
     }
 
-    /// Resolves at the next notified change of the pool: a bundle ended
-    /// (its harness may be idle), a worker joined, a start ended, the job
-    /// failed or stopped.
-    pub(crate) async fn pool_changed(&self) {
-        self.changed.notified().await
+    /// Resolves at the first notified change of the pool after this call
+    /// (not after its first poll): a bundle ended (its harness may be
+    /// idle), a worker joined, a start ended, the job failed or stopped.
+    pub(crate) fn pool_changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.changed.notified()
     }
 
     /// True when each SDK harness of `env_id` stands for one core: it runs
@@ -1129,7 +1151,7 @@ impl SdkHarnesses {
     /// `min` and `max` workers' harnesses per environment: every
     /// [`AUTOSCALE_INTERVAL`], an environment with waiting bundles gets
     /// enough new harnesses for them (one per `bundles_per_worker` waiting
-    /// bundles, up to its most); one with no backlog stops a harness idle
+    /// bundles, one per waiting `alone` bundle, up to its most); one with no backlog stops a harness idle
     /// for [`AUTOSCALE_IDLE`] while it has more than its fewest.
     fn autoscale(self: &Arc<Self>, min: usize, max: usize) {
         let mut env_ids: Vec<String> = self.environments.keys().cloned().collect();
@@ -1179,9 +1201,8 @@ impl SdkHarnesses {
             let waiting = pool.waiting.get(env_id).copied().unwrap_or(0);
             let count = live + starting;
             if waiting > 0 && count < max {
-                let want = waiting
-                    .div_ceil(self.bundles_per_worker(env_id))
-                    .min(max - count);
+                let want = pool.harnesses_wanted(env_id, self.bundles_per_worker(env_id));
+                let want = want.min(max - count);
                 *pool.starting.entry(env_id.to_string()).or_default() += want;
                 (want, None, count)
             } else if waiting == 0 && starting == 0 && live > min {
@@ -2254,6 +2275,22 @@ mod tests {
         pooled.pick("py", "d", false, true).await.unwrap();
         pooled.pick("py", "d", false, true).await.unwrap();
         assert_eq!(pool_py.processors_of("d"), (2, 2));
+    }
+
+    /// The autoscaler's demand: a harness per waiting `alone` bundle, one
+    /// per `room` others; counting out takes a bundle from both counts.
+    #[test]
+    fn each_waiting_alone_bundle_asks_for_a_harness_of_its_own() {
+        let mut pool = Pool::default();
+        for alone in [true, true, false, false, false] {
+            pool.count_waiting("py", alone, true);
+        }
+        assert_eq!(pool.harnesses_wanted("py", 2), 2 + 2);
+        assert_eq!(pool.harnesses_wanted("py", 4), 2 + 1);
+        pool.count_waiting("py", true, false);
+        assert_eq!(pool.waiting["py"], 4);
+        assert_eq!(pool.harnesses_wanted("py", 2), 1 + 2);
+        assert_eq!(pool.harnesses_wanted("go", 2), 0);
     }
 
     /// A small bundle of a one-core SDK waits for the harness's idle bundle

@@ -145,6 +145,8 @@ impl ForkServers {
         if inner.disabled {
             return None;
         }
+        let resolved = on_path(python, env.get("PATH").map(String::as_str));
+        let python = resolved.as_str();
         let mut shaping: Vec<(&String, &String)> =
             env.iter().filter(|(k, _)| shapes_interpreter(k)).collect();
         shaping.sort();
@@ -254,6 +256,25 @@ fn private_dir() -> std::io::Result<PathBuf> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
     Ok(dir)
+}
+
+/// `python` found on `path` (a `PATH` value) when it is a bare name, so
+/// `python3` and the file it runs share one fork server; as given when it
+/// has a `/` or is not found. Symbolic links are not followed: a virtual
+/// environment's `bin/python` links to its base interpreter but is another
+/// environment.
+fn on_path(python: &str, path: Option<&str>) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    if python.contains('/') {
+        return python.to_string();
+    }
+    std::env::split_paths(path.unwrap_or_default())
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join(python))
+        .find(|file| {
+            std::fs::metadata(file).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .map_or_else(|| python.to_string(), |file| file.display().to_string())
 }
 
 /// This process's environment, as the `env` of [`ForkServers::socket_for`]
@@ -566,6 +587,33 @@ mod tests {
         assert_eq!(starts(&dir, 1), 1);
         servers.stop();
         assert_eq!(servers.socket_for(&stale, &env), None, "none after stop");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An interpreter named bare and by the file PATH finds for it share
+    /// one fork server; a name PATH does not find is kept as it is.
+    #[test]
+    fn a_bare_interpreter_name_shares_the_fork_server_of_its_file() {
+        let dir = std::env::temp_dir().join(format!("weir-fork-path-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        // A stand-in that runs until its input ends, as a fork server does.
+        let file = dir.join("python-waits").display().to_string();
+        std::fs::write(&file, format!("#!/bin/sh\necho x >> {}/starts-0\ncat >/dev/null\n", dir.display()))
+            .unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let bare = "python-waits".to_string();
+        let path = format!("relative:{}", dir.display());
+        assert_eq!(on_path(&bare, Some(&path)), file);
+        assert_eq!(on_path(&bare, Some("/nonexistent")), bare);
+        assert_eq!(on_path("bin/python", Some(&path)), "bin/python");
+        let env = HashMap::from([("PATH".to_string(), path)]);
+        let servers = ForkServers::default();
+        let by_name = servers.socket_for(&bare, &env);
+        assert!(by_name.is_some());
+        assert_eq!(servers.socket_for(&file, &env), by_name);
+        servers.stop();
+        assert_eq!(starts(&dir, 0), 1);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

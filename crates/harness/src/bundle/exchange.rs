@@ -106,11 +106,15 @@ impl Inner {
             && !channel
             && request.input.len() == 1
             && self.harnesses.one_core_process(&stage.environment_id);
+        // Made again as soon as it fires, before the check it starts, so a
+        // change during a split's round trip is not missed.
+        let mut changed = Box::pin(self.harnesses.pool_changed());
         loop {
             tokio::select! {
                 r = &mut response => return r.map_err(|_| gone()),
                 _ = tokio::time::sleep(tick) => {}
-                _ = self.harnesses.pool_changed(), if element => {
+                _ = changed.as_mut(), if element => {
+                    changed = Box::pin(self.harnesses.pool_changed());
                     tokio::select! {
                         r = &mut response => return r.map_err(|_| gone()),
                         _ = tokio::time::sleep(POOL_CHANGE_SETTLE) => {}
