@@ -286,12 +286,18 @@ pub fn own_env() -> HashMap<String, String> {
 }
 
 /// The interpreter a PROCESS command runs when it is this binary's
-/// `weir boot` for Python: `--python X` or `--python=X`, else
-/// `weir_python` (the `WEIR_PYTHON` it will see) when not empty, else
-/// `python3`. `None` for another command or `--java`.
-pub fn boot_python(program: &str, args: &[String], weir_python: Option<&str>) -> Option<String> {
+/// `weir boot` for Python (`program` by path, or by name on `path`, the
+/// harness's `PATH`): `--python X` or `--python=X`, else `weir_python`
+/// (the `WEIR_PYTHON` it will see) when not empty, else `python3`. `None`
+/// for another command or `--java`.
+pub fn boot_python(
+    program: &str,
+    args: &[String],
+    weir_python: Option<&str>,
+    path: Option<&str>,
+) -> Option<String> {
     let me = std::env::current_exe().ok()?.canonicalize().ok()?;
-    if std::fs::canonicalize(program).ok()? != me
+    if std::fs::canonicalize(on_path(program, path)).ok()? != me
         || args.first().map(String::as_str) != Some("boot")
     {
         return None;
@@ -481,7 +487,7 @@ mod tests {
         let me = std::env::current_exe().unwrap().display().to_string();
         let none = None;
         let env = Some("/venv/bin/python");
-        let boot = |a: &[&str], env: Option<&str>| boot_python(&me, &args(a), env);
+        let boot = |a: &[&str], env: Option<&str>| boot_python(&me, &args(a), env, None);
         assert_eq!(
             boot(&["boot", "--python", "/py", "--id=w"], none).as_deref(),
             Some("/py")
@@ -499,9 +505,16 @@ mod tests {
         assert_eq!(boot(&["boot", "--java", "--id=w"], none), None);
         assert_eq!(boot(&["serve"], none), None);
         assert_eq!(
-            boot_python("/bin/sh", &args(&["boot", "--python", "/py"]), none),
+            boot_python("/bin/sh", &args(&["boot", "--python", "/py"]), none, None),
             None
         );
+        // By name, found on the harness's PATH.
+        let exe = std::env::current_exe().unwrap();
+        let (dir, name) = (exe.parent().unwrap(), exe.file_name().unwrap().to_str().unwrap());
+        let path = format!("/nonexistent:{}", dir.display());
+        let by_name = |path| boot_python(name, &args(&["boot", "--python", "/py"]), none, path);
+        assert_eq!(by_name(Some(&path)).as_deref(), Some("/py"));
+        assert_eq!(by_name(Some("/nonexistent")), None);
     }
 
     #[test]
