@@ -1025,20 +1025,20 @@ impl SdkHarnesses {
         })
     }
 
-    /// In how many bundles, at least 1, the unstarted elements of a bundle
-    /// of `env_id` running on `busy` could start now: for an SDK whose
+    /// In how many new bundles, at most `most`, work split off a bundle of
+    /// `env_id` running on `busy` could start now (0 when none): for an SDK whose
     /// harnesses run bundles on one core each in processes of their own
     /// (Python PROCESS), the other idle workers, a core each; otherwise
     /// (a multi-core SDK, the client's in-process pool) the free bundle
     /// slots of the environment's workers, at most the machine's cores not
     /// running one of its bundles.
     ///
-    /// The workers counted are promised to this split for [`PROMISE_TTL`]
+    /// The workers returned are promised to this split for [`PROMISE_TTL`]
     /// or until bundles are picked: another split meanwhile does not count
     /// them again. So call it only for a split about to be asked.
-    pub(crate) fn split_ways(&self, env_id: &str, busy: &str) -> usize {
+    pub(crate) fn split_ways(&self, env_id: &str, busy: &str, most: usize) -> usize {
         let Some(env) = self.environments.get(env_id) else {
-            return 1;
+            return 0;
         };
         let room = self.bundles_per_worker(env_id);
         let pool = self.pool();
@@ -1064,11 +1064,11 @@ impl SdkHarnesses {
         if promised.1.elapsed() > PROMISE_TTL {
             promised.0 = 0;
         }
-        let ready = ways.saturating_sub(promised.0);
+        let ready = ways.saturating_sub(promised.0).min(most);
         if ready > 0 {
             *promised = (promised.0 + ready, tokio::time::Instant::now());
         }
-        ready.max(1)
+        ready
     }
 
     /// Resolves at the first notified change of the pool after this call
@@ -2166,29 +2166,37 @@ mod tests {
         let (harnesses, [(java, _java_rx), (py, _py_rx)]) = java_and_python(&fn_api, 4, 2);
         let later = || tokio::time::advance(PROMISE_TTL + Duration::from_millis(1));
         py.in_flight.store(1, Ordering::SeqCst);
-        assert_eq!(harnesses.split_ways("py", &py.id), 1, "no idle harness: one bundle, as before");
+        assert_eq!(harnesses.split_ways("py", &py.id, 9), 0, "no idle harness");
         let (a, _a_rx) = connected_worker(&fn_api, "job-worker-py-2");
         let (b, _b_rx) = connected_worker(&fn_api, "job-worker-py-3");
         harnesses.pool().workers.get_mut("py").unwrap().extend([a.clone(), b.clone()]);
-        assert_eq!(harnesses.split_ways("py", &py.id), 2);
-        assert_eq!(harnesses.split_ways("py", &a.id), 1, "both idle harnesses are promised");
+        assert_eq!(harnesses.split_ways("py", &py.id, 9), 2);
+        assert_eq!(harnesses.split_ways("py", &a.id, 9), 0, "both idle harnesses are promised");
         later().await;
-        assert_eq!(harnesses.split_ways("py", &py.id), 2, "promises lapse");
+        assert_eq!(harnesses.split_ways("py", &py.id, 9), 2, "promises lapse");
         // A pick takes up one promise; the idle harness left stays promised.
         harnesses.pick("py", "d", false, false).await.unwrap();
-        assert_eq!(harnesses.split_ways("py", &py.id), 1);
+        assert_eq!(harnesses.split_ways("py", &py.id, 9), 0);
         later().await;
         a.in_flight.store(1, Ordering::SeqCst);
         b.in_flight.store(0, Ordering::SeqCst);
-        assert_eq!(harnesses.split_ways("py", &py.id), 1);
+        assert_eq!(harnesses.split_ways("py", &py.id, 9), 1);
+        later().await;
+        // Two bundles (on py and b) and one idle harness (a): a split that
+        // can use one (a splittable element's residual) promises it; the
+        // other bundle's split then finds none.
+        a.in_flight.store(0, Ordering::SeqCst);
+        b.in_flight.store(1, Ordering::SeqCst);
+        assert_eq!(harnesses.split_ways("py", &py.id, 1), 1);
+        assert_eq!(harnesses.split_ways("py", &b.id, 1), 0, "a is promised");
         later().await;
         // Java: 3 free slots of 4, capped by the cores not running a bundle.
         java.in_flight.store(1, Ordering::SeqCst);
         assert_eq!(
-            harnesses.split_ways("java", &java.id),
-            3.min(machine_cores() - 1).max(1)
+            harnesses.split_ways("java", &java.id, 9),
+            3.min(machine_cores() - 1)
         );
-        assert_eq!(harnesses.split_ways("none", &java.id), 1);
+        assert_eq!(harnesses.split_ways("none", &java.id, 9), 0);
     }
 
     /// A splittable DoFn's residual counts as able to start on the same

@@ -620,7 +620,7 @@ mod tests {
         assert_eq!(on_path(&bare, Some(&path)), file);
         assert_eq!(on_path(&bare, Some("/nonexistent")), bare);
         assert_eq!(on_path("bin/python", Some(&path)), "bin/python");
-        let env = HashMap::from([("PATH".to_string(), path)]);
+        let env = HashMap::from([("PATH".to_string(), format!("{path}:/usr/bin:/bin"))]);
         let servers = ForkServers::default();
         let by_name = servers.socket_for(&bare, &env);
         assert!(by_name.is_some());

@@ -77,15 +77,21 @@ impl Inner {
         if splits >= MAX_SPLITS_PER_BUNDLE || !worth {
             return Ok(splits);
         }
-        splits += 1;
         let ways = if channel {
-            self.harnesses
-                .split_ways(env, &worker.id)
-                .min(request.input.len().saturating_sub(1))
-                .max(1)
+            let most = request.input.len().saturating_sub(1);
+            self.harnesses.split_ways(env, &worker.id, most).max(1)
+        } else if self.harnesses.one_core_process(env) {
+            // The residual is for an idle harness: promise it, so another
+            // bundle's split does not count it too (one idle harness, two
+            // residuals).
+            if self.harnesses.split_ways(env, &worker.id, 1) == 0 {
+                return Ok(splits);
+            }
+            1
         } else {
             1
         };
+        splits += 1;
         let keep = 1.0 / (ways as f64 + 1.0);
         self.split(worker, instruction_id, request, stage, bundle, keep, splits, ways)
             .await?;
