@@ -119,6 +119,7 @@ impl Inner {
         let Some(on_split) = &request.on_split else {
             return Ok(());
         };
+        let asked = std::time::Instant::now();
         let split = worker.send(beam::InstructionRequest {
             instruction_id: format!("{instruction_id}-split-{nth}"),
             request: Some(beam::instruction_request::Request::ProcessBundleSplit(
@@ -147,7 +148,7 @@ impl Inner {
         else {
             return Ok(()); // the bundle finished first, or the SDK declined
         };
-        tracing::debug!(worker = %worker.id, bundle = %instruction_id, input = %stage.input_transform_id, elements = request.input.len(), split = ?split, "split response");
+        tracing::debug!(worker = %worker.id, bundle = %instruction_id, input = %stage.input_transform_id, elements = request.input.len(), round_trip_us = asked.elapsed().as_micros() as u64, split = ?split, "split response");
         let mut residuals = residual_elements(split.residual_roots, stage)?.elements;
         let restrictions = residuals.len();
         // Input elements from the first residual one on are left to the
