@@ -347,9 +347,10 @@ type PoolChannel = tokio::sync::OnceCell<Option<tonic::transport::Channel>>;
 /// not used, and a job prepared but never run holds none for long.
 pub const PRECONNECT_TTL: Duration = Duration::from_secs(30);
 
-/// How long bundles promised by a data-channel split hold their SDK
-/// workers for other splits ([`SdkHarnesses::split_ways`]): time enough
-/// for the engine to start them.
+/// How long bundles promised by a split hold their SDK workers for other
+/// splits ([`SdkHarnesses::split_ways`]), from the promise or from the
+/// split handing its work to the engine ([`SdkHarnesses::split_done`]):
+/// time enough for the engine to start them.
 const PROMISE_TTL: Duration = Duration::from_millis(100);
 
 /// Longest wait for a TCP connection to a worker pool.
@@ -523,11 +524,11 @@ pub struct SdkHarnesses {
     cancel: Arc<AtomicBool>,
     /// Why the job cannot go on (e.g. its LOOPBACK/EXTERNAL worker pool is gone).
     failure: Mutex<Option<String>>,
-    /// Bundles promised to ready SDK workers by recent data-channel splits
-    /// ([`SdkHarnesses::split_ways`]) and not picked yet, and when the last
-    /// promise was made: other splits meanwhile do not count those workers
-    /// again. Forgotten after [`PROMISE_TTL`].
-    promised: Mutex<(usize, tokio::time::Instant)>,
+    /// Per environment id: bundles promised to ready SDK workers by recent
+    /// splits ([`SdkHarnesses::split_ways`]) and not picked yet, and when
+    /// the last promise was made or renewed: other splits meanwhile do not
+    /// count those workers again. Forgotten after [`PROMISE_TTL`].
+    promised: Mutex<HashMap<String, (usize, tokio::time::Instant)>>,
     /// The job's connections to its worker pools, for StartWorker.
     pools: PoolChannels,
 }
@@ -579,7 +580,7 @@ pub async fn start(
         stopped: tokio::sync::watch::channel(false).0,
         cancel: cancel.clone(),
         failure: Mutex::new(None),
-        promised: Mutex::new((0, tokio::time::Instant::now())),
+        promised: Mutex::new(HashMap::new()),
         pools,
     });
     let cancelled = async {
@@ -938,7 +939,9 @@ impl SdkHarnesses {
                     Some((w, _, _)) => {
                         w.in_flight.fetch_add(1, Ordering::Relaxed);
                         let mut promised = self.promised.lock().unwrap_or_else(|p| p.into_inner());
-                        promised.0 = promised.0.saturating_sub(1);
+                        if let Some(p) = promised.get_mut(env_id) {
+                            p.0 = p.0.saturating_sub(1);
+                        }
                         w.descriptor_started(descriptor);
                         Some(Ok(w.clone()))
                     }
@@ -1061,6 +1064,9 @@ impl SdkHarnesses {
         };
         // After the pool lock (pick takes the two in that order).
         let mut promised = self.promised.lock().unwrap_or_else(|p| p.into_inner());
+        let promised = promised
+            .entry(env_id.to_string())
+            .or_insert((0, tokio::time::Instant::now()));
         if promised.1.elapsed() > PROMISE_TTL {
             promised.0 = 0;
         }
@@ -1069,6 +1075,25 @@ impl SdkHarnesses {
             *promised = (promised.0 + ready, tokio::time::Instant::now());
         }
         ready
+    }
+
+    /// Settles `ways` workers [`SdkHarnesses::split_ways`] promised to a
+    /// split of `env_id`: when it handed work to the engine, they stay
+    /// promised for [`PROMISE_TTL`] from now (the SDK's answer may have
+    /// taken most of it); when it handed none (the SDK declined, or the
+    /// bundle ended first), they are free again.
+    pub(crate) fn split_done(&self, env_id: &str, ways: usize, handed: bool) {
+        if ways == 0 {
+            return;
+        }
+        let mut promised = self.promised.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = promised.get_mut(env_id) {
+            if handed {
+                p.1 = tokio::time::Instant::now();
+            } else {
+                p.0 = p.0.saturating_sub(ways);
+            }
+        }
     }
 
     /// Resolves at the first notified change of the pool after this call
@@ -1201,8 +1226,9 @@ impl SdkHarnesses {
             let waiting = pool.waiting.get(env_id).copied().unwrap_or(0);
             let count = live + starting;
             if waiting > 0 && count < max {
+                // Harnesses already starting count towards the backlog's.
                 let want = pool.harnesses_wanted(env_id, self.bundles_per_worker(env_id));
-                let want = want.min(max - count);
+                let want = want.saturating_sub(starting).min(max - count);
                 *pool.starting.entry(env_id.to_string()).or_default() += want;
                 (want, None, count)
             } else if waiting == 0 && starting == 0 && live > min {
@@ -1717,7 +1743,7 @@ mod tests {
             stopped: tokio::sync::watch::channel(false).0,
             cancel: Arc::new(AtomicBool::new(false)),
             failure: Mutex::new(None),
-        promised: Mutex::new((0, tokio::time::Instant::now())),
+        promised: Mutex::new(HashMap::new()),
             pools: PoolChannels::default(),
         })
     }
@@ -2189,8 +2215,16 @@ mod tests {
         b.in_flight.store(1, Ordering::SeqCst);
         assert_eq!(harnesses.split_ways("py", &py.id, 1), 1);
         assert_eq!(harnesses.split_ways("py", &b.id, 1), 0, "a is promised");
-        later().await;
-        // Java: 3 free slots of 4, capped by the cores not running a bundle.
+        // A split that handed nothing back frees its promise; one that did
+        // keeps it PROMISE_TTL from then.
+        harnesses.split_done("py", 1, false);
+        assert_eq!(harnesses.split_ways("py", &b.id, 1), 1, "a is free again");
+        tokio::time::advance(PROMISE_TTL / 2).await;
+        harnesses.split_done("py", 1, true);
+        tokio::time::advance(PROMISE_TTL / 2 + Duration::from_millis(1)).await;
+        assert_eq!(harnesses.split_ways("py", &py.id, 1), 0, "renewed");
+        // Java: 3 free slots of 4, capped by the cores not running a bundle;
+        // Python's promise is not Java's.
         java.in_flight.store(1, Ordering::SeqCst);
         assert_eq!(
             harnesses.split_ways("java", &java.id, 9),

@@ -625,6 +625,13 @@ mod tests {
         let by_name = servers.socket_for(&bare, &env);
         assert!(by_name.is_some());
         assert_eq!(servers.socket_for(&file, &env), by_name);
+        // The stand-in has run (its start is written) before it is stopped.
+        for _ in 0..1000 {
+            if starts(&dir, 0) > 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         servers.stop();
         assert_eq!(starts(&dir, 0), 1);
         let _ = std::fs::remove_dir_all(&dir);

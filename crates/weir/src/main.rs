@@ -542,7 +542,8 @@ fn default_gbk_memory_budget() -> Option<usize> {
 /// Starts the Python fork servers `--python_fork_server_prewarm` names, for
 /// the environment this server gives its harnesses (see `socket_for`);
 /// one that cannot start says so in the log, as a job's would. A job uses
-/// one only when its `weir boot --python` names the interpreter the same way.
+/// one only when its `weir boot --python` names the same interpreter file
+/// (a bare name is looked up on PATH; symbolic links are not followed).
 fn prewarm_fork_servers(pythons: &[String]) {
     let env = weir_harness::fork_server::own_env();
     for python in pythons {

@@ -38,7 +38,9 @@ impl Inner {
     /// [`MAX_SPLITS_PER_BUNDLE`] splits were asked; returns the number of
     /// splits asked so far. A splittable DoFn's element (`channel` false)
     /// splits when its residual has an SDK harness to run on
-    /// ([`crate::environment::SdkHarnesses::could_run_a_residual`]); a data
+    /// ([`crate::environment::SdkHarnesses::could_run_a_residual`]; on a
+    /// one-core harness process, an idle harness no other split was promised,
+    /// see [`crate::environment::SdkHarnesses::split_ways`]); a data
     /// channel of several elements (`channel` true) when its environment
     /// could start another bundle at once (no bundle waits for a worker,
     /// and a worker has room for one more; see
@@ -77,24 +79,30 @@ impl Inner {
         if splits >= MAX_SPLITS_PER_BUNDLE || !worth {
             return Ok(splits);
         }
-        let ways = if channel {
+        // Workers promised to this split's bundles (see `split_ways`).
+        let promised = if channel {
             let most = request.input.len().saturating_sub(1);
-            self.harnesses.split_ways(env, &worker.id, most).max(1)
+            self.harnesses.split_ways(env, &worker.id, most)
         } else if self.harnesses.one_core_process(env) {
             // The residual is for an idle harness: promise it, so another
             // bundle's split does not count it too (one idle harness, two
             // residuals).
-            if self.harnesses.split_ways(env, &worker.id, 1) == 0 {
-                return Ok(splits);
+            match self.harnesses.split_ways(env, &worker.id, 1) {
+                0 => return Ok(splits),
+                n => n,
             }
-            1
         } else {
-            1
+            0
         };
+        let ways = if channel { promised.max(1) } else { 1 };
         splits += 1;
         let keep = 1.0 / (ways as f64 + 1.0);
-        self.split(worker, instruction_id, request, stage, bundle, keep, splits, ways)
-            .await?;
+        let handed = self
+            .split(worker, instruction_id, request, stage, bundle, keep, splits, ways)
+            .await;
+        self.harnesses
+            .split_done(env, promised, matches!(handed, Ok(true)));
+        handed?;
         Ok(splits)
     }
 
@@ -102,7 +110,7 @@ impl Inner {
     /// `fraction_of_remainder` of what is left (0: a checkpoint, everything
     /// not yet claimed goes to the residual), and hands the residuals (and
     /// the input elements the SDK has not started, to start as `ways`
-    /// bundles) to the engine.
+    /// bundles) to the engine. True when it handed any.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn split(
         &self,
@@ -114,10 +122,10 @@ impl Inner {
         fraction_of_remainder: f64,
         nth: u32,
         ways: usize,
-    ) -> Result<(), Failure> {
+    ) -> Result<bool, Failure> {
         // A bundle whose result is read as a whole is never split.
         let Some(on_split) = &request.on_split else {
-            return Ok(());
+            return Ok(false);
         };
         let asked = std::time::Instant::now();
         let split = worker.send(beam::InstructionRequest {
@@ -146,7 +154,7 @@ impl Inner {
         };
         let Some(beam::instruction_response::Response::ProcessBundleSplit(split)) = split.response
         else {
-            return Ok(()); // the bundle finished first, or the SDK declined
+            return Ok(false); // the bundle finished first, or the SDK declined
         };
         tracing::debug!(worker = %worker.id, bundle = %instruction_id, input = %stage.input_transform_id, elements = request.input.len(), round_trip_us = asked.elapsed().as_micros() as u64, split = ?split, "split response");
         let mut residuals = residual_elements(split.residual_roots, stage)?.elements;
@@ -167,8 +175,9 @@ impl Inner {
                 bundle.split_handed_over.store(true, Ordering::Relaxed);
             }
             (on_split.hand_back)(residuals, returned, ways);
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
     }
 }
 
