@@ -464,9 +464,6 @@ struct Pool {
     starting: HashMap<String, usize>,
     /// Bundles waiting for a free worker, by environment id (the backlog).
     waiting: HashMap<String, usize>,
-    /// Of those, `alone` bundles ([`SdkHarnesses::pick`]): each needs a
-    /// harness of its own, by environment id.
-    waiting_alone: HashMap<String, usize>,
     /// When each worker last finished a bundle (or joined), by worker id.
     last_busy: HashMap<String, Instant>,
     /// How each worker was started, by worker id.
@@ -475,22 +472,17 @@ struct Pool {
 
 impl Pool {
     /// Counts a bundle of `env_id` into the backlog (`waiting` true) or out
-    /// of it; `alone` as [`SdkHarnesses::pick`]'s.
-    fn count_waiting(&mut self, env_id: &str, alone: bool, waiting: bool) {
-        let counts = [Some(&mut self.waiting), alone.then_some(&mut self.waiting_alone)];
-        for n in counts.into_iter().flatten() {
-            let n = n.entry(env_id.to_string()).or_default();
-            *n = if waiting { *n + 1 } else { n.saturating_sub(1) };
-        }
+    /// of it.
+    fn count_waiting(&mut self, env_id: &str, waiting: bool) {
+        let n = self.waiting.entry(env_id.to_string()).or_default();
+        *n = if waiting { *n + 1 } else { n.saturating_sub(1) };
     }
 
     /// SDK harnesses the backlog of `env_id` asks for, with `room` bundles
-    /// each: one per waiting `alone` bundle (it runs beside no other bundle
-    /// of its descriptor), one per `room` other waiting bundles.
+    /// each.
     fn harnesses_wanted(&self, env_id: &str, room: usize) -> usize {
         let waiting = self.waiting.get(env_id).copied().unwrap_or(0);
-        let alone = self.waiting_alone.get(env_id).copied().unwrap_or(0).min(waiting);
-        alone + (waiting - alone).div_ceil(room.max(1))
+        waiting.div_ceil(room.max(1))
     }
 }
 
@@ -881,12 +873,6 @@ impl SdkHarnesses {
     /// one alone). That wait is not counted in the backlog: it asks for no
     /// more harnesses and holds back no split.
     ///
-    /// An `alone` bundle of such an SDK goes only to a harness that runs no
-    /// other bundle of `descriptor` when each harness is a process standing
-    /// for one core (not the client's in-process pool, not one harness for
-    /// a worker's cores): two long CPU-bound bundles on one interpreter
-    /// only take turns at its lock (see the bundle's caller).
-    ///
     /// # Errors
     /// When the environment has no worker left and none is starting.
     pub(crate) async fn pick(
@@ -894,13 +880,11 @@ impl SdkHarnesses {
         env_id: &str,
         descriptor: &str,
         small: bool,
-        alone: bool,
     ) -> std::result::Result<Arc<Worker>, String> {
         let one_core = self
             .environments
             .get(env_id)
             .is_some_and(|env| !declares_multi_core(env));
-        let alone = alone && self.one_core_process(env_id) && self.harness_per_core(env_id);
         // tokio's clock, so tests can pause it.
         let reuse_until =
             (small && one_core).then(|| tokio::time::Instant::now() + PROCESSOR_WAIT);
@@ -912,7 +896,7 @@ impl SdkHarnesses {
                 let mut pool = self.pool();
                 if self.is_stopping() {
                     if counted {
-                        pool.count_waiting(env_id, alone, false);
+                        pool.count_waiting(env_id, false);
                     }
                     return Err(format!(
                         "the SDK harnesses of job {} are stopped",
@@ -933,7 +917,6 @@ impl SdkHarnesses {
                         (*w, running, built)
                     })
                     .filter(|&(_, running, built)| !reuse_only || running == 0 || built > running)
-                    .filter(|&(_, running, _)| !(alone && running > 0))
                     .min_by_key(|&(w, running, built)| (w.bundles_in_flight(), built <= running));
                 let done = match free {
                     Some((w, _, _)) => {
@@ -952,14 +935,13 @@ impl SdkHarnesses {
                     }
                     None => None,
                 };
-                // In the backlog only while no worker has room, or none
-                // is free of its descriptor for an `alone` bundle (demand
-                // for more harnesses): a small bundle waiting for an idle
+                // In the backlog only while no worker has room (demand for
+                // more harnesses): a small bundle waiting for an idle
                 // processor is no demand for more harnesses (autoscaling)
                 // and holds back no split.
-                let blocked = done.is_none() && (with_room.is_empty() || alone);
+                let blocked = done.is_none() && with_room.is_empty();
                 if counted != blocked {
-                    pool.count_waiting(env_id, alone, blocked);
+                    pool.count_waiting(env_id, blocked);
                     counted = blocked;
                 }
                 if let Some(result) = done {
@@ -1103,16 +1085,6 @@ impl SdkHarnesses {
         self.changed.notified()
     }
 
-    /// True when each SDK harness of `env_id` stands for one core: it runs
-    /// the default [`SINGLE_CORE_BUNDLES_PER_HARNESS`] bundles, not
-    /// `number_of_worker_harness_threads` nor two for each of a worker's
-    /// cores (`no_use_multiple_sdk_containers`), where other harnesses
-    /// could not take a bundle it turned away.
-    fn harness_per_core(&self, env_id: &str) -> bool {
-        self.sizing.harness_threads.is_none()
-            && self.bundles_per_worker(env_id) == SINGLE_CORE_BUNDLES_PER_HARNESS
-    }
-
     /// True when each SDK harness of `env_id` is an interpreter of its own
     /// that runs its bundles on about one core: its SDK does not declare
     /// `beam:protocol:multi_core_bundle_processing:v1` and it is not the
@@ -1176,7 +1148,7 @@ impl SdkHarnesses {
     /// `min` and `max` workers' harnesses per environment: every
     /// [`AUTOSCALE_INTERVAL`], an environment with waiting bundles gets
     /// enough new harnesses for them (one per `bundles_per_worker` waiting
-    /// bundles, one per waiting `alone` bundle, up to its most); one with no backlog stops a harness idle
+    /// bundles, up to its most); one with no backlog stops a harness idle
     /// for [`AUTOSCALE_IDLE`] while it has more than its fewest.
     fn autoscale(self: &Arc<Self>, min: usize, max: usize) {
         let mut env_ids: Vec<String> = self.environments.keys().cloned().collect();
@@ -2201,7 +2173,7 @@ mod tests {
         later().await;
         assert_eq!(harnesses.split_ways("py", &py.id, 9), 2, "promises lapse");
         // A pick takes up one promise; the idle harness left stays promised.
-        harnesses.pick("py", "d", false, false).await.unwrap();
+        harnesses.pick("py", "d", false).await.unwrap();
         assert_eq!(harnesses.split_ways("py", &py.id, 9), 0);
         later().await;
         a.in_flight.store(1, Ordering::SeqCst);
@@ -2274,67 +2246,18 @@ mod tests {
         assert!(!harnesses.could_run_a_residual("py", &py.id, 0), "as many bundles as cores run");
     }
 
-    /// An `alone` bundle of a one-core SDK goes only to a harness that runs
-    /// no other bundle of its descriptor, and waits (in the backlog) while
-    /// each does; other descriptors and other bundles share a harness, as
-    /// do a multi-core SDK's, the client's in-process pool and a harness
-    /// that stands for several cores.
-    #[tokio::test(start_paused = true)]
-    async fn an_alone_bundle_does_not_share_a_one_core_harness_with_its_descriptor() {
-        let fn_api = FnApi::new("localhost:1".into());
-        let (harnesses, [(java, _java_rx), (py, _py_rx)]) =
-            java_and_python(&fn_api, 4, SINGLE_CORE_BUNDLES_PER_HARNESS);
-        let harnesses = Arc::new(harnesses);
-        let pick = |env: &'static str, d: &'static str, alone: bool| {
-            let h = harnesses.clone();
-            tokio::spawn(async move { h.pick(env, d, false, alone).await.unwrap().id.clone() })
-        };
-        assert_eq!(pick("py", "d", true).await.unwrap(), py.id);
-        let second = pick("py", "d", true);
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        assert!(!second.is_finished(), "the harness runs a bundle of d already");
-        assert_eq!(harnesses.backlog("py"), 1, "demand for another harness");
-        assert_eq!(pick("py", "d", false).await.unwrap(), py.id);
-        assert_eq!(py.processors_of("d"), (2, 2));
-        assert_eq!(pick("java", "d", true).await.unwrap(), java.id);
-        assert_eq!(pick("java", "d", true).await.unwrap(), java.id);
-        // One of d ends: one still runs, the alone bundle still waits.
-        harnesses.release(&py, "d", false);
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        assert!(!second.is_finished());
-        // The last one ends: it starts, and leaves the backlog.
-        harnesses.release(&py, "d", false);
-        assert_eq!(second.await.unwrap(), py.id);
-        assert_eq!(py.processors_of("d"), (1, 2));
-        assert_eq!(harnesses.backlog("py"), 0);
-        assert_eq!(pick("py", "e", true).await.unwrap(), py.id, "another descriptor");
-        // One harness for a worker's cores, or the client's in-process pool
-        // (LOOPBACK: one interpreter for every core): bundles share it.
-        let (wide, [_, (wide_py, _wide_rx)]) = java_and_python(&fn_api, 4, 4);
-        wide.pick("py", "d", false, true).await.unwrap();
-        wide.pick("py", "d", false, true).await.unwrap();
-        assert_eq!(wide_py.processors_of("d"), (2, 2));
-        let (mut pooled, [_, (pool_py, _pool_rx)]) =
-            java_and_python(&fn_api, 4, SINGLE_CORE_BUNDLES_PER_HARNESS);
-        pooled.sizing.in_process_pool = true;
-        pooled.pick("py", "d", false, true).await.unwrap();
-        pooled.pick("py", "d", false, true).await.unwrap();
-        assert_eq!(pool_py.processors_of("d"), (2, 2));
-    }
-
-    /// The autoscaler's demand: a harness per waiting `alone` bundle, one
-    /// per `room` others; counting out takes a bundle from both counts.
+    /// The autoscaler's demand: a harness per `room` waiting bundles.
     #[test]
-    fn each_waiting_alone_bundle_asks_for_a_harness_of_its_own() {
+    fn waiting_bundles_ask_for_a_harness_per_room() {
         let mut pool = Pool::default();
-        for alone in [true, true, false, false, false] {
-            pool.count_waiting("py", alone, true);
+        for _ in 0..5 {
+            pool.count_waiting("py", true);
         }
-        assert_eq!(pool.harnesses_wanted("py", 2), 2 + 2);
-        assert_eq!(pool.harnesses_wanted("py", 4), 2 + 1);
-        pool.count_waiting("py", true, false);
+        assert_eq!(pool.harnesses_wanted("py", 2), 3);
+        pool.count_waiting("py", false);
         assert_eq!(pool.waiting["py"], 4);
-        assert_eq!(pool.harnesses_wanted("py", 2), 1 + 2);
+        assert_eq!(pool.harnesses_wanted("py", 2), 2);
+        assert_eq!(pool.harnesses_wanted("py", 0), 4, "a room of at least 1");
         assert_eq!(pool.harnesses_wanted("go", 2), 0);
     }
 
@@ -2350,7 +2273,7 @@ mod tests {
         let soon = Duration::from_millis(5);
         let pick = |env: &'static str, d: &'static str, small: bool| {
             let h = harnesses.clone();
-            tokio::spawn(async move { h.pick(env, d, small, false).await.unwrap().id.clone() })
+            tokio::spawn(async move { h.pick(env, d, small).await.unwrap().id.clone() })
         };
         // The first bundle of a descriptor starts (its processor gets built).
         pick("py", "d", true).await.unwrap();
