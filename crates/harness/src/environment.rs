@@ -1538,13 +1538,14 @@ async fn spawn_harness(
                 .get("WEIR_PYTHON")
                 .cloned()
                 .or_else(|| std::env::var("WEIR_PYTHON").ok());
-            // The whole environment `weir boot` will have.
-            let mut full = fork_server::own_env();
-            full.extend(envs.clone());
-            let path = full.get("PATH").map(String::as_str);
+            // The PATH the harness will have finds a bare `weir`.
+            let path = envs.get("PATH").cloned().or_else(|| std::env::var("PATH").ok());
             if let Some(python) =
-                fork_server::boot_python(&program, &args, weir_python.as_deref(), path)
+                fork_server::boot_python(&program, &args, weir_python.as_deref(), path.as_deref())
             {
+                // The whole environment `weir boot` will have.
+                let mut full = fork_server::own_env();
+                full.extend(envs.clone());
                 if let Some(socket) = fork_server::ForkServers::global().socket_for(&python, &full) {
                     envs.insert(
                         fork_server::SOCKET_ENV.to_string(),
