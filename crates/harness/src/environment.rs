@@ -13,7 +13,7 @@ use weir_engine::machine_cores;
 use weir_proto::{beam, urns, MAX_GRPC_MESSAGE_BYTES};
 
 use crate::fork_server;
-use crate::registry::{FnApi, LogSink, Worker, WorkerLog};
+use crate::registry::{FnApi, LogSink, Worker, WorkerLog, CPU_UNSAMPLED};
 use crate::{HarnessError, Result};
 
 /// How long SDK harnesses get to dial the control service after being started.
@@ -281,6 +281,17 @@ struct ProcessExit {
 
 /// How often the autoscaler looks at the backlog.
 pub const AUTOSCALE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How often the CPU use of one-core SDK harness processes is sampled
+/// (see [`SdkHarnesses::pick`]'s `alone` bundles).
+pub const CPU_SAMPLE_INTERVAL: Duration = Duration::from_millis(200);
+
+/// CPU use, in thousandths of one core, from which a one-core SDK harness
+/// counts as keeping its core busy: it takes no second `alone` bundle of a
+/// descriptor (see [`SdkHarnesses::pick`]). A CPU-bound Python bundle keeps
+/// its harness at 950 or more; one that waits (I/O, sleeps: Beam's
+/// synthetic source sleeps between records) leaves it near 500.
+pub const CORE_BUSY_PERMILLE: u32 = 750;
 /// How long an SDK harness must sit idle before the autoscaler stops it.
 pub const AUTOSCALE_IDLE: Duration = Duration::from_secs(5);
 /// How long a dead SDK process gets to report its exit status.
@@ -450,6 +461,10 @@ enum Handle {
         kill: tokio::sync::oneshot::Sender<()>,
         exit: ProcessExit,
         dir: Option<std::path::PathBuf>,
+        /// The process started (for PROCESS: the command, which may be
+        /// `weir boot`; the Python harness it forks writes its own pid to
+        /// `<dir>/harness.pid`).
+        pid: Option<u32>,
     },
     /// EXTERNAL / LOOPBACK: the worker pool that started it.
     Pool { endpoint: String },
@@ -464,6 +479,9 @@ struct Pool {
     starting: HashMap<String, usize>,
     /// Bundles waiting for a free worker, by environment id (the backlog).
     waiting: HashMap<String, usize>,
+    /// Of those, `alone` bundles ([`SdkHarnesses::pick`]): each needs a
+    /// harness of its own, by environment id.
+    waiting_alone: HashMap<String, usize>,
     /// When each worker last finished a bundle (or joined), by worker id.
     last_busy: HashMap<String, Instant>,
     /// How each worker was started, by worker id.
@@ -472,17 +490,22 @@ struct Pool {
 
 impl Pool {
     /// Counts a bundle of `env_id` into the backlog (`waiting` true) or out
-    /// of it.
-    fn count_waiting(&mut self, env_id: &str, waiting: bool) {
-        let n = self.waiting.entry(env_id.to_string()).or_default();
-        *n = if waiting { *n + 1 } else { n.saturating_sub(1) };
+    /// of it; `alone` as [`SdkHarnesses::pick`]'s.
+    fn count_waiting(&mut self, env_id: &str, alone: bool, waiting: bool) {
+        let counts = [Some(&mut self.waiting), alone.then_some(&mut self.waiting_alone)];
+        for n in counts.into_iter().flatten() {
+            let n = n.entry(env_id.to_string()).or_default();
+            *n = if waiting { *n + 1 } else { n.saturating_sub(1) };
+        }
     }
 
     /// SDK harnesses the backlog of `env_id` asks for, with `room` bundles
-    /// each.
+    /// each: one per waiting `alone` bundle (it runs beside no other bundle
+    /// of its descriptor), one per `room` other waiting bundles.
     fn harnesses_wanted(&self, env_id: &str, room: usize) -> usize {
         let waiting = self.waiting.get(env_id).copied().unwrap_or(0);
-        waiting.div_ceil(room.max(1))
+        let alone = self.waiting_alone.get(env_id).copied().unwrap_or(0).min(waiting);
+        alone + (waiting - alone).div_ceil(room.max(1))
     }
 }
 
@@ -588,6 +611,13 @@ pub async fn start(
         Ok(()) => {
             if let Scaling::ThroughputBased { min, .. } = scaling {
                 harnesses.autoscale(min.max(1), scaling.max());
+            }
+            if harnesses
+                .environments
+                .keys()
+                .any(|id| harnesses.one_core_process(id) && harnesses.harness_per_core(id))
+            {
+                harnesses.sample_cpu();
             }
             Ok(harnesses)
         }
@@ -873,6 +903,15 @@ impl SdkHarnesses {
     /// one alone). That wait is not counted in the backlog: it asks for no
     /// more harnesses and holds back no split.
     ///
+    /// An `alone` bundle of such an SDK goes only to a harness that runs no
+    /// other bundle of `descriptor`, or whose process leaves its core partly
+    /// idle (under [`CORE_BUSY_PERMILLE`] at its last CPU sample; none yet
+    /// counts as busy), when each harness is a process standing for one
+    /// core (not the client's in-process pool, not one harness for a
+    /// worker's cores): two CPU-bound bundles on one interpreter only take
+    /// turns at its lock (see the bundle's caller), while a bundle that
+    /// waits leaves room for a second.
+    ///
     /// # Errors
     /// When the environment has no worker left and none is starting.
     pub(crate) async fn pick(
@@ -880,11 +919,13 @@ impl SdkHarnesses {
         env_id: &str,
         descriptor: &str,
         small: bool,
+        alone: bool,
     ) -> std::result::Result<Arc<Worker>, String> {
         let one_core = self
             .environments
             .get(env_id)
             .is_some_and(|env| !declares_multi_core(env));
+        let alone = alone && self.one_core_process(env_id) && self.harness_per_core(env_id);
         // tokio's clock, so tests can pause it.
         let reuse_until =
             (small && one_core).then(|| tokio::time::Instant::now() + PROCESSOR_WAIT);
@@ -896,7 +937,7 @@ impl SdkHarnesses {
                 let mut pool = self.pool();
                 if self.is_stopping() {
                     if counted {
-                        pool.count_waiting(env_id, false);
+                        pool.count_waiting(env_id, alone, false);
                     }
                     return Err(format!(
                         "the SDK harnesses of job {} are stopped",
@@ -917,10 +958,14 @@ impl SdkHarnesses {
                         (*w, running, built)
                     })
                     .filter(|&(_, running, built)| !reuse_only || running == 0 || built > running)
+                    .filter(|&(w, running, _)| {
+                        !(alone && running > 0 && w.cpu_permille() >= CORE_BUSY_PERMILLE)
+                    })
                     .min_by_key(|&(w, running, built)| (w.bundles_in_flight(), built <= running));
                 let done = match free {
                     Some((w, _, _)) => {
                         w.in_flight.fetch_add(1, Ordering::Relaxed);
+                        w.bundle_moves.fetch_add(1, Ordering::Relaxed);
                         let mut promised = self.promised.lock().unwrap_or_else(|p| p.into_inner());
                         if let Some(p) = promised.get_mut(env_id) {
                             p.0 = p.0.saturating_sub(1);
@@ -935,13 +980,14 @@ impl SdkHarnesses {
                     }
                     None => None,
                 };
-                // In the backlog only while no worker has room (demand for
-                // more harnesses): a small bundle waiting for an idle
+                // In the backlog only while no worker has room, or none
+                // is free of its descriptor for an `alone` bundle (demand
+                // for more harnesses): a small bundle waiting for an idle
                 // processor is no demand for more harnesses (autoscaling)
                 // and holds back no split.
-                let blocked = done.is_none() && with_room.is_empty();
+                let blocked = done.is_none() && (with_room.is_empty() || alone);
                 if counted != blocked {
-                    pool.count_waiting(env_id, blocked);
+                    pool.count_waiting(env_id, alone, blocked);
                     counted = blocked;
                 }
                 if let Some(result) = done {
@@ -993,6 +1039,7 @@ impl SdkHarnesses {
     pub(crate) fn release(&self, worker: &Worker, descriptor: &str, failed: bool) {
         worker.descriptor_ended(descriptor, failed);
         worker.in_flight.fetch_sub(1, Ordering::Relaxed);
+        worker.bundle_moves.fetch_add(1, Ordering::Relaxed);
         {
             let mut pool = self.pool();
             if pool.last_busy.contains_key(&worker.id) {
@@ -1085,6 +1132,16 @@ impl SdkHarnesses {
         self.changed.notified()
     }
 
+    /// True when each SDK harness of `env_id` stands for one core: it runs
+    /// the default [`SINGLE_CORE_BUNDLES_PER_HARNESS`] bundles, not
+    /// `number_of_worker_harness_threads` nor two for each of a worker's
+    /// cores (`no_use_multiple_sdk_containers`), where other harnesses
+    /// could not take a bundle it turned away.
+    fn harness_per_core(&self, env_id: &str) -> bool {
+        self.sizing.harness_threads.is_none()
+            && self.bundles_per_worker(env_id) == SINGLE_CORE_BUNDLES_PER_HARNESS
+    }
+
     /// True when each SDK harness of `env_id` is an interpreter of its own
     /// that runs its bundles on about one core: its SDK does not declare
     /// `beam:protocol:multi_core_bundle_processing:v1` and it is not the
@@ -1144,11 +1201,100 @@ impl SdkHarnesses {
         self.pool().waiting.get(env_id).copied().unwrap_or(0)
     }
 
+    /// Samples, every [`CPU_SAMPLE_INTERVAL`] until the job stops, the CPU
+    /// use of each PROCESS SDK harness into [`Worker::cpu_permille`] (the
+    /// busier of its last two windows, each one in which its bundles
+    /// neither started nor ended): the Python harness a fork server forked
+    /// (its pid in `<semi_persist_dir>/harness.pid`) or else the process
+    /// started. A harness of any other kind (EXTERNAL, DOCKER) or without
+    /// `/proc` gets 0: it never counts as busy. A harness found leaving its
+    /// core partly idle wakes the bundles waiting in [`SdkHarnesses::pick`].
+    fn sample_cpu(self: &Arc<Self>) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            // By worker id: the last sample.
+            let mut last: HashMap<String, CpuSample> = HashMap::new();
+            let ticks_per_second = clock_ticks_per_second();
+            loop {
+                // Each connected worker with the pid of its harness process.
+                let workers: Vec<(Arc<Worker>, Option<u32>)> = {
+                    let pool = this.pool();
+                    pool.workers
+                        .values()
+                        .flatten()
+                        .map(|w| {
+                            let pid = match pool.handles.get(&w.id) {
+                                Some(Handle::Process { dir, pid, .. }) => dir
+                                    .as_ref()
+                                    .and_then(|d| {
+                                        std::fs::read_to_string(d.join(crate::boot::HARNESS_PID_FILE)).ok()
+                                    })
+                                    .and_then(|p| p.trim().parse().ok())
+                                    .or(*pid),
+                                _ => None,
+                            };
+                            (w.clone(), pid)
+                        })
+                        .collect()
+                };
+                let now = Instant::now();
+                let mut freed = false;
+                last.retain(|id, _| workers.iter().any(|(w, _)| &w.id == id));
+                for (w, pid) in workers {
+                    let Some((pid, ticks)) = pid.and_then(|p| Some((p, process_cpu_ticks(p)?))) else {
+                        w.cpu_permille.store(0, Ordering::Relaxed);
+                        continue;
+                    };
+                    let moves = w.bundle_moves.load(Ordering::Relaxed);
+                    // This window's measure: only while the same bundles ran
+                    // throughout (one that starts or ends leaves the core
+                    // idle around it, which says nothing of the others).
+                    let window = match last.get(&w.id) {
+                        Some(then) if then.pid == pid && then.moves == moves && w.bundles_in_flight() > 0 => {
+                            let wall = now.duration_since(then.at).as_secs_f64().max(1e-3);
+                            let used = ticks.saturating_sub(then.ticks) as f64 / ticks_per_second;
+                            (used / wall * 1000.0).round() as u32
+                        }
+                        _ => CPU_UNSAMPLED,
+                    };
+                    // The busier of the last two windows: one dip (a bundle
+                    // finishing, its outputs on their way) is not idleness.
+                    let previous = last.get(&w.id).map_or(CPU_UNSAMPLED, |s| s.window);
+                    let permille = window.max(previous);
+                    let before = w.cpu_permille.swap(permille, Ordering::Relaxed);
+                    tracing::trace!(worker = %w.id, window, bundles = w.bundles_in_flight(), "SDK harness CPU sample");
+                    if (before >= CORE_BUSY_PERMILLE) != (permille >= CORE_BUSY_PERMILLE) {
+                        tracing::debug!(
+                            worker = %w.id,
+                            permille,
+                            bundles = w.bundles_in_flight(),
+                            "SDK harness process {}",
+                            if permille >= CORE_BUSY_PERMILLE {
+                                "keeps its core busy, or its bundles changed"
+                            } else {
+                                "leaves its core partly idle"
+                            }
+                        );
+                    }
+                    freed |= before >= CORE_BUSY_PERMILLE && permille < CORE_BUSY_PERMILLE;
+                    last.insert(w.id.clone(), CpuSample { pid, at: now, ticks, moves, window });
+                }
+                if freed {
+                    this.changed.notify_waiters();
+                }
+                tokio::time::sleep(CPU_SAMPLE_INTERVAL).await;
+                if this.stopping.load(Ordering::SeqCst) {
+                    return;
+                }
+            }
+        });
+    }
+
     /// Runs the THROUGHPUT_BASED autoscaler until the job stops, between
     /// `min` and `max` workers' harnesses per environment: every
     /// [`AUTOSCALE_INTERVAL`], an environment with waiting bundles gets
     /// enough new harnesses for them (one per `bundles_per_worker` waiting
-    /// bundles, up to its most); one with no backlog stops a harness idle
+    /// bundles, one per waiting `alone` bundle, up to its most); one with no backlog stops a harness idle
     /// for [`AUTOSCALE_IDLE`] while it has more than its fewest.
     fn autoscale(self: &Arc<Self>, min: usize, max: usize) {
         let mut env_ids: Vec<String> = self.environments.keys().cloned().collect();
@@ -1413,6 +1559,7 @@ async fn stop_handle_of(handle: Handle, worker_id: &str, grace: Duration) -> Opt
             kill,
             mut exit,
             dir,
+            ..
         } => {
             let status = match tokio::time::timeout(grace, exited(&mut exit.status)).await {
                 Ok(status) => status,
@@ -1572,6 +1719,7 @@ async fn spawn_harness(
                 .map_err(|e| {
                     env_error(env_id, &env.urn, format!("cannot start {program:?}: {e}"))
                 })?;
+            let pid = child.id();
             let tail = OutputTail::default();
             let readers: Vec<_> = [
                 child
@@ -1627,10 +1775,45 @@ async fn spawn_harness(
                     output: tail,
                 },
                 dir,
+                pid,
             })
         }
         other => Err(env_error(env_id, other, "unsupported environment type")),
     }
+}
+
+/// One CPU sample of an SDK harness process ([`SdkHarnesses::pick`]'s
+/// sampler).
+struct CpuSample {
+    pid: u32,
+    at: Instant,
+    /// [`process_cpu_ticks`] then.
+    ticks: u64,
+    /// [`Worker::bundle_moves`] then.
+    moves: u64,
+    /// CPU use over the window this sample ended, in thousandths of a core;
+    /// [`CPU_UNSAMPLED`] when its bundles changed in it.
+    window: u32,
+}
+
+/// User plus system CPU time of process `pid` (all its threads), in
+/// clock ticks (fields 14 and 15 of `/proc/<pid>/stat`); `None` when it
+/// cannot be read (no such process, no `/proc`).
+fn process_cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's closing parenthesis: field 3 (state) onwards.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some(user + system)
+}
+
+/// The clock ticks per second of `/proc`'s CPU times (`_SC_CLK_TCK`).
+fn clock_ticks_per_second() -> f64 {
+    // SAFETY: sysconf reads a constant of the system.
+    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if n > 0 { n as f64 } else { 100.0 }
 }
 
 #[cfg(test)]
@@ -2174,7 +2357,7 @@ mod tests {
         later().await;
         assert_eq!(harnesses.split_ways("py", &py.id, 9), 2, "promises lapse");
         // A pick takes up one promise; the idle harness left stays promised.
-        harnesses.pick("py", "d", false).await.unwrap();
+        harnesses.pick("py", "d", false, false).await.unwrap();
         assert_eq!(harnesses.split_ways("py", &py.id, 9), 0);
         later().await;
         a.in_flight.store(1, Ordering::SeqCst);
@@ -2247,18 +2430,99 @@ mod tests {
         assert!(!harnesses.could_run_a_residual("py", &py.id, 0), "as many bundles as cores run");
     }
 
-    /// The autoscaler's demand: a harness per `room` waiting bundles.
+    /// An `alone` bundle of a one-core SDK goes only to a harness that runs
+    /// no other bundle of its descriptor, and waits (in the backlog) while
+    /// each does; other descriptors and other bundles share a harness, as
+    /// do a multi-core SDK's, the client's in-process pool and a harness
+    /// that stands for several cores.
+    #[tokio::test(start_paused = true)]
+    async fn an_alone_bundle_does_not_share_a_one_core_harness_with_its_descriptor() {
+        let fn_api = FnApi::new("localhost:1".into());
+        let (harnesses, [(java, _java_rx), (py, _py_rx)]) =
+            java_and_python(&fn_api, 4, SINGLE_CORE_BUNDLES_PER_HARNESS);
+        let harnesses = Arc::new(harnesses);
+        let pick = |env: &'static str, d: &'static str, alone: bool| {
+            let h = harnesses.clone();
+            tokio::spawn(async move { h.pick(env, d, false, alone).await.unwrap().id.clone() })
+        };
+        assert_eq!(pick("py", "d", true).await.unwrap(), py.id);
+        let second = pick("py", "d", true);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!second.is_finished(), "the harness runs a bundle of d already");
+        assert_eq!(harnesses.backlog("py"), 1, "demand for another harness");
+        assert_eq!(pick("py", "d", false).await.unwrap(), py.id);
+        assert_eq!(py.processors_of("d"), (2, 2));
+        assert_eq!(pick("java", "d", true).await.unwrap(), java.id);
+        assert_eq!(pick("java", "d", true).await.unwrap(), java.id);
+        // One of d ends: one still runs, the alone bundle still waits.
+        harnesses.release(&py, "d", false);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!second.is_finished());
+        // The last one ends: it starts, and leaves the backlog.
+        harnesses.release(&py, "d", false);
+        assert_eq!(second.await.unwrap(), py.id);
+        assert_eq!(py.processors_of("d"), (1, 2));
+        assert_eq!(harnesses.backlog("py"), 0);
+        assert_eq!(pick("py", "e", true).await.unwrap(), py.id, "another descriptor");
+        harnesses.release(&py, "e", false);
+        // A harness whose last CPU sample shows its bundle of d waiting (a
+        // core partly idle) takes a second one; unsampled, it counts as busy.
+        let third = pick("py", "d", true);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!third.is_finished(), "no CPU sample yet: busy");
+        py.cpu_permille.store(CORE_BUSY_PERMILLE, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!third.is_finished(), "at the mark: busy");
+        py.cpu_permille.store(CORE_BUSY_PERMILLE - 1, Ordering::Relaxed);
+        assert_eq!(third.await.unwrap(), py.id);
+        assert_eq!(py.processors_of("d"), (2, 2));
+        assert_eq!(harnesses.backlog("py"), 0);
+        // One harness for a worker's cores, or the client's in-process pool
+        // (LOOPBACK: one interpreter for every core): bundles share it.
+        let (wide, [_, (wide_py, _wide_rx)]) = java_and_python(&fn_api, 4, 4);
+        wide.pick("py", "d", false, true).await.unwrap();
+        wide.pick("py", "d", false, true).await.unwrap();
+        assert_eq!(wide_py.processors_of("d"), (2, 2));
+        let (mut pooled, [_, (pool_py, _pool_rx)]) =
+            java_and_python(&fn_api, 4, SINGLE_CORE_BUNDLES_PER_HARNESS);
+        pooled.sizing.in_process_pool = true;
+        pooled.pick("py", "d", false, true).await.unwrap();
+        pooled.pick("py", "d", false, true).await.unwrap();
+        assert_eq!(pool_py.processors_of("d"), (2, 2));
+    }
+
+    /// A process's CPU ticks grow as it works, and a process that is gone
+    /// has none.
+    #[cfg(target_os = "linux")]
     #[test]
-    fn waiting_bundles_ask_for_a_harness_per_room() {
-        let mut pool = Pool::default();
-        for _ in 0..5 {
-            pool.count_waiting("py", true);
+    fn process_cpu_ticks_count_this_process_s_work() {
+        let me = std::process::id();
+        let before = process_cpu_ticks(me).expect("this process's /proc/<pid>/stat");
+        let ticks = clock_ticks_per_second();
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < Duration::from_millis(300) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
-        assert_eq!(pool.harnesses_wanted("py", 2), 3);
-        pool.count_waiting("py", false);
+        let after = process_cpu_ticks(me).expect("still here");
+        // 300 ms of one thread's work: at least 0.2 s counted.
+        assert!(after - before >= (0.2 * ticks) as u64, "{before} -> {after} ({ticks}/s)");
+        assert_eq!(process_cpu_ticks(u32::MAX), None);
+    }
+
+    /// The autoscaler's demand: a harness per waiting `alone` bundle, one
+    /// per `room` others; counting out takes a bundle from both counts.
+    #[test]
+    fn each_waiting_alone_bundle_asks_for_a_harness_of_its_own() {
+        let mut pool = Pool::default();
+        for alone in [true, true, false, false, false] {
+            pool.count_waiting("py", alone, true);
+        }
+        assert_eq!(pool.harnesses_wanted("py", 2), 2 + 2);
+        assert_eq!(pool.harnesses_wanted("py", 4), 2 + 1);
+        pool.count_waiting("py", true, false);
         assert_eq!(pool.waiting["py"], 4);
-        assert_eq!(pool.harnesses_wanted("py", 2), 2);
-        assert_eq!(pool.harnesses_wanted("py", 0), 4, "a room of at least 1");
+        assert_eq!(pool.harnesses_wanted("py", 2), 1 + 2);
         assert_eq!(pool.harnesses_wanted("go", 2), 0);
     }
 
@@ -2274,7 +2538,7 @@ mod tests {
         let soon = Duration::from_millis(5);
         let pick = |env: &'static str, d: &'static str, small: bool| {
             let h = harnesses.clone();
-            tokio::spawn(async move { h.pick(env, d, small).await.unwrap().id.clone() })
+            tokio::spawn(async move { h.pick(env, d, small, false).await.unwrap().id.clone() })
         };
         // The first bundle of a descriptor starts (its processor gets built).
         pick("py", "d", true).await.unwrap();

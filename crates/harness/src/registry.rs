@@ -4,7 +4,7 @@
 //! SDK log entries.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot, watch};
@@ -93,7 +93,18 @@ pub struct Worker {
     /// arrive there, so its process's stderr (the same entries, printed) is
     /// then only logged at DEBUG.
     pub(crate) logging: Arc<std::sync::atomic::AtomicBool>,
+    /// The SDK harness process's CPU use, in thousandths of one core, over
+    /// its last two sample windows (see `SdkHarnesses`' CPU sampler):
+    /// [`CPU_UNSAMPLED`] unless its bundles in flight neither started nor
+    /// ended in either; 0 when its process cannot be measured.
+    pub(crate) cpu_permille: AtomicU32,
+    /// Bumped each time a bundle starts or ends here: a CPU sample counts
+    /// only over a window in which this stayed the same.
+    pub(crate) bundle_moves: AtomicU64,
 }
+
+/// [`Worker::cpu_permille`] before the first sample of its process.
+pub(crate) const CPU_UNSAMPLED: u32 = u32::MAX;
 
 impl Worker {
     /// Sends an instruction and returns the receiver of its response.
@@ -183,6 +194,12 @@ impl Worker {
     /// Bundles currently sent to this worker and not yet answered.
     pub fn bundles_in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// The SDK harness process's last sampled CPU use, in thousandths of
+    /// one core; [`CPU_UNSAMPLED`] before its first sample.
+    pub(crate) fn cpu_permille(&self) -> u32 {
+        self.cpu_permille.load(Ordering::Relaxed)
     }
 
     /// (bundles of `descriptor` in flight here, bundle processors the SDK
@@ -427,6 +444,8 @@ impl FnApi {
             disconnect_reason: Mutex::new(None),
             claimed: std::sync::atomic::AtomicBool::new(false),
             logging: Arc::default(),
+            cpu_permille: AtomicU32::new(CPU_UNSAMPLED),
+            bundle_moves: AtomicU64::new(0),
         });
         self.workers
             .lock()
