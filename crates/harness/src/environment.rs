@@ -1224,13 +1224,14 @@ impl SdkHarnesses {
                         .flatten()
                         .map(|w| {
                             let pid = match pool.handles.get(&w.id) {
-                                Some(Handle::Process { dir, pid, .. }) => dir
-                                    .as_ref()
-                                    .and_then(|d| {
-                                        std::fs::read_to_string(d.join(crate::boot::HARNESS_PID_FILE)).ok()
-                                    })
-                                    .and_then(|p| p.trim().parse().ok())
-                                    .or(*pid),
+                                // PROCESS (DOCKER has no folder: its pid
+                                // is the docker client's).
+                                Some(Handle::Process { dir: Some(d), pid, .. }) => {
+                                    std::fs::read_to_string(d.join(crate::boot::HARNESS_PID_FILE))
+                                        .ok()
+                                        .and_then(|p| p.trim().parse().ok())
+                                        .or(*pid)
+                                }
                                 _ => None,
                             };
                             (w.clone(), pid)
