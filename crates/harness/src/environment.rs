@@ -462,8 +462,8 @@ enum Handle {
         exit: ProcessExit,
         dir: Option<std::path::PathBuf>,
         /// The process started (for PROCESS: the command, which may be
-        /// `weir boot`; the Python harness it forks writes its own pid to
-        /// `<dir>/harness.pid`).
+        /// `weir boot`; it writes the pid of a Python harness a fork server
+        /// forked for it to `<dir>/harness.pid`).
         pid: Option<u32>,
     },
     /// EXTERNAL / LOOPBACK: the worker pool that started it.
@@ -612,11 +612,7 @@ pub async fn start(
             if let Scaling::ThroughputBased { min, .. } = scaling {
                 harnesses.autoscale(min.max(1), scaling.max());
             }
-            if harnesses
-                .environments
-                .keys()
-                .any(|id| harnesses.one_core_process(id) && harnesses.harness_per_core(id))
-            {
+            if harnesses.environments.keys().any(|id| harnesses.harness_cpu_sampled(id)) {
                 harnesses.sample_cpu();
             }
             Ok(harnesses)
@@ -905,8 +901,8 @@ impl SdkHarnesses {
     ///
     /// An `alone` bundle of such an SDK goes only to a harness that runs no
     /// other bundle of `descriptor`, or whose process leaves its core partly
-    /// idle (under [`CORE_BUSY_PERMILLE`] at its last CPU sample; none yet
-    /// counts as busy), when each harness is a process standing for one
+    /// idle ([`Worker::cpu_permille`] under [`CORE_BUSY_PERMILLE`]; none
+    /// yet counts as busy), when each harness is a PROCESS standing for one
     /// core (not the client's in-process pool, not one harness for a
     /// worker's cores): two CPU-bound bundles on one interpreter only take
     /// turns at its lock (see the bundle's caller), while a bundle that
@@ -925,7 +921,7 @@ impl SdkHarnesses {
             .environments
             .get(env_id)
             .is_some_and(|env| !declares_multi_core(env));
-        let alone = alone && self.one_core_process(env_id) && self.harness_per_core(env_id);
+        let alone = alone && self.harness_cpu_sampled(env_id);
         // tokio's clock, so tests can pause it.
         let reuse_until =
             (small && one_core).then(|| tokio::time::Instant::now() + PROCESSOR_WAIT);
@@ -961,11 +957,13 @@ impl SdkHarnesses {
                     .filter(|&(w, running, _)| {
                         !(alone && running > 0 && w.cpu_permille() >= CORE_BUSY_PERMILLE)
                     })
-                    .min_by_key(|&(w, running, built)| (w.bundles_in_flight(), built <= running));
+                    .min_by_key(|&(w, running, built)| {
+                        (w.bundles_in_flight(), alone && running > 0, built <= running)
+                    });
                 let done = match free {
                     Some((w, _, _)) => {
                         w.in_flight.fetch_add(1, Ordering::Relaxed);
-                        w.bundle_moves.fetch_add(1, Ordering::Relaxed);
+                        w.bundles_moved();
                         let mut promised = self.promised.lock().unwrap_or_else(|p| p.into_inner());
                         if let Some(p) = promised.get_mut(env_id) {
                             p.0 = p.0.saturating_sub(1);
@@ -1039,7 +1037,7 @@ impl SdkHarnesses {
     pub(crate) fn release(&self, worker: &Worker, descriptor: &str, failed: bool) {
         worker.descriptor_ended(descriptor, failed);
         worker.in_flight.fetch_sub(1, Ordering::Relaxed);
-        worker.bundle_moves.fetch_add(1, Ordering::Relaxed);
+        worker.bundles_moved();
         {
             let mut pool = self.pool();
             if pool.last_busy.contains_key(&worker.id) {
@@ -1142,6 +1140,18 @@ impl SdkHarnesses {
             && self.bundles_per_worker(env_id) == SINGLE_CORE_BUNDLES_PER_HARNESS
     }
 
+    /// True when each SDK harness of `env_id` is a PROCESS of its own that
+    /// stands for one core ([`SdkHarnesses::one_core_process`],
+    /// [`SdkHarnesses::harness_per_core`]) and its CPU use can be read
+    /// (Linux): the harnesses whose `alone` bundles [`SdkHarnesses::pick`]
+    /// keeps apart while their CPU use says they are busy.
+    fn harness_cpu_sampled(&self, env_id: &str) -> bool {
+        cfg!(target_os = "linux")
+            && self.environments.get(env_id).is_some_and(|env| env.urn == urns::env::PROCESS)
+            && self.one_core_process(env_id)
+            && self.harness_per_core(env_id)
+    }
+
     /// True when each SDK harness of `env_id` is an interpreter of its own
     /// that runs its bundles on about one core: its SDK does not declare
     /// `beam:protocol:multi_core_bundle_processing:v1` and it is not the
@@ -1207,7 +1217,8 @@ impl SdkHarnesses {
     /// neither started nor ended): the Python harness a fork server forked
     /// (its pid in `<semi_persist_dir>/harness.pid`) or else the process
     /// started. A harness of any other kind (EXTERNAL, DOCKER) or without
-    /// `/proc` gets 0: it never counts as busy. A harness found leaving its
+    /// `/proc` gets 0: it never counts as busy; so does, near enough, one
+    /// whose command starts Python as a child rather than exec it. A harness found leaving its
     /// core partly idle wakes the bundles waiting in [`SdkHarnesses::pick`].
     fn sample_cpu(self: &Arc<Self>) {
         let this = self.clone();
@@ -1216,52 +1227,52 @@ impl SdkHarnesses {
             let mut last: HashMap<String, CpuSample> = HashMap::new();
             let ticks_per_second = clock_ticks_per_second();
             loop {
-                // Each connected worker with the pid of its harness process.
-                let workers: Vec<(Arc<Worker>, Option<u32>)> = {
+                // Each worker with its PROCESS folder and process (DOCKER
+                // has no folder: its pid is the docker client's).
+                let workers: Vec<(Arc<Worker>, Option<(std::path::PathBuf, Option<u32>)>)> = {
                     let pool = this.pool();
                     pool.workers
                         .values()
                         .flatten()
                         .map(|w| {
-                            let pid = match pool.handles.get(&w.id) {
-                                // PROCESS (DOCKER has no folder: its pid
-                                // is the docker client's).
-                                Some(Handle::Process { dir: Some(d), pid, .. }) => {
-                                    std::fs::read_to_string(d.join(crate::boot::HARNESS_PID_FILE))
-                                        .ok()
-                                        .and_then(|p| p.trim().parse().ok())
-                                        .or(*pid)
-                                }
+                            let process = match pool.handles.get(&w.id) {
+                                Some(Handle::Process { dir: Some(d), pid, .. }) => Some((d.clone(), *pid)),
                                 _ => None,
                             };
-                            (w.clone(), pid)
+                            (w.clone(), process)
                         })
                         .collect()
                 };
+                // The harness's pid: the one `weir boot` wrote for a forked
+                // harness, or else the process started.
+                let workers = workers.into_iter().map(|(w, process)| {
+                    let pid = process.and_then(|(dir, pid)| {
+                        std::fs::read_to_string(dir.join(crate::boot::HARNESS_PID_FILE))
+                            .ok()
+                            .and_then(|p| p.trim().parse().ok())
+                            .or(pid)
+                    });
+                    (w, pid)
+                });
                 let now = Instant::now();
                 let mut freed = false;
+                let workers: Vec<_> = workers.collect();
                 last.retain(|id, _| workers.iter().any(|(w, _)| &w.id == id));
                 for (w, pid) in workers {
                     let Some((pid, ticks)) = pid.and_then(|p| Some((p, process_cpu_ticks(p)?))) else {
                         w.cpu_permille.store(0, Ordering::Relaxed);
                         continue;
                     };
-                    let moves = w.bundle_moves.load(Ordering::Relaxed);
-                    // This window's measure: only while the same bundles ran
-                    // throughout (one that starts or ends leaves the core
-                    // idle around it, which says nothing of the others).
-                    let window = match last.get(&w.id) {
-                        Some(then) if then.pid == pid && then.moves == moves && w.bundles_in_flight() > 0 => {
-                            let wall = now.duration_since(then.at).as_secs_f64().max(1e-3);
-                            let used = ticks.saturating_sub(then.ticks) as f64 / ticks_per_second;
-                            (used / wall * 1000.0).round() as u32
-                        }
-                        _ => CPU_UNSAMPLED,
-                    };
-                    // The busier of the last two windows: one dip (a bundle
-                    // finishing, its outputs on their way) is not idleness.
-                    let previous = last.get(&w.id).map_or(CPU_UNSAMPLED, |s| s.window);
-                    let permille = window.max(previous);
+                    let sample = CpuSample::after(
+                        last.get(&w.id),
+                        pid,
+                        now,
+                        ticks,
+                        w.bundle_moves.load(Ordering::Relaxed),
+                        w.bundles_in_flight(),
+                        ticks_per_second,
+                    );
+                    let (window, permille) = (sample.window, sample.permille);
                     let before = w.cpu_permille.swap(permille, Ordering::Relaxed);
                     tracing::trace!(worker = %w.id, window, bundles = w.bundles_in_flight(), "SDK harness CPU sample");
                     if (before >= CORE_BUSY_PERMILLE) != (permille >= CORE_BUSY_PERMILLE) {
@@ -1278,7 +1289,7 @@ impl SdkHarnesses {
                         );
                     }
                     freed |= before >= CORE_BUSY_PERMILLE && permille < CORE_BUSY_PERMILLE;
-                    last.insert(w.id.clone(), CpuSample { pid, at: now, ticks, moves, window });
+                    last.insert(w.id.clone(), sample);
                 }
                 if freed {
                     this.changed.notify_waiters();
@@ -1783,8 +1794,8 @@ async fn spawn_harness(
     }
 }
 
-/// One CPU sample of an SDK harness process ([`SdkHarnesses::pick`]'s
-/// sampler).
+/// One CPU sample of an SDK harness process ([`SdkHarnesses::sample_cpu`]).
+#[derive(Clone, Copy, Debug)]
 struct CpuSample {
     pid: u32,
     at: Instant,
@@ -1793,16 +1804,51 @@ struct CpuSample {
     /// [`Worker::bundle_moves`] then.
     moves: u64,
     /// CPU use over the window this sample ended, in thousandths of a core;
-    /// [`CPU_UNSAMPLED`] when its bundles changed in it.
+    /// [`CPU_UNSAMPLED`] when there was no window (first sample, another
+    /// pid) or the harness's bundles changed in it, or it ran none.
     window: u32,
+    /// What [`Worker::cpu_permille`] becomes: the busier of this window and
+    /// the one before (one dip, a bundle finishing with its outputs on
+    /// their way, is not idleness).
+    permille: u32,
+}
+
+impl CpuSample {
+    /// The sample that follows `then` for a harness now with `pid`,
+    /// `ticks` of CPU, `moves` bundle starts and ends, `in_flight` bundles.
+    fn after(
+        then: Option<&CpuSample>,
+        pid: u32,
+        now: Instant,
+        ticks: u64,
+        moves: u64,
+        in_flight: usize,
+        ticks_per_second: f64,
+    ) -> CpuSample {
+        let window = match then {
+            Some(t) if t.pid == pid && t.moves == moves && in_flight > 0 => {
+                let wall = now.duration_since(t.at).as_secs_f64().max(1e-3);
+                let used = ticks.saturating_sub(t.ticks) as f64 / ticks_per_second;
+                (used / wall * 1000.0).round() as u32
+            }
+            _ => CPU_UNSAMPLED,
+        };
+        let previous = then.map_or(CPU_UNSAMPLED, |t| t.window);
+        CpuSample { pid, at: now, ticks, moves, window, permille: window.max(previous) }
+    }
 }
 
 /// User plus system CPU time of process `pid` (all its threads), in
-/// clock ticks (fields 14 and 15 of `/proc/<pid>/stat`); `None` when it
-/// cannot be read (no such process, no `/proc`).
+/// clock ticks; `None` when it cannot be read (no such process, no
+/// `/proc`).
 fn process_cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the command's closing parenthesis: field 3 (state) onwards.
+    stat_cpu_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// utime plus stime (fields 14 and 15) of a `/proc/<pid>/stat` line.
+fn stat_cpu_ticks(stat: &str) -> Option<u64> {
+    // After the command's last closing parenthesis (the command may hold
+    // any): field 3 (state) onwards.
     let rest = &stat[stat.rfind(')')? + 1..];
     let mut fields = rest.split_whitespace().skip(11);
     let user: u64 = fields.next()?.parse().ok()?;
@@ -2439,8 +2485,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_alone_bundle_does_not_share_a_one_core_harness_with_its_descriptor() {
         let fn_api = FnApi::new("localhost:1".into());
-        let (harnesses, [(java, _java_rx), (py, _py_rx)]) =
+        let (mut harnesses, [(java, _java_rx), (py, _py_rx)]) =
             java_and_python(&fn_api, 4, SINGLE_CORE_BUNDLES_PER_HARNESS);
+        for env in harnesses.environments.values_mut() {
+            env.urn = urns::env::PROCESS.into();
+        }
         let harnesses = Arc::new(harnesses);
         let pick = |env: &'static str, d: &'static str, alone: bool| {
             let h = harnesses.clone();
@@ -2478,6 +2527,13 @@ mod tests {
         assert_eq!(third.await.unwrap(), py.id);
         assert_eq!(py.processors_of("d"), (2, 2));
         assert_eq!(harnesses.backlog("py"), 0);
+        assert_eq!(py.cpu_permille(), CPU_UNSAMPLED, "a bundle started: the sample is stale");
+        // A harness whose CPU Weir does not sample (EXTERNAL): bundles share it.
+        let (external, [_, (ext_py, _ext_rx)]) =
+            java_and_python(&fn_api, 4, SINGLE_CORE_BUNDLES_PER_HARNESS);
+        external.pick("py", "d", false, true).await.unwrap();
+        external.pick("py", "d", false, true).await.unwrap();
+        assert_eq!(ext_py.processors_of("d"), (2, 2));
         // One harness for a worker's cores, or the client's in-process pool
         // (LOOPBACK: one interpreter for every core): bundles share it.
         let (wide, [_, (wide_py, _wide_rx)]) = java_and_python(&fn_api, 4, 4);
@@ -2490,6 +2546,42 @@ mod tests {
         pooled.pick("py", "d", false, true).await.unwrap();
         pooled.pick("py", "d", false, true).await.unwrap();
         assert_eq!(pool_py.processors_of("d"), (2, 2));
+    }
+
+    /// utime and stime are fields 14 and 15 of a stat line, counted after
+    /// the command's last parenthesis whatever the command holds.
+    #[test]
+    fn stat_cpu_ticks_add_utime_and_stime() {
+        let line = "42 (a) (b c) R 1 42 42 0 -1 4194560 100 0 7 0 1234 56 9 8 20 0 5 0 99 1 2";
+        assert_eq!(stat_cpu_ticks(line), Some(1234 + 56));
+        assert_eq!(stat_cpu_ticks("42 (x) R 1 2"), None, "too short");
+        assert_eq!(stat_cpu_ticks("no parenthesis"), None);
+    }
+
+    /// A window counts only with the same pid, the same bundles and some
+    /// running; the value kept is the busier of the last two windows.
+    #[test]
+    fn a_cpu_sample_measures_only_a_settled_window() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // pid 7, 100 ticks a second.
+        let next = |then: Option<&CpuSample>, ms, ticks, moves, in_flight| {
+            CpuSample::after(then, 7, at(ms), ticks, moves, in_flight, 100.0)
+        };
+        let first = next(None, 0, 1000, 3, 1);
+        assert_eq!((first.window, first.permille), (CPU_UNSAMPLED, CPU_UNSAMPLED));
+        // 10 ticks in 200 ms: half a core; the window before had none.
+        let second = next(Some(&first), 200, 1010, 3, 1);
+        assert_eq!((second.window, second.permille), (500, CPU_UNSAMPLED));
+        let third = next(Some(&second), 400, 1016, 3, 1);
+        assert_eq!((third.window, third.permille), (300, 500), "the busier of two");
+        let fourth = next(Some(&third), 600, 1022, 3, 1);
+        assert_eq!(fourth.permille, 300);
+        // A bundle started or ended, none ran, or another process.
+        assert_eq!(next(Some(&fourth), 800, 1030, 4, 1).window, CPU_UNSAMPLED);
+        assert_eq!(next(Some(&fourth), 800, 1030, 3, 0).window, CPU_UNSAMPLED);
+        let other = CpuSample::after(Some(&fourth), 8, at(800), 5, 3, 1, 100.0);
+        assert_eq!(other.window, CPU_UNSAMPLED);
     }
 
     /// A process's CPU ticks grow as it works, and a process that is gone

@@ -95,8 +95,9 @@ pub struct Worker {
     pub(crate) logging: Arc<std::sync::atomic::AtomicBool>,
     /// The SDK harness process's CPU use, in thousandths of one core, over
     /// its last two sample windows (see `SdkHarnesses`' CPU sampler):
-    /// [`CPU_UNSAMPLED`] unless its bundles in flight neither started nor
-    /// ended in either; 0 when its process cannot be measured.
+    /// [`CPU_UNSAMPLED`] unless it ran bundles in both, the same ones
+    /// throughout, in the same process; 0 when its process cannot be
+    /// measured.
     pub(crate) cpu_permille: AtomicU32,
     /// Bumped each time a bundle starts or ends here: a CPU sample counts
     /// only over a window in which this stayed the same.
@@ -196,10 +197,16 @@ impl Worker {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    /// The SDK harness process's last sampled CPU use, in thousandths of
-    /// one core; [`CPU_UNSAMPLED`] before its first sample.
+    /// [`Worker::cpu_permille`]'s value.
     pub(crate) fn cpu_permille(&self) -> u32 {
         self.cpu_permille.load(Ordering::Relaxed)
+    }
+
+    /// Notes that a bundle started or ended here: the CPU use sampled over
+    /// the bundles before says nothing of the ones now.
+    pub(crate) fn bundles_moved(&self) {
+        self.bundle_moves.fetch_add(1, Ordering::Relaxed);
+        self.cpu_permille.store(CPU_UNSAMPLED, Ordering::Relaxed);
     }
 
     /// (bundles of `descriptor` in flight here, bundle processors the SDK
