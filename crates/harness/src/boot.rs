@@ -40,6 +40,12 @@ pub const PYTHON_HARNESS_MODULE: &str = "apache_beam.runners.worker.sdk_worker_m
 /// `weir boot`, it is found for the job's resource figures through this.
 pub const HARNESS_PID_FILE: &str = "harness.pid";
 
+/// The pid in [`HARNESS_PID_FILE`] of the semi-persistent folder `dir`;
+/// `None` when no harness was forked for it (no file, or not a pid).
+pub fn forked_harness_pid(dir: &Path) -> Option<u32> {
+    std::fs::read_to_string(dir.join(HARNESS_PID_FILE)).ok()?.trim().parse().ok()
+}
+
 /// What `weir boot` was told.
 #[derive(Clone, Debug)]
 pub struct BootConfig {
@@ -528,6 +534,20 @@ fn exec(mut cmd: std::process::Command) -> Result<std::convert::Infallible, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The forked harness's pid is read from its folder's pid file, with
+    /// or without a newline; none without a file or a number in it.
+    #[test]
+    fn the_forked_harness_pid_comes_from_its_pid_file() {
+        let dir = std::env::temp_dir().join(format!("weir-pid-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(forked_harness_pid(&dir), None, "no file");
+        std::fs::write(dir.join(HARNESS_PID_FILE), "4242\n").unwrap();
+        assert_eq!(forked_harness_pid(&dir), Some(4242));
+        std::fs::write(dir.join(HARNESS_PID_FILE), "").unwrap();
+        assert_eq!(forked_harness_pid(&dir), None, "empty (being written)");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn config() -> BootConfig {
         BootConfig {

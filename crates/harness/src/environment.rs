@@ -1216,10 +1216,13 @@ impl SdkHarnesses {
     /// busier of its last two windows, each one in which its bundles
     /// neither started nor ended): the Python harness a fork server forked
     /// (its pid in `<semi_persist_dir>/harness.pid`) or else the process
-    /// started. A harness of any other kind (EXTERNAL, DOCKER) or without
-    /// `/proc` gets 0: it never counts as busy; so does, near enough, one
-    /// whose command starts Python as a child rather than exec it. A harness found leaving its
-    /// core partly idle wakes the bundles waiting in [`SdkHarnesses::pick`].
+    /// started. Only the workers of environments whose `alone` bundles
+    /// [`SdkHarnesses::pick`] keeps apart are sampled
+    /// ([`SdkHarnesses::harness_cpu_sampled`]); one whose process cannot be
+    /// read gets 0, so it never counts as busy, and so does, near enough,
+    /// one whose command starts Python as a child rather than exec it. A
+    /// harness found leaving its core partly idle wakes the bundles waiting
+    /// in [`SdkHarnesses::pick`].
     fn sample_cpu(self: &Arc<Self>) {
         let this = self.clone();
         tokio::spawn(async move {
@@ -1227,13 +1230,14 @@ impl SdkHarnesses {
             let mut last: HashMap<String, CpuSample> = HashMap::new();
             let ticks_per_second = clock_ticks_per_second();
             loop {
-                // Each worker with its PROCESS folder and process (DOCKER
-                // has no folder: its pid is the docker client's).
+                // The sampled environments' workers, each with its PROCESS
+                // folder and process (under the lock; files read after).
                 let workers: Vec<(Arc<Worker>, Option<(std::path::PathBuf, Option<u32>)>)> = {
                     let pool = this.pool();
                     pool.workers
-                        .values()
-                        .flatten()
+                        .iter()
+                        .filter(|(env_id, _)| this.harness_cpu_sampled(env_id))
+                        .flat_map(|(_, ws)| ws)
                         .map(|w| {
                             let process = match pool.handles.get(&w.id) {
                                 Some(Handle::Process { dir: Some(d), pid, .. }) => Some((d.clone(), *pid)),
@@ -1243,22 +1247,14 @@ impl SdkHarnesses {
                         })
                         .collect()
                 };
-                // The harness's pid: the one `weir boot` wrote for a forked
-                // harness, or else the process started.
-                let workers = workers.into_iter().map(|(w, process)| {
-                    let pid = process.and_then(|(dir, pid)| {
-                        std::fs::read_to_string(dir.join(crate::boot::HARNESS_PID_FILE))
-                            .ok()
-                            .and_then(|p| p.trim().parse().ok())
-                            .or(pid)
-                    });
-                    (w, pid)
-                });
                 let now = Instant::now();
                 let mut freed = false;
-                let workers: Vec<_> = workers.collect();
                 last.retain(|id, _| workers.iter().any(|(w, _)| &w.id == id));
-                for (w, pid) in workers {
+                for (w, process) in workers {
+                    // The pid `weir boot` wrote for a harness it had forked,
+                    // or else the process started.
+                    let pid = process
+                        .and_then(|(dir, pid)| crate::boot::forked_harness_pid(&dir).or(pid));
                     let Some((pid, ticks)) = pid.and_then(|p| Some((p, process_cpu_ticks(p)?))) else {
                         w.cpu_permille.store(0, Ordering::Relaxed);
                         continue;

@@ -199,9 +199,7 @@ pub fn names_worker_of(job_id: &str, cmd: &[String], environ: &[String]) -> bool
 /// `<--semi_persist_dir>/harness.pid` (`weir_harness::boot::HARNESS_PID_FILE`).
 fn forked_harness(cmd: &[String]) -> Option<Pid> {
     let dir = cmd.iter().find_map(|a| a.strip_prefix("--semi_persist_dir="))?;
-    let path = std::path::Path::new(dir).join(weir_harness::boot::HARNESS_PID_FILE);
-    let pid = std::fs::read_to_string(path).ok()?.trim().parse::<u32>().ok()?;
-    Some(Pid::from_u32(pid))
+    weir_harness::boot::forked_harness_pid(std::path::Path::new(dir)).map(Pid::from_u32)
 }
 
 impl Sampler {
