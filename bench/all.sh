@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every benchmark and collects their results:
 #   wordcount   bench/wordcount_bench.py (bench/run.sh): Python wordcount, Weir PROCESS vs DirectRunner
-#   load_tests  bench/load_tests.py: Beam's Python load tests, Weir PROCESS vs DirectRunner, Weir vs Prism LOOPBACK
+#               and Prism, medians of 3 interleaved rounds
+#   load_tests  bench/load_tests.py: Beam's Python load tests, Weir PROCESS vs DirectRunner, Weir vs Prism
+#               LOOPBACK, medians of 3 interleaved rounds
 #   load_tests_1m  the same at 1M records (gbk, combine, pardo, sideinput_iter; not with --quick)
 #   gbk         bench/gbk_bench.py: GroupByKey scaling, Weir vs Prism vs DirectRunner
 #   polyglot    bench/polyglot_bench.py: Go and Java wordcount, Weir vs Prism
@@ -17,8 +19,9 @@
 #   bench/all.sh [--quick] [--only a,b] [--skip a,b] [--no-setup]
 #                [--weir-bin PATH] [--venv DIR] [--prism-bin PATH]
 #
-# --quick      tiny sizes (1 copy of the plays, 2,000 load-test records, 20k GBK
-#              records, 5 s of latency, 3 trivial rounds): a few minutes in all
+# --quick      tiny sizes (1 copy of the plays and 2,000 load-test records, 2
+#              rounds each; 20k GBK records, 5 s of latency, 3 trivial rounds):
+#              a few minutes in all
 # --no-setup   don't run scripts/setup.sh (use the binary, venv, go/bin and
 #              java/target that are there); --weir-bin (or $WEIR_BIN) alone
 #              runs it with WEIR_SKIP_BUILD=1 (no cargo build)
@@ -94,16 +97,16 @@ fi
 PRISM="$(realpath -m "$PRISM")"
 
 if [ "$QUICK" = 1 ]; then
-  WORDCOUNT=(--copies 1)
-  LOAD=(--records 2000)
+  WORDCOUNT=(--copies 1 --rounds 2)
+  LOAD=(--records 2000 --rounds 2)
   GBK=(--sizes 20000)
   POLY=(--copies 1 --rounds 1)
   LAT=(--seconds 5)
   TRIV=(--rounds 3)
   CLUSTER=(--copies 1 --gbk-records 20000 --rounds 1)
 else
-  WORDCOUNT=()
-  LOAD=()
+  WORDCOUNT=(--rounds 3)
+  LOAD=(--rounds 3)
   LOAD_1M=(--records 1000000 --tests gbk,combine,pardo,sideinput_iter --timeout 900)
   GBK=()
   POLY=()

@@ -31,7 +31,7 @@ already configured the root logger). Nothing is published: no
 A test that fails (or times out) is reported as FAILED with the first line of
 its error; the full logs are kept under bench/data/out/load_tests/<test>/.
 
-    bench/load_tests.sh [--records N] [--runners weir,direct,weir_loopback,prism]
+    bench/load_tests.sh [--records N] [--rounds N] [--runners weir,direct,weir_loopback,prism]
                         [--prism-bin PATH] [--tests gbk,combine,...]
                         [--extra=--opt=value ...] [--timeout S]
 """
@@ -43,6 +43,7 @@ import re
 import resource
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -259,6 +260,24 @@ def shown(path):
 
 
 # --- report -------------------------------------------------------------------------
+def median_result(rs, strict):
+  """One test's rounds on one runner as one result: the last good run with
+  the median wall time and CPU seconds of the good runs (each its own
+  median); one round is itself. A failed round fails the result when
+  `strict` (Weir's runs: no failure is averaged away) or when no round
+  succeeded; a reference runner's good rounds stand otherwise, and its
+  failed ones are listed (`failed_rounds`)."""
+  ok = [r for r in rs if r['ok']]
+  failed = [r for r in rs if not r['ok']]
+  if failed and (strict or not ok):
+    return dict(failed[0], rounds=len(rs), failed_rounds=failed)
+  out = dict(ok[-1], rounds=len(rs), failed_rounds=failed)
+  for k in ('wall', 'runner_cpu', 'sdk_cpu'):
+    vals = [r[k] for r in ok if r.get(k) is not None]
+    out[k] = statistics.median(vals) if vals else None
+  return out
+
+
 def main():
   if len(sys.argv) > 1 and sys.argv[1] == '--child':
     return child(sys.argv[2:])
@@ -283,6 +302,8 @@ def main():
   ap.add_argument('--extra', action='append', default=[], metavar='OPT',
                   help='extra --test-pipeline-options entry for every test, e.g. '
                   '--extra=--access_percentage=0 (repeatable)')
+  ap.add_argument('--rounds', type=int, default=1,
+                  help='interleaved rounds of every test on every runner; results are medians')
   ap.add_argument('--json', metavar='PATH', help='also write the results as JSON')
   args = ap.parse_args()
 
@@ -310,30 +331,38 @@ def main():
     log('no Prism binary at %s: prism skipped (--prism-bin)' % prism_bin)
     runners = [r for r in runners if r != 'prism']
 
-  results = {}
-  for name, module, opts in tests:
-    for runner in runners:
-      out_dir = os.path.join(args.out_dir, name, runner)
-      shutil.rmtree(out_dir, ignore_errors=True)
-      os.makedirs(out_dir)
-      log('%s: %s %s' % (runner, module, ' '.join(opts)))
-      if runner == 'weir':
-        r = run_weir(py, weir_bin, module, opts + common, out_dir, args.timeout,
-                     prewarm=not args.no_prewarm)
-      elif runner in ('weir_loopback', 'prism'):
-        r = run_loopback('weir' if runner == 'weir_loopback' else 'prism', py, weir_bin,
-                         prism_bin, module, opts + common, out_dir, args.timeout)
-      else:
-        r = run_direct(py, module, opts + common, out_dir, args.direct_workers,
-                       args.timeout)
-      results[(name, runner)] = r
-      log('%s/%s: %s in %.1f s%s' % (name, runner, 'ok' if r['ok'] else 'FAILED',
-                                     r['wall'], '' if r['ok'] else ': ' + r['error']))
+  # Interleaved rounds: every test on every runner, then again; each round
+  # starts one runner later, so that none always runs first or last.
+  runs = {}
+  for rnd in range(args.rounds):
+    shift = rnd % len(runners) if runners else 0
+    for name, module, opts in tests:
+      for runner in runners[shift:] + runners[:shift]:
+        out_dir = os.path.join(args.out_dir, name, runner)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        os.makedirs(out_dir)
+        log('%s: %s %s' % (runner, module, ' '.join(opts)))
+        if runner == 'weir':
+          r = run_weir(py, weir_bin, module, opts + common, out_dir, args.timeout,
+                       prewarm=not args.no_prewarm)
+        elif runner in ('weir_loopback', 'prism'):
+          r = run_loopback('weir' if runner == 'weir_loopback' else 'prism', py, weir_bin,
+                           prism_bin, module, opts + common, out_dir, args.timeout)
+        else:
+          r = run_direct(py, module, opts + common, out_dir, args.direct_workers,
+                         args.timeout)
+        runs.setdefault((name, runner), []).append(r)
+        log('%s/%s%s: %s in %.1f s%s' % (
+            name, runner, ' round %d' % (rnd + 1) if args.rounds > 1 else '',
+            'ok' if r['ok'] else 'FAILED', r['wall'], '' if r['ok'] else ': ' + r['error']))
+  results = {k: median_result(rs, strict=k[1] in ('weir', 'weir_loopback'))
+             for k, rs in runs.items()}
 
   print()
   print('Beam load tests (apache_beam.testing.load_tests), synthetic source %s; '
-        'weir PROCESS env vs direct (multi_processing, %d workers)' %
-        (json.dumps(input_options), args.direct_workers))
+        'weir PROCESS env vs direct (multi_processing, %d workers)%s' %
+        (json.dumps(input_options), args.direct_workers,
+         '; medians of %d interleaved rounds' % args.rounds if args.rounds > 1 else ''))
   print('%-15s %9s %9s %7s  %-7s %-7s %15s %10s %9s %7s' % (
       'test', 'weir s', 'direct s', 'w/d', 'weir', 'direct', 'runtime w/d s',
       'weir LB s', 'prism s', 'wLB/p'))
@@ -397,9 +426,14 @@ def main():
             for (name, runner), r in results.items()]
     with open(args.json, 'w') as f:
       json.dump(dict(benchmark='load_tests', input_options=input_options, ok=not failed,
+                     rounds=args.rounds,
                      rows=rows,
                      results=[dict(r, test=k[0], runner=k[1]) for k, r in results.items()]),
                 f, indent=1)
+  flaky = [(k, r) for k, r in results.items() if r['ok'] and r['failed_rounds']]
+  for (name, runner), r in flaky:
+    print('%s under %s failed in %d of %d rounds (the medians are of the others): %s' % (
+        name, runner, len(r['failed_rounds']), r['rounds'], r['failed_rounds'][0]['error']))
   if failed:
     print()
     print('failures:')

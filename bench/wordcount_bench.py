@@ -14,13 +14,15 @@ Runs apache_beam.examples.wordcount on it
   * under Prism (--prism-bin; skipped when there is none), the same client
     and environment: its PROCESS command starts the same `weir boot` SDK
     workers (Prism starts one per environment),
-then prints wall times, their ratios, peak RSS of each process tree (sampled
+in --rounds interleaved rounds (default 1; each round starts one runner
+later), then prints wall times (medians over the rounds, and per round with
+Weir's ratios in that round), their ratios, peak RSS of each process tree (sampled
 with psutil every --interval seconds), the CPU seconds of the job server vs
 its SDK workers, how close Weir's wall time comes to the SDK bound (SDK CPU
 seconds / cores) and the runner's share of CPU. Checks that every run wrote
 the same multiset of lines.
 
-    bench/run.sh [--copies N] [--only weir|direct|prism] [--weir-env PROCESS|LOOPBACK]
+    bench/run.sh [--copies N] [--rounds N] [--only weir|direct|prism] [--weir-env PROCESS|LOOPBACK]
                  [--prism-bin PATH]
 """
 
@@ -31,6 +33,7 @@ import json
 import os
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -372,6 +375,8 @@ def main():
   default_prism = os.path.join(BENCH, 'bin', 'prism')
   ap.add_argument('--prism-bin', default=os.environ.get('PRISM_BIN', default_prism),
                   help='Prism binary; its run is skipped when there is none')
+  ap.add_argument('--rounds', type=int, default=1,
+                  help='interleaved rounds of every runner; results are medians')
   ap.add_argument('--interval', type=float, default=0.2, help='sampling period, s')
   ap.add_argument('--timeout', type=float, default=3600, help='per run, s')
   ap.add_argument('--json', metavar='PATH', help='also write the results as JSON')
@@ -391,40 +396,39 @@ def main():
   input_path, nplays = build_input(args.data_dir, args.copies)
   size_mb = os.path.getsize(input_path) / 1e6
 
-  results = {}
-  for name in ('weir', 'direct', 'prism'):
-    if args.only and args.only != name:
-      continue
-    if name == 'prism' and not os.access(args.prism_bin, os.X_OK):
-      log('prism: no binary at %s; skipped' % args.prism_bin)
-      continue
-    out_dir = os.path.join(args.data_dir, 'out', name)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    os.makedirs(out_dir)
-    if name == 'weir':
-      if not os.access(args.weir_bin, os.X_OK):
-        raise SystemExit('missing %s; run scripts/setup.sh' % args.weir_bin)
-      results[name] = run_weir(py, os.path.abspath(args.weir_bin), input_path, out_dir,
-                               args.weir_env, args.interval, args.timeout,
-                               options=args.extra,
-                               serve_flags=args.serve_flag + (
-                                   [] if args.no_prewarm or args.weir_env != 'PROCESS'
-                                   else ['--python_fork_server_prewarm=' + py]))
-    elif name == 'prism':
-      results[name] = run_weir(py, os.path.abspath(args.weir_bin), input_path, out_dir,
-                               args.weir_env, args.interval, args.timeout,
-                               prism_bin=os.path.abspath(args.prism_bin), options=args.extra)
-    else:
-      results[name] = run_direct(py, input_path, out_dir, args.direct_workers,
-                                 args.interval, args.timeout)
-    log('%s: %.1f s' % (name, results[name]['wall']))
-
-  outputs = {}
-  for name, r in results.items():
-    files, lines = read_output(r['prefix'])
-    if not files:
-      raise SystemExit('%s wrote no output at %s-*' % (name, r['prefix']))
-    outputs[name] = lines
+  names = [n for n in ('weir', 'direct', 'prism') if not args.only or args.only == n]
+  if 'prism' in names and not os.access(args.prism_bin, os.X_OK):
+    log('prism: no binary at %s; skipped' % args.prism_bin)
+    names.remove('prism')
+  if 'weir' in names and not os.access(args.weir_bin, os.X_OK):
+    raise SystemExit('missing %s; run scripts/setup.sh' % args.weir_bin)
+  # Interleaved rounds, each starting one runner later than the last, so
+  # that no runner always runs first (after a cold page cache) or last.
+  runs = {n: [] for n in names}
+  reference = None   # the first run's output lines: every run must match
+  same = True
+  for rnd in range(args.rounds):
+    shift = rnd % len(names) if names else 0
+    for name in names[shift:] + names[:shift]:
+      out_dir = os.path.join(args.data_dir, 'out', name)
+      shutil.rmtree(out_dir, ignore_errors=True)
+      os.makedirs(out_dir)
+      r = run_one(args, name, py, input_path, out_dir)
+      files, lines = read_output(r['prefix'])
+      if not files:
+        raise SystemExit('%s wrote no output at %s-*' % (name, r['prefix']))
+      if reference is None:
+        reference = (name, lines)
+      elif lines != reference[1]:
+        same = False
+        diff = (lines - reference[1]) + (reference[1] - lines)
+        print('round %d: %s: %d lines differ from %s, e.g. %s' % (
+            rnd + 1, name, sum(diff.values()), reference[0], list(diff)[:5]))
+      r['distinct_words'] = sum(lines.values())
+      runs[name].append(r)
+      log('%s%s: %.1f s' % (name, ' round %d' % (rnd + 1) if args.rounds > 1 else '',
+                            r['wall']))
+  results = {n: median_run(rs) for n, rs in runs.items()}
 
   mib = 1024 * 1024
   print()
@@ -457,7 +461,9 @@ def main():
   for other in ('direct', 'prism'):
     if 'weir' in results and other in results:
       w, d = results['weir'], results[other]
-      print('weir/%s: wall %.2f, CPU %.2f' % (other, w['wall'] / d['wall'], cpu(w) / cpu(d)))
+      print('weir/%s%s: wall %.2f, CPU %.2f' % (
+          other, ' (of the medians above)' if args.rounds > 1 else '',
+          w['wall'] / d['wall'], cpu(w) / cpu(d)))
   if 'weir' in results:
     w = results['weir']
     sdk = w['sdk_cpu'] if args.weir_env == 'PROCESS' else w['client_cpu']
@@ -473,25 +479,74 @@ def main():
     print('weir SDK processes seen: %d (CPU sampled %.2f s, server tree by kernel '
           'count %.2f s); samples: %d' % (w['sdk_procs'], w['sdk_cpu_sampled'],
                                          w['sdk_cpu_tree'], w['samples']))
-  # Every run's output against the first one's (Weir's, when it ran).
-  names = list(outputs)
-  same = all(outputs[n] == outputs[names[0]] for n in names[1:])
+  if args.rounds > 1:
+    print_rounds(runs, cpu)
   if args.json:
-    write_json(args, results, same, size_mb)
-  if len(outputs) >= 2:
-    print('outputs equal (multiset of lines, %s): %s  (%d distinct words)' % (
-        ', '.join(names), 'yes' if same else 'NO', sum(outputs[names[0]].values())))
-    for n in names[1:]:
-      if outputs[n] != outputs[names[0]]:
-        diff = (outputs[n] - outputs[names[0]]) + (outputs[names[0]] - outputs[n])
-        print('  %s: %d lines differ from %s, e.g. %s' % (
-            n, sum(diff.values()), names[0], list(diff)[:5]))
+    write_json(args, results, same, size_mb, runs)
+  if sum(len(rs) for rs in runs.values()) >= 2:
+    print('outputs equal (multiset of lines, every run of %s): %s  (%d distinct words)' % (
+        ', '.join(names), 'yes' if same else 'NO', reference[1] and sum(reference[1].values())))
     if not same:
       return 1
   return 0
 
 
-def write_json(args, results, same, size_mb):
+def run_one(args, name, py, input_path, out_dir):
+  """One wordcount run of runner `name` into out_dir; its measures."""
+  if name == 'weir':
+    return run_weir(py, os.path.abspath(args.weir_bin), input_path, out_dir,
+                    args.weir_env, args.interval, args.timeout,
+                    options=args.extra,
+                    serve_flags=args.serve_flag + (
+                        [] if args.no_prewarm or args.weir_env != 'PROCESS'
+                        else ['--python_fork_server_prewarm=' + py]))
+  if name == 'prism':
+    return run_weir(py, os.path.abspath(args.weir_bin), input_path, out_dir,
+                    args.weir_env, args.interval, args.timeout,
+                    prism_bin=os.path.abspath(args.prism_bin), options=args.extra)
+  return run_direct(py, input_path, out_dir, args.direct_workers,
+                    args.interval, args.timeout)
+
+
+def median_run(rs):
+  """One runner's rounds as one result: the median of each measure (peak
+  RSS: the largest); one round is itself."""
+  if len(rs) == 1:
+    return dict(rs[0])
+  out = dict(rs[0])
+  for k, v in rs[0].items():
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+      vals = [r[k] for r in rs]
+      out[k] = max(vals) if k == 'peak_rss' else statistics.median(vals)
+  return out
+
+
+def print_rounds(runs, cpu):
+  """Per round: each runner's wall and CPU seconds, and Weir's ratios to the
+  others in that round; then the median of those ratios."""
+  print()
+  print('rounds (wall s / CPU s; Weir / other in the same round):')
+  others = [n for n in runs if n != 'weir']
+  ratios = {n: [] for n in others}
+  for i in range(max(len(rs) for rs in runs.values())):
+    cells = ['%s %.2f / %.2f' % (n, rs[i]['wall'], cpu(rs[i]))
+             for n, rs in runs.items() if i < len(rs)]
+    if 'weir' in runs and i < len(runs['weir']):
+      w = runs['weir'][i]
+      for n in others:
+        if i < len(runs[n]):
+          o = runs[n][i]
+          ratios[n].append((w['wall'] / o['wall'], cpu(w) / cpu(o)))
+          cells.append('weir/%s %.2f / %.2f' % (n, *ratios[n][-1]))
+    print('  %d: %s' % (i + 1, ', '.join(cells)))
+  for n, rs in ratios.items():
+    if rs:
+      print('weir/%s, median of %d rounds: wall %.2f, CPU %.2f' % (
+          n, len(rs), statistics.median(r[0] for r in rs),
+          statistics.median(r[1] for r in rs)))
+
+
+def write_json(args, results, same, size_mb, runs):
   """Results, and `rows` in bench/summary.py's form: SDK CPU is everything
   that is not the runner (Weir's SDK workers and the client; all of
   DirectRunner's client process tree), RSS the process tree's peak."""
@@ -507,7 +562,8 @@ def write_json(args, results, same, size_mb):
                      rss_mib=r['peak_rss'] / mib))
   with open(args.json, 'w') as f:
     json.dump(dict(benchmark='wordcount', copies=args.copies, size_mb=size_mb,
-                   outputs_equal=same, ok=same, results=results, rows=rows), f, indent=1)
+                   rounds=args.rounds, outputs_equal=same, ok=same, results=results,
+                   runs=runs, rows=rows), f, indent=1)
 
 
 if __name__ == '__main__':
