@@ -195,7 +195,16 @@ pub struct Job {
     gate: Mutex<StreamGate>,
     /// Connections to the job's worker pools, opened at Prepare.
     pub pools: weir_harness::environment::PoolChannels,
+    /// The SDK harnesses Prepare started ([`crate::run::prestart`]), for
+    /// Run to take; discarded with a job that is never run.
+    prestarted: Mutex<Option<Prestarted>>,
 }
+
+/// SDK harnesses starting (or started) at Prepare: the task of
+/// [`weir_harness::environment::start`].
+pub(crate) type Prestarted = tokio::task::JoinHandle<
+    std::result::Result<Arc<weir_harness::environment::SdkHarnesses>, weir_harness::HarnessError>,
+>;
 
 #[derive(Default)]
 struct Times {
@@ -234,6 +243,35 @@ pub fn is_terminal(s: JobState) -> bool {
 }
 
 impl Job {
+    /// Keeps the SDK harnesses Prepare is starting, for Run.
+    pub(crate) fn set_prestarted(&self, started: Prestarted) {
+        *self.prestarted.lock().unwrap_or_else(|p| p.into_inner()) = Some(started);
+    }
+
+    /// The SDK harnesses Prepare started, if it did (once).
+    pub(crate) fn take_prestarted(&self) -> Option<Prestarted> {
+        self.prestarted.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Stops the SDK harnesses Prepare started for a job that will not run
+    /// (cancelled, or forgotten unrun): in the background, once they have
+    /// connected or failed to.
+    pub(crate) fn discard_prestarted(&self) {
+        let Some(started) = self.take_prestarted() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Ok(Ok(harnesses)) = started.await {
+                        harnesses.stop().await;
+                    }
+                });
+            }
+            Err(_) => started.abort(),
+        }
+    }
+
     /// The plan made at Prepare, its environments (and the copies of them in
     /// its bundle descriptors) replaced by the pipeline's, whose dependencies
     /// staging has since pointed at Weir's copies of the artifacts.
@@ -587,6 +625,7 @@ impl JobRegistry {
             next_message: Mutex::new(0),
             gate: Mutex::default(),
             pools: weir_harness::environment::PoolChannels::default(),
+            prestarted: Mutex::new(None),
         });
         job.publish(beam::JobMessagesResponse {
             response: Some(beam::job_messages_response::Response::StateResponse(
@@ -667,6 +706,7 @@ impl JobRegistry {
             .unwrap_or_else(|p| p.into_inner())
             .retain(|_, a| !ids.contains(&a.job_id));
         for j in &gone {
+            j.discard_prestarted();
             // Only Weir's own folder of the job; a client's staging location keeps its files.
             if j.locations.staging.option.is_none() {
                 let _ = std::fs::remove_dir_all(&j.staging_dir);

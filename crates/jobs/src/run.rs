@@ -123,6 +123,8 @@ impl Teardown {
             teardown.run().await;
         }
         let _ = tokio::fs::remove_dir_all(&job.staging_dir).await;
+        // Harnesses started at Prepare that a failed Run never took.
+        job.discard_prestarted();
         job.pools.clear();
         reported
     }
@@ -134,6 +136,68 @@ impl Teardown {
         self.fn_api.remove_descriptors(&format!("{}/", self.job_id));
         self.fn_api.remove_sdk_log(&self.job_id);
     }
+}
+
+/// Starts, at Prepare, the SDK harnesses of a job whose every environment
+/// is its client's in-process worker pool (Python's LOOPBACK, whose pool
+/// serves before the client calls Prepare), so that they connect while the
+/// client stages artifacts and calls Run; Run takes them. Such a harness
+/// runs in the client and fetches no artifacts, so staging changes nothing
+/// it is given. Not in a cluster, whose workers start their own.
+pub(crate) fn prestart(registry: &Arc<JobRegistry>, job: &Arc<Job>) {
+    let Some(plan) = &job.plan else {
+        return;
+    };
+    let harness_plan = crate::options::sdk_harness_plan(&job.validated, &job.options);
+    let sizing = &harness_plan.sizing;
+    let in_client = |env: &beam::Environment| environment::in_client_pool(env, sizing);
+    if plan.environments.is_empty() || !plan.environments.values().all(in_client) {
+        return;
+    }
+    let (registry, job2, environments) = (registry.clone(), job.clone(), plan.environments.clone());
+    job.set_prestarted(tokio::spawn(async move {
+        start_harnesses(&registry, &job2, &environments, harness_plan).await
+    }));
+}
+
+/// [`environment::start`] for `job`: its SDK harnesses' messages go to the
+/// job's messages, and each is provisioned with the job's options.
+async fn start_harnesses(
+    registry: &JobRegistry,
+    job: &Arc<Job>,
+    environments: &std::collections::HashMap<String, beam::Environment>,
+    harness_plan: crate::options::SdkHarnessPlan,
+) -> weir_harness::Result<Arc<environment::SdkHarnesses>> {
+    // Weak: the harnesses (and so this sink) may be kept in the job itself.
+    let log_job = Arc::downgrade(job);
+    let log: weir_harness::LogSink = Arc::new(move |level, text| {
+        let importance = match level {
+            WorkerLog::Debug => Importance::JobMessageDebug,
+            WorkerLog::Info => Importance::JobMessageBasic,
+            WorkerLog::Warning => Importance::JobMessageWarning,
+            WorkerLog::Error => Importance::JobMessageError,
+        };
+        if let Some(job) = log_job.upgrade() {
+            job.message(importance, text);
+        }
+    });
+    let provision = beam::ProvisionInfo {
+        pipeline_options: Some(job.options.clone()),
+        retrieval_token: job.id.clone(),
+        ..Default::default()
+    };
+    environment::start(
+        &registry.fn_api,
+        &job.id,
+        environments,
+        harness_plan.scaling,
+        harness_plan.sizing,
+        &provision,
+        log,
+        job.cancel.clone(),
+        job.pools.clone(),
+    )
+    .await
 }
 
 /// Runs `job` in this process, or as process `peers.process` of a cluster
@@ -172,26 +236,11 @@ async fn execute_with(
             d
         }));
 
-    let log_job = job.clone();
-    let log: weir_harness::LogSink = Arc::new(move |level, text| {
-        let importance = match level {
-            WorkerLog::Debug => Importance::JobMessageDebug,
-            WorkerLog::Info => Importance::JobMessageBasic,
-            WorkerLog::Warning => Importance::JobMessageWarning,
-            WorkerLog::Error => Importance::JobMessageError,
-        };
-        log_job.message(importance, text);
-    });
     let sdk_job = job.clone();
     registry.fn_api.set_sdk_log(
         &job.id,
         Arc::new(move |level, text| sdk_job.sdk_log(level, text)),
     );
-    let provision = beam::ProvisionInfo {
-        pipeline_options: Some(job.options.clone()),
-        retrieval_token: job.id.clone(),
-        ..Default::default()
-    };
     // In a cluster, num_workers counts worker processes, each with its own
     // SDK harnesses: size them as for one worker. (Workers that share a
     // machine do not share its cores out: an attempt's work is seldom even
@@ -225,18 +274,34 @@ async fn execute_with(
             ),
         );
     }
-    let started = environment::start(
-        &registry.fn_api,
-        &job.id,
-        &plan.environments,
-        harness_plan.scaling,
-        harness_plan.sizing,
-        &provision,
-        log,
-        job.cancel.clone(),
-        job.pools.clone(),
-    )
-    .await
+    // The harnesses Prepare started, if it did; else (or if those did not
+    // start: the pool may only serve from Run on) started now.
+    let prestarted = match job.take_prestarted() {
+        Some(started) if peers.is_none() => match started.await {
+            Ok(Err(weir_harness::HarnessError::Cancelled)) => {
+                Some(Err(weir_harness::HarnessError::Cancelled))
+            }
+            Ok(Err(e)) => {
+                tracing::info!(job = %job.id, "the SDK harnesses started at Prepare did not connect ({e}); starting them again");
+                None
+            }
+            Ok(started) => Some(started),
+            Err(e) => {
+                tracing::info!(job = %job.id, "the SDK harnesses started at Prepare: {e}; starting them again");
+                None
+            }
+        },
+        Some(started) => {
+            job.set_prestarted(started);
+            job.discard_prestarted();
+            None
+        }
+        None => None,
+    };
+    let started = match prestarted {
+        Some(started) => started,
+        None => start_harnesses(registry, job, &plan.environments, harness_plan).await,
+    }
     .map_err(|e| match e {
         weir_harness::HarnessError::Cancelled => (
             JobState::Cancelled,

@@ -183,7 +183,10 @@ pub fn stop_job(job: &Job, drain: bool) -> JobState {
 /// set (its run watches it) and moves to `stopping`. Returns the job's state.
 fn stop(job: &Job, signal: &std::sync::atomic::AtomicBool, stopping: JobState) -> JobState {
     match job.state() {
-        JobState::Stopped => job.set_state(JobState::Cancelled),
+        JobState::Stopped => {
+            job.set_state(JobState::Cancelled);
+            job.discard_prestarted();
+        }
         s if is_terminal(s) => {}
         _ => {
             signal.store(true, Ordering::SeqCst);
@@ -366,6 +369,9 @@ impl beam::job_service_server::JobService for JobService {
         // the handshake off the path from Run to its first bundle.
         if let Some(plan) = &job.plan {
             job.pools.preconnect(&plan.environments);
+        }
+        if self.0.coordinator().is_none() {
+            crate::run::prestart(&self.0, &job);
         }
         tracing::info!(job = %job.id, name = %job.name, stages, "prepared");
         Ok(tonic::Response::new(beam::PrepareJobResponse {
