@@ -22,12 +22,21 @@ DONE = beam_job_api_pb2.JobState.DONE
 CANCELLED = beam_job_api_pb2.JobState.CANCELLED
 
 
-def start_pool(port=0):
+def start_pool(monkeypatch, port=0):
   """Beam's LOOPBACK worker pool, in this process: its harnesses are threads
-  named run_worker_<worker id>."""
-  address, server = worker_pool_main.BeamFnExternalWorkerPoolServicer.start(
-      use_process=False, port=port)
-  return address, server
+  named run_worker_<worker id>. Returns its address, its server and the
+  worker ids of the StartWorker requests it gets, in order."""
+  servicer = worker_pool_main.BeamFnExternalWorkerPoolServicer
+  started = []
+  start_worker = servicer.StartWorker
+
+  def counting(self, request, context):
+    started.append(request.worker_id)
+    return start_worker(self, request, context)
+
+  monkeypatch.setattr(servicer, 'StartWorker', counting)
+  address, server = servicer.start(use_process=False, port=port)
+  return address, server, started
 
 
 def harness_threads():
@@ -66,8 +75,9 @@ def state(stub, job_id):
   return stub.GetState(beam_job_api_pb2.GetJobStateRequest(job_id=job_id), timeout=10).state
 
 
-def test_a_loopback_harness_connects_before_run_and_the_job_runs_on_it(weir_server, tmp_path):
-  address, pool = start_pool()
+def test_a_loopback_harness_connects_before_run_and_the_job_runs_on_it(
+    weir_server, tmp_path, monkeypatch):
+  address, pool, asked = start_pool(monkeypatch)
   before = set(harness_threads())
   try:
     with grpc.insecure_channel(weir_server.endpoint) as channel:
@@ -76,19 +86,21 @@ def test_a_loopback_harness_connects_before_run_and_the_job_runs_on_it(weir_serv
       job_id = prepare(stub, proto, options).preparation_id
       started = wait_for(lambda: set(harness_threads()) - before)
       assert len(started) == 1, 'no SDK harness started at Prepare: %s' % started
+      assert len(asked) == 1, asked
       assert state(stub, job_id) == beam_job_api_pb2.JobState.STOPPED
       stub.Run(beam_job_api_pb2.RunJobRequest(preparation_id=job_id), timeout=30)
       assert wait_for(lambda: state(stub, job_id) == DONE), state(stub, job_id)
       # The job ran on the harness started at Prepare: no other was asked for.
-      assert not (set(harness_threads()) - before - started)
+      assert len(asked) == 1, asked
       assert sorted(p.name for p in tmp_path.iterdir()) == ['out-a', 'out-b', 'out-c']
       assert wait_for(lambda: not any(t.is_alive() for t in started))
   finally:
     pool.stop(0)
 
 
-def test_a_job_cancelled_before_run_stops_its_prestarted_harness(weir_server, tmp_path):
-  address, pool = start_pool()
+def test_a_job_cancelled_before_run_stops_its_prestarted_harness(
+    weir_server, tmp_path, monkeypatch):
+  address, pool, _ = start_pool(monkeypatch)
   before = set(harness_threads())
   try:
     with grpc.insecure_channel(weir_server.endpoint) as channel:
@@ -106,7 +118,8 @@ def test_a_job_cancelled_before_run_stops_its_prestarted_harness(weir_server, tm
     pool.stop(0)
 
 
-def test_a_pool_that_serves_only_from_run_on_still_runs_the_job(weir_server, tmp_path):
+def test_a_pool_that_serves_only_from_run_on_still_runs_the_job(
+    weir_server, tmp_path, monkeypatch):
   with socket.socket() as s:
     s.bind(('localhost', 0))
     port = s.getsockname()[1]
@@ -115,13 +128,16 @@ def test_a_pool_that_serves_only_from_run_on_still_runs_the_job(weir_server, tmp
     proto, options = loopback_job('localhost:%d' % port, str(tmp_path / 'out'))
     job_id = prepare(stub, proto, options).preparation_id
     time.sleep(1)  # the harness asked for at Prepare finds no pool
-    _, pool = start_pool(port)
+    _, pool, asked = start_pool(monkeypatch, port)
     try:
       stub.Run(beam_job_api_pb2.RunJobRequest(preparation_id=job_id), timeout=30)
       assert wait_for(lambda: state(stub, job_id) == DONE, timeout=60), state(stub, job_id)
       assert sorted(p.name for p in tmp_path.iterdir()) == ['out-a', 'out-b', 'out-c']
+      assert len(asked) == 1, asked   # at Run: the pool was not there at Prepare
     finally:
       pool.stop(0)
-  with open(weir_server.log_path, encoding='utf-8', errors='replace') as f:
-    log = [l for l in f if job_id in l]
-  assert any('started at Prepare did not connect' in l for l in log), '\n'.join(log)
+    messages = [m.message_response.message_text for m in stub.GetMessageStream(
+        beam_job_api_pb2.JobMessagesRequest(job_id=job_id), timeout=10)
+                if m.HasField('message_response')]
+  assert any('asked for at Prepare did not start' in m and 'cannot reach worker pool' in m
+             for m in messages), messages

@@ -268,7 +268,9 @@ impl Job {
                     }
                 });
             }
-            Err(_) => started.abort(),
+            // No runtime to stop them on (not reached: callers run on
+            // one); the task, if any is left, ends with its harnesses.
+            Err(_) => drop(started),
         }
     }
 
@@ -706,6 +708,8 @@ impl JobRegistry {
             .unwrap_or_else(|p| p.into_inner())
             .retain(|_, a| !ids.contains(&a.job_id));
         for j in &gone {
+            // Ends a start still waiting for its harnesses to connect.
+            j.cancel.store(true, Ordering::SeqCst);
             j.discard_prestarted();
             // Only Weir's own folder of the job; a client's staging location keeps its files.
             if j.locations.staging.option.is_none() {

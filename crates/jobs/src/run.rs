@@ -274,22 +274,32 @@ async fn execute_with(
             ),
         );
     }
-    // The harnesses Prepare started, if it did; else (or if those did not
-    // start: the pool may only serve from Run on) started now.
+    // The harnesses Prepare started, if it did; else, or if their worker
+    // pool could not be reached then (it may serve only from Run on),
+    // started now.
     let prestarted = match job.take_prestarted() {
         Some(started) if peers.is_none() => match started.await {
-            Ok(Err(weir_harness::HarnessError::Cancelled)) => {
-                Some(Err(weir_harness::HarnessError::Cancelled))
-            }
-            Ok(Err(e)) => {
-                tracing::info!(job = %job.id, "the SDK harnesses started at Prepare did not connect ({e}); starting them again");
+            Ok(Err(e @ weir_harness::HarnessError::Environment { .. })) => {
+                job.message(
+                    Importance::JobMessageDetailed,
+                    format!("the SDK harnesses asked for at Prepare did not start ({e}); asking again"),
+                );
                 None
             }
-            Ok(started) => Some(started),
-            Err(e) => {
-                tracing::info!(job = %job.id, "the SDK harnesses started at Prepare: {e}; starting them again");
-                None
-            }
+            Ok(Ok(harnesses)) => match harnesses.failure() {
+                // One died before Run and could not be replaced.
+                Some(why) => {
+                    harnesses.stop().await;
+                    return Err(fail(why));
+                }
+                None => Some(Ok(harnesses)),
+            },
+            Ok(Err(e)) => Some(Err(e)),
+            Err(e) => Some(Err(weir_harness::HarnessError::Environment {
+                environment: plan.environments.keys().cloned().collect::<Vec<_>>().join(", "),
+                urn: weir_proto::urns::env::EXTERNAL.to_string(),
+                message: format!("the start of its SDK harnesses at Prepare failed: {e}"),
+            })),
         },
         Some(started) => {
             job.set_prestarted(started);

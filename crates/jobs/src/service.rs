@@ -185,6 +185,9 @@ fn stop(job: &Job, signal: &std::sync::atomic::AtomicBool, stopping: JobState) -
     match job.state() {
         JobState::Stopped => {
             job.set_state(JobState::Cancelled);
+            // Ends a start of its harnesses (Prepare's) still waiting for
+            // them to connect; those started are stopped.
+            job.cancel.store(true, Ordering::SeqCst);
             job.discard_prestarted();
         }
         s if is_terminal(s) => {}
