@@ -75,16 +75,23 @@ def state(stub, job_id):
   return stub.GetState(beam_job_api_pb2.GetJobStateRequest(job_id=job_id), timeout=10).state
 
 
+def prepare_on_pool(stub, address, out):
+  """Prepares loopback_job on the pool at `address`; returns the job's id
+  and the harness threads that started since, once there are some (none
+  after 20 s)."""
+  before = set(harness_threads())
+  proto, options = loopback_job(address, out)
+  job_id = prepare(stub, proto, options).preparation_id
+  return job_id, wait_for(lambda: set(harness_threads()) - before)
+
+
 def test_a_loopback_harness_connects_before_run_and_the_job_runs_on_it(
     weir_server, tmp_path, monkeypatch):
   address, pool, asked = start_pool(monkeypatch)
-  before = set(harness_threads())
   try:
     with grpc.insecure_channel(weir_server.endpoint) as channel:
       stub = beam_job_api_pb2_grpc.JobServiceStub(channel)
-      proto, options = loopback_job(address, str(tmp_path / 'out'))
-      job_id = prepare(stub, proto, options).preparation_id
-      started = wait_for(lambda: set(harness_threads()) - before)
+      job_id, started = prepare_on_pool(stub, address, str(tmp_path / 'out'))
       assert len(started) == 1, 'no SDK harness started at Prepare: %s' % started
       assert len(asked) == 1, asked
       assert state(stub, job_id) == beam_job_api_pb2.JobState.STOPPED
@@ -101,13 +108,10 @@ def test_a_loopback_harness_connects_before_run_and_the_job_runs_on_it(
 def test_a_job_cancelled_before_run_stops_its_prestarted_harness(
     weir_server, tmp_path, monkeypatch):
   address, pool, _ = start_pool(monkeypatch)
-  before = set(harness_threads())
   try:
     with grpc.insecure_channel(weir_server.endpoint) as channel:
       stub = beam_job_api_pb2_grpc.JobServiceStub(channel)
-      proto, options = loopback_job(address, str(tmp_path / 'out'))
-      job_id = prepare(stub, proto, options).preparation_id
-      started = wait_for(lambda: set(harness_threads()) - before)
+      job_id, started = prepare_on_pool(stub, address, str(tmp_path / 'out'))
       assert len(started) == 1, started
       stub.Cancel(beam_job_api_pb2.CancelJobRequest(job_id=job_id), timeout=10)
       assert state(stub, job_id) == CANCELLED

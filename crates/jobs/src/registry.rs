@@ -253,9 +253,17 @@ impl Job {
         self.prestarted.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
-    /// Stops the SDK harnesses Prepare started for a job that will not run
-    /// (cancelled, or forgotten unrun): in the background, once they have
-    /// connected or failed to.
+    /// For a job that will not run (cancelled or forgotten before Run): sets
+    /// its cancel flag, which ends a start of its harnesses (Prepare's)
+    /// still waiting for them to connect, and stops those started
+    /// ([`Job::discard_prestarted`]).
+    pub(crate) fn abandon_unrun(&self) {
+        self.cancel.store(true, Ordering::SeqCst);
+        self.discard_prestarted();
+    }
+
+    /// Stops the SDK harnesses Prepare started that no run took: in the
+    /// background, once they have connected or failed to.
     pub(crate) fn discard_prestarted(&self) {
         let Some(started) = self.take_prestarted() else {
             return;
@@ -708,9 +716,7 @@ impl JobRegistry {
             .unwrap_or_else(|p| p.into_inner())
             .retain(|_, a| !ids.contains(&a.job_id));
         for j in &gone {
-            // Ends a start still waiting for its harnesses to connect.
-            j.cancel.store(true, Ordering::SeqCst);
-            j.discard_prestarted();
+            j.abandon_unrun();
             // Only Weir's own folder of the job; a client's staging location keeps its files.
             if j.locations.staging.option.is_none() {
                 let _ = std::fs::remove_dir_all(&j.staging_dir);

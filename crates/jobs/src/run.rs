@@ -274,11 +274,11 @@ async fn execute_with(
             ),
         );
     }
-    // The harnesses Prepare started, if it did; else, or if their worker
-    // pool could not be reached then (it may serve only from Run on),
-    // started now.
-    let prestarted = match job.take_prestarted() {
-        Some(started) if peers.is_none() => match started.await {
+    // The harnesses Prepare started, if it did (never for a cluster
+    // attempt); else, or if their worker pool could not be reached then (it
+    // may serve only from Run on), started now.
+    let prestarted = match peers.is_none().then(|| job.take_prestarted()).flatten() {
+        Some(started) => match started.await {
             Ok(Err(e @ weir_harness::HarnessError::Environment { .. })) => {
                 job.message(
                     Importance::JobMessageDetailed,
@@ -301,11 +301,6 @@ async fn execute_with(
                 message: format!("the start of its SDK harnesses at Prepare failed: {e}"),
             })),
         },
-        Some(started) => {
-            job.set_prestarted(started);
-            job.discard_prestarted();
-            None
-        }
         None => None,
     };
     let started = match prestarted {

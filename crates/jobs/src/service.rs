@@ -185,10 +185,7 @@ fn stop(job: &Job, signal: &std::sync::atomic::AtomicBool, stopping: JobState) -
     match job.state() {
         JobState::Stopped => {
             job.set_state(JobState::Cancelled);
-            // Ends a start of its harnesses (Prepare's) still waiting for
-            // them to connect; those started are stopped.
-            job.cancel.store(true, Ordering::SeqCst);
-            job.discard_prestarted();
+            job.abandon_unrun();
         }
         s if is_terminal(s) => {}
         _ => {
