@@ -286,8 +286,9 @@ pub const AUTOSCALE_INTERVAL: Duration = Duration::from_secs(1);
 /// (see [`SdkHarnesses::pick`]'s `alone` bundles).
 pub const CPU_SAMPLE_INTERVAL: Duration = Duration::from_millis(200);
 
-/// CPU use, in thousandths of one core, from which a one-core SDK harness
-/// counts as keeping its core busy: it takes no second `alone` bundle of a
+/// CPU demand (use plus runqueue wait, [`process_cpu_demand`]), in
+/// thousandths of one core, from which a one-core SDK harness counts as
+/// keeping its core busy: it takes no second `alone` bundle of a
 /// descriptor (see [`SdkHarnesses::pick`]). A CPU-bound Python bundle keeps
 /// its harness at 950 or more; one that waits (I/O, sleeps: Beam's
 /// synthetic source sleeps between records) leaves it near 500.
@@ -961,7 +962,8 @@ impl SdkHarnesses {
                         (w.bundles_in_flight(), alone && running > 0, built <= running)
                     });
                 let done = match free {
-                    Some((w, _, _)) => {
+                    Some((w, running, _)) => {
+                        tracing::trace!(worker = %w.id, descriptor, alone, running, permille = w.cpu_permille(), in_flight = w.bundles_in_flight(), "bundle picks a worker");
                         w.in_flight.fetch_add(1, Ordering::Relaxed);
                         w.bundles_moved();
                         let mut promised = self.promised.lock().unwrap_or_else(|p| p.into_inner());
@@ -1212,7 +1214,7 @@ impl SdkHarnesses {
     }
 
     /// Samples, every [`CPU_SAMPLE_INTERVAL`] until the job stops, the CPU
-    /// use of each PROCESS SDK harness into [`Worker::cpu_permille`] (the
+    /// demand ([`process_cpu_demand`]) of each PROCESS SDK harness into [`Worker::cpu_permille`] (the
     /// busier of its last two windows, each one in which its bundles
     /// neither started nor ended): the Python harness a fork server forked
     /// (its pid in `<semi_persist_dir>/harness.pid`) or else the process
@@ -1255,7 +1257,9 @@ impl SdkHarnesses {
                     // or else the process started.
                     let pid = process
                         .and_then(|(dir, pid)| crate::boot::forked_harness_pid(&dir).or(pid));
-                    let Some((pid, ticks)) = pid.and_then(|p| Some((p, process_cpu_ticks(p)?))) else {
+                    let Some((pid, demand)) =
+                        pid.and_then(|p| Some((p, process_cpu_demand(p, ticks_per_second)?)))
+                    else {
                         w.cpu_permille.store(0, Ordering::Relaxed);
                         continue;
                     };
@@ -1263,10 +1267,9 @@ impl SdkHarnesses {
                         last.get(&w.id),
                         pid,
                         now,
-                        ticks,
+                        demand,
                         w.bundle_moves.load(Ordering::Relaxed),
                         w.bundles_in_flight(),
-                        ticks_per_second,
                     );
                     let (window, permille) = (sample.window, sample.permille);
                     let before = w.cpu_permille.swap(permille, Ordering::Relaxed);
@@ -1795,11 +1798,12 @@ async fn spawn_harness(
 struct CpuSample {
     pid: u32,
     at: Instant,
-    /// [`process_cpu_ticks`] then.
-    ticks: u64,
+    /// [`process_cpu_demand`] then, in seconds.
+    demand: f64,
     /// [`Worker::bundle_moves`] then.
     moves: u64,
-    /// CPU use over the window this sample ended, in thousandths of a core;
+    /// CPU demand (use plus runqueue wait) over the window this sample
+    /// ended, in thousandths of a core;
     /// [`CPU_UNSAMPLED`] when there was no window (first sample, another
     /// pid) or the harness's bundles changed in it, or it ran none.
     window: u32,
@@ -1811,27 +1815,51 @@ struct CpuSample {
 
 impl CpuSample {
     /// The sample that follows `then` for a harness now with `pid`,
-    /// `ticks` of CPU, `moves` bundle starts and ends, `in_flight` bundles.
+    /// `demand` seconds of CPU demand, `moves` bundle starts and ends,
+    /// `in_flight` bundles.
     fn after(
         then: Option<&CpuSample>,
         pid: u32,
         now: Instant,
-        ticks: u64,
+        demand: f64,
         moves: u64,
         in_flight: usize,
-        ticks_per_second: f64,
     ) -> CpuSample {
         let window = match then {
             Some(t) if t.pid == pid && t.moves == moves && in_flight > 0 => {
                 let wall = now.duration_since(t.at).as_secs_f64().max(1e-3);
-                let used = ticks.saturating_sub(t.ticks) as f64 / ticks_per_second;
-                (used / wall * 1000.0).round() as u32
+                let wanted = (demand - t.demand).max(0.0);
+                (wanted / wall * 1000.0).round() as u32
             }
             _ => CPU_UNSAMPLED,
         };
         let previous = then.map_or(CPU_UNSAMPLED, |t| t.window);
-        CpuSample { pid, at: now, ticks, moves, window, permille: window.max(previous) }
+        CpuSample { pid, at: now, demand, moves, window, permille: window.max(previous) }
     }
+}
+
+/// The CPU time process `pid` wanted, in seconds: the CPU it used (all
+/// its threads, [`process_cpu_ticks`]) plus the time its live threads
+/// waited on a runqueue (`/proc/<pid>/task/*/schedstat`, second field, in
+/// ns; none counted where the kernel has no schedstat). On a machine with
+/// more runnable threads than cores, a CPU-bound harness uses less than
+/// its core but wants all of it. `None` when its CPU cannot be read.
+fn process_cpu_demand(pid: u32, ticks_per_second: f64) -> Option<f64> {
+    let used = process_cpu_ticks(pid)? as f64 / ticks_per_second;
+    let waited_ns: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|line| schedstat_wait_ns(&line))
+        .sum();
+    Some(used + waited_ns as f64 / 1e9)
+}
+
+/// Nanoseconds spent waiting on a runqueue, the second field of a
+/// `/proc/<pid>/task/<tid>/schedstat` line (`run_ns wait_ns timeslices`).
+fn schedstat_wait_ns(line: &str) -> Option<u64> {
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// User plus system CPU time of process `pid` (all its threads), in
@@ -2560,9 +2588,9 @@ mod tests {
     fn a_cpu_sample_measures_only_a_settled_window() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        // pid 7, 100 ticks a second.
-        let next = |then: Option<&CpuSample>, ms, ticks, moves, in_flight| {
-            CpuSample::after(then, 7, at(ms), ticks, moves, in_flight, 100.0)
+        // pid 7; demand in hundredths of a second.
+        let next = |then: Option<&CpuSample>, ms, ticks: u64, moves, in_flight| {
+            CpuSample::after(then, 7, at(ms), ticks as f64 / 100.0, moves, in_flight)
         };
         let first = next(None, 0, 1000, 3, 1);
         assert_eq!((first.window, first.permille), (CPU_UNSAMPLED, CPU_UNSAMPLED));
@@ -2576,8 +2604,29 @@ mod tests {
         // A bundle started or ended, none ran, or another process.
         assert_eq!(next(Some(&fourth), 800, 1030, 4, 1).window, CPU_UNSAMPLED);
         assert_eq!(next(Some(&fourth), 800, 1030, 3, 0).window, CPU_UNSAMPLED);
-        let other = CpuSample::after(Some(&fourth), 8, at(800), 5, 3, 1, 100.0);
+        let other = CpuSample::after(Some(&fourth), 8, at(800), 0.05, 3, 1);
         assert_eq!(other.window, CPU_UNSAMPLED);
+    }
+
+    /// The wait is the second of a schedstat line's three fields.
+    #[test]
+    fn schedstat_wait_is_the_second_field() {
+        assert_eq!(schedstat_wait_ns("120142473 107435328 395\n"), Some(107435328));
+        assert_eq!(schedstat_wait_ns("120142473"), None);
+        assert_eq!(schedstat_wait_ns(""), None);
+    }
+
+    /// A process's CPU demand is at least the CPU it used, and a process
+    /// that is gone has none.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn process_cpu_demand_covers_the_cpu_used() {
+        let me = std::process::id();
+        let tps = clock_ticks_per_second();
+        let used = process_cpu_ticks(me).expect("this process's /proc/<pid>/stat") as f64 / tps;
+        let demand = process_cpu_demand(me, tps).expect("this process's demand");
+        assert!(demand >= used, "{demand} < {used}");
+        assert_eq!(process_cpu_demand(u32::MAX, tps), None);
     }
 
     /// A process's CPU ticks grow as it works, and a process that is gone

@@ -93,8 +93,9 @@ pub struct Worker {
     /// arrive there, so its process's stderr (the same entries, printed) is
     /// then only logged at DEBUG.
     pub(crate) logging: Arc<std::sync::atomic::AtomicBool>,
-    /// The SDK harness process's CPU use, in thousandths of one core, over
-    /// its last two sample windows (see `SdkHarnesses`' CPU sampler):
+    /// The SDK harness process's CPU demand (use plus runqueue wait), in
+    /// thousandths of one core, over the busier of its last two sample
+    /// windows (see `SdkHarnesses`' CPU sampler):
     /// [`CPU_UNSAMPLED`] unless it ran bundles in both, the same ones
     /// throughout, in the same process; 0 when its process cannot be
     /// measured.
