@@ -88,15 +88,15 @@ class WeirServer:
       return '<no weir log: %s>' % e
 
 
-def start_weir_serve(log_path, flags, env=None):
+def start_weir_serve(log_path, flags, env=None, cwd=None):
   """Starts `weir serve --job_port PORT` (a free port) with `flags`, its
-  output in `log_path`; returns its WeirServer before the Job API answers
-  (see _wait_for_job_api)."""
+  output in `log_path`, in folder `cwd` (default: this one); returns its
+  WeirServer before the Job API answers (see _wait_for_job_api)."""
   port = free_port()
   with open(log_path, 'wb') as log:
     proc = subprocess.Popen(
         [str(WEIR_BIN), 'serve', '--job_port', str(port)] + [str(f) for f in flags],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd)
   return WeirServer(proc, port, log_path)
 
 

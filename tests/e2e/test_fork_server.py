@@ -84,11 +84,11 @@ def test_harnesses_are_fresh_forks_of_the_fork_server(server, tmp_path):
   assert 'apache_beam.runners.worker.sdk_worker_main' in cmdline(fork_server)
   for r in (first, second):
     # Forked by the fork server, as `python -m` would have run the module,
-    # in its own worker's folder, under its own worker id.
+    # in Weir's working folder (this test's), under its own worker id.
     assert r['ppid'] == fork_server, r
     assert r['argv0'].endswith('sdk_worker_main.py'), r
     assert not r['main_has_fork_server'], r
-    assert r['worker'] and r['worker'] in r['cwd'], r
+    assert r['worker'] and r['cwd'] == os.getcwd(), r
   assert first['worker'].split('-worker-')[0] != second['worker'].split('-worker-')[0]
   # Not the fork server's random state: each fork draws its own numbers.
   assert first['random'] != second['random'] and first['numpy'] != second['numpy']
@@ -107,8 +107,10 @@ def test_harnesses_are_fresh_forks_of_the_fork_server(server, tmp_path):
 @pytest.mark.parametrize('server', [['--python_fork_server=false']], indirect=True)
 def test_without_the_fork_server_python_starts_afresh(server, tmp_path):
   r = run_job(server, tmp_path, 'out.txt')
-  # `weir boot` exec'd Python: the harness is the server's own child.
+  # `weir boot` exec'd Python: the harness is the server's own child, in
+  # the server's working folder.
   assert r['ppid'] == server.proc.pid, r
+  assert r['cwd'] == os.getcwd(), r
   assert not [p for p in descendants(server.proc.pid) if 'fork_server.py' in cmdline(p)]
 
 

@@ -40,6 +40,14 @@ pub const PYTHON_HARNESS_MODULE: &str = "apache_beam.runners.worker.sdk_worker_m
 /// `weir boot`, it is found for the job's resource figures through this.
 pub const HARNESS_PID_FILE: &str = "harness.pid";
 
+/// Environment variable by which Weir gives `weir boot` the folder a
+/// Python SDK harness works in: Weir's own working folder, so that a
+/// pipeline's relative paths (`--input lear.txt`) mean what they mean to
+/// Prism's and DirectRunner's harnesses. `weir boot` itself works in the
+/// worker's folder, and the harness still keeps its files in its
+/// semi-persistent folder.
+pub const HARNESS_CWD_ENV: &str = "WEIR_HARNESS_CWD";
+
 /// The pid in [`HARNESS_PID_FILE`] of the semi-persistent folder `dir`;
 /// `None` when no harness was forked for it (no file, or not a pid).
 pub fn forked_harness_pid(dir: &Path) -> Option<u32> {
@@ -170,6 +178,10 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
             // string over 128 KiB (a large option) fails exec with E2BIG.
             let options_file = write_options(&info, &semi)?;
             let mut cmd = python_command(python, &cfg, &info, &semi, &options_file);
+            cmd.env_remove(HARNESS_CWD_ENV);
+            if let Some(dir) = std::env::var_os(HARNESS_CWD_ENV).filter(|d| Path::new(d).is_dir()) {
+                cmd.current_dir(dir);
+            }
             if let Some(socket) = std::env::var_os(crate::fork_server::SOCKET_ENV) {
                 cmd.env_remove(crate::fork_server::SOCKET_ENV);
                 // Returns only when the fork server cannot take it.

@@ -1676,7 +1676,13 @@ async fn spawn_harness(
                     )
                 })?;
                 dir = Some(d);
-                (program, args, p.env)
+                let mut envs = p.env;
+                // The folder `weir boot` runs a Python harness in.
+                if let Ok(cwd) = std::env::current_dir() {
+                    envs.entry(crate::boot::HARNESS_CWD_ENV.to_string())
+                        .or_insert_with(|| cwd.display().to_string());
+                }
+                (program, args, envs)
             } else {
                 let p = beam::DockerPayload::decode(env.payload.as_slice())
                     .map_err(|e| env_error(env_id, &env.urn, e.to_string()))?;
@@ -1712,10 +1718,11 @@ async fn spawn_harness(
                 }
             }
             let mut command = tokio::process::Command::new(&program);
-            // Each SDK harness works in its own folder: boot programs write
-            // files into their working folder (Beam's Go boot writes
-            // `pipeline_options.json` there), and harnesses of concurrent
-            // jobs must not read each other's.
+            // Each boot program works in its worker's own folder: boot
+            // programs write files into their working folder (Beam's Go boot
+            // writes `pipeline_options.json` there), and harnesses of
+            // concurrent jobs must not read each other's. (`weir boot` runs
+            // a Python harness in Weir's folder: `HARNESS_CWD_ENV`.)
             if let Some(d) = &dir {
                 command.current_dir(d);
             }

@@ -322,7 +322,8 @@ pub fn boot_python(
 
 /// Runs `cmd` (`python -m apache_beam.runners.worker.sdk_worker_main` with
 /// its environment) as a fork of the fork server at `socket`, with this
-/// process's environment, folder and standard streams, writes the harness's
+/// process's environment and standard streams, in `cmd`'s folder (else
+/// this process's), writes the harness's
 /// pid to `pid_file` and exits with its code. Returns (with the reason) when
 /// the fork server cannot take it, for the caller to exec `cmd` instead.
 pub fn run_forked(socket: &Path, cmd: &std::process::Command, pid_file: &Path) -> String {
@@ -353,9 +354,12 @@ pub fn run_forked(socket: &Path, cmd: &std::process::Command, pid_file: &Path) -
         .skip(2)
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let cwd = match std::env::current_dir() {
-        Ok(d) => d,
-        Err(e) => return format!("no current folder: {e}"),
+    let cwd = match cmd.get_current_dir() {
+        Some(d) => d.to_path_buf(),
+        None => match std::env::current_dir() {
+            Ok(d) => d,
+            Err(e) => return format!("no current folder: {e}"),
+        },
     };
     let stream = match connect(socket) {
         Ok(s) => s,
