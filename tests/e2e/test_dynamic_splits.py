@@ -64,10 +64,11 @@ def test_a_bundle_of_slow_elements_splits_its_channel_and_matches_direct_runner(
 
 def test_a_bundle_of_restrictions_splits_for_an_idle_core_and_matches_direct_runner(
     tmp_path, split_server):
-  """A batch job's splittable DoFn gets the restrictions pending on a timely
-  worker as one bundle (the SDK flushes once, as on DirectRunner); with one
-  timely worker all six reach one bundle, and the split for the idle core
-  hands back restrictions the SDK had not started."""
+  """A batch job's splittable DoFn whose SDK harnesses are Python processes
+  of their own (PROCESS, one per core) gets the restrictions pending on a
+  timely worker as one bundle (the SDK flushes once, as on DirectRunner);
+  with one timely worker all six reach one bundle, and the split for the
+  idle harness hands back restrictions the SDK had not started."""
   from conftest import Beam
   direct = Beam(tmp_path / 'direct', lambda: None)
   expected = direct.run_named('sdf_restrictions', 'DIRECT')
@@ -76,7 +77,7 @@ def test_a_bundle_of_restrictions_splits_for_an_idle_core_and_matches_direct_run
   assert sum(want.values()) == 900
 
   beam = Beam(tmp_path / 'weir', lambda: split_server)
-  run = beam.run_named('sdf_restrictions', 'LOOPBACK')
+  run = beam.run_named('sdf_restrictions', 'PROCESS')
   assert run.returncode == 0, run.describe(split_server)
   _, got = run.output()
   assert got == want, (
