@@ -166,7 +166,7 @@ def run_once(runner, n, args, out_dir):
   if client.returncode != 0:
     raise SystemExit('%s %d failed; see %s' % (runner, n, os.path.join(out_dir, 'client.log')))
   _, lines = wb.read_output(prefix)
-  return dict(wall=wall, runner_cpu=runner_cpu, sdk_cpu=sampler.client.cpu() + harness_cpu,
+  return dict(wall=wall, runner_cpu=runner_cpu, sdk_cpu=sampler.client_cpu() + harness_cpu,
               runner_rss=peak if srv else None,
               # Peak of the sum: client tree, server and its SDK harnesses.
               total_rss=sampler.peak_rss,

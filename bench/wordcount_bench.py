@@ -31,6 +31,7 @@ import collections
 import glob
 import json
 import os
+import resource
 import shlex
 import shutil
 import statistics
@@ -130,10 +131,21 @@ def descendants(p):
     return []
 
 
+def reaped_by_us_cpu():
+  """CPU seconds of this process's children that it reaped, and of what
+  they reaped in turn (the kernel's count, RUSAGE_CHILDREN)."""
+  r = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return r.ru_utime + r.ru_stime
+
+
 class Sampler:
   """Samples the client tree and (optionally) the weir server and its tree."""
 
   def __init__(self, client, weir=None):
+    # The kernel's count of the client tree, once the client is reaped
+    # (see client_cpu): started right after the client, nothing else of
+    # ours is reaped meanwhile.
+    self._reaped_before = reaped_by_us_cpu()
     self.client_proc = psutil.Process(client.pid)
     self.weir_proc = psutil.Process(weir.pid) if weir else None
     self.client = Group()   # the submitting python process and its children
@@ -141,6 +153,13 @@ class Sampler:
     self.sdk = Group()      # every descendant of the weir server
     self.peak_rss = 0
     self.samples = 0
+
+  def client_cpu(self):
+    """CPU seconds of the client and its children, after the client was
+    reaped: the kernel's count (its CPU and what it reaped: DirectRunner's
+    workers) where that is more than the samples, which miss what a process
+    used after the last sample before it exited."""
+    return max(self.client.cpu(), reaped_by_us_cpu() - self._reaped_before)
 
   def sample(self):
     total = 0
@@ -344,7 +363,8 @@ def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout, pri
     sdk_cpu = max(s.sdk.cpu(), tree)
     return dict(wall=wall, peak_rss=s.peak_rss, runner_cpu=s.runner.cpu(),
                 sdk_cpu=sdk_cpu, sdk_cpu_sampled=s.sdk.cpu(), sdk_cpu_tree=tree,
-                sdk_procs=s.sdk.count(), client_cpu=s.client.cpu(),
+                sdk_procs=s.sdk.count(), client_cpu=s.client_cpu(),
+                client_cpu_sampled=s.client.cpu(),
                 samples=s.samples, prefix=prefix)
   finally:
     stop_server(server)
@@ -358,7 +378,8 @@ def run_direct(py, input_path, out_dir, workers, interval, timeout):
   log('direct: running wordcount (multi_processing, %d workers)' % workers)
   wall, s = run_client(wordcount_args(py, input_path, prefix, extra),
                        os.path.join(out_dir, 'client.log'), interval, timeout)
-  return dict(wall=wall, peak_rss=s.peak_rss, client_cpu=s.client.cpu(),
+  return dict(wall=wall, peak_rss=s.peak_rss, client_cpu=s.client_cpu(),
+              client_cpu_sampled=s.client.cpu(),
               procs=s.client.count(), samples=s.samples, prefix=prefix)
 
 
@@ -452,6 +473,7 @@ def main():
   line('CPU: runner (job server) s', lambda r, c: '%.2f' % r['runner_cpu'] if c != 'direct' else '-')
   line('CPU: SDK workers s', lambda r, c: '%.2f' % r['sdk_cpu'] if c != 'direct' else '-')
   line('CPU: client process tree s', lambda r, c: '%.2f' % r['client_cpu'])
+  line('  client, sampled only s', lambda r, c: '%.2f' % r['client_cpu_sampled'])
   line('CPU: total s', lambda r, c: '%.2f' % (
       r.get('runner_cpu', 0) + r.get('sdk_cpu', 0) + r['client_cpu']))
   print()
