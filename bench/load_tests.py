@@ -40,7 +40,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import shlex
 import shutil
 import statistics
@@ -142,12 +141,6 @@ def metrics(text):
 
 
 # --- runs -------------------------------------------------------------------------
-def children_cpu():
-  """CPU seconds of this process's reaped children (and their reaped descendants)."""
-  r = resource.getrusage(resource.RUSAGE_CHILDREN)
-  return r.ru_utime + r.ru_stime
-
-
 def run_client(py, module, opts, out_dir, timeout, server=None):
   log_path = os.path.join(out_dir, 'client.log')
   args = [py, os.path.abspath(__file__), '--child', module,
@@ -155,7 +148,7 @@ def run_client(py, module, opts, out_dir, timeout, server=None):
   with open(log_path, 'w') as f:
     f.write('$ %s\n\n' % shlex.join(args))
   with open(log_path, 'ab') as out:
-    client_cpu0 = children_cpu()
+    client_cpu0 = wb.children_cpu()
     start = time.monotonic()
     client = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL, cwd=out_dir)
@@ -178,7 +171,7 @@ def run_client(py, module, opts, out_dir, timeout, server=None):
     rc = None if timed_out else client.returncode
     wall = time.monotonic() - start
     # The client and its descendants, reaped now: CPU as the kernel counts it.
-    client_cpu = children_cpu() - client_cpu0
+    client_cpu = wb.children_cpu() - client_cpu0
     sdk_cpu = client_cpu
     if server:
       sampler.runner.sample([sampler.weir_proc])

@@ -131,7 +131,7 @@ def descendants(p):
     return []
 
 
-def reaped_by_us_cpu():
+def children_cpu():
   """CPU seconds of this process's children that it reaped, and of what
   they reaped in turn (the kernel's count, RUSAGE_CHILDREN)."""
   r = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -145,7 +145,7 @@ class Sampler:
     # The kernel's count of the client tree, once the client is reaped
     # (see client_cpu): started right after the client, nothing else of
     # ours is reaped meanwhile.
-    self._reaped_before = reaped_by_us_cpu()
+    self._reaped_before = children_cpu()
     self.client_proc = psutil.Process(client.pid)
     self.weir_proc = psutil.Process(weir.pid) if weir else None
     self.client = Group()   # the submitting python process and its children
@@ -159,7 +159,7 @@ class Sampler:
     reaped: the kernel's count (its CPU and what it reaped: DirectRunner's
     workers) where that is more than the samples, which miss what a process
     used after the last sample before it exited."""
-    return max(self.client.cpu(), reaped_by_us_cpu() - self._reaped_before)
+    return max(self.client.cpu(), children_cpu() - self._reaped_before)
 
   def sample(self):
     total = 0
