@@ -201,6 +201,34 @@ def sdf_split(p):
           | 'Format' >> beam.Map(lambda i: 'n%d' % i))
 
 
+def sdf_restrictions(p):
+  """Six splittable restrictions of 150 slow claims each: a batch runner may
+  send them to an SDK harness as one bundle and split it for idle workers."""
+  import time
+  from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+  from apache_beam.transforms.core import RestrictionProvider
+
+  class Provider(RestrictionProvider):
+    def initial_restriction(self, element):
+      return OffsetRange(0, element[1])
+
+    def create_tracker(self, restriction):
+      return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, element, restriction):
+      return restriction.size()
+
+  class Claims(beam.DoFn):
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(Provider())):
+      i = tracker.current_restriction().start
+      while tracker.try_claim(i):
+        time.sleep(0.004)
+        yield '%s:%d' % (element[0], i)
+        i += 1
+
+  return p | beam.Create([('r%d' % k, 150) for k in range(6)]) | beam.ParDo(Claims())
+
+
 def large_elements(p):
   """Elements of 6 MiB through a GroupByKey and a side input (over tonic's 4 MiB default)."""
   big = 6 * 1024 * 1024
@@ -305,7 +333,7 @@ def slow_elements(p):
 PIPELINES = {
     f.__name__: f
     for f in (gbk, flatten, side_input, combine_per_key, good, boom, windowed, custom_merging,
-              multimap_side_input, sdf_split, large_elements, flaky, crash, slow, hot_key,
+              multimap_side_input, sdf_split, sdf_restrictions, large_elements, flaky, crash, slow, hot_key,
               fan_out_gbk, slow_elements)
 }
 

@@ -95,6 +95,16 @@ pub trait BundleProcessor: Send + Sync + 'static {
     /// traceback when user code raised).
     fn process_bundle(&self, request: BundleRequest, done: Completion);
 
+    /// Whether a batch job's splittable SDK stage `stage` (its index in the
+    /// graph) gets the restrictions pending on a timely worker as one
+    /// bundle, which the processor splits for SDK workers that fall idle,
+    /// rather than in small bundles that spread by themselves. The default
+    /// is small bundles.
+    fn restrictions_in_one_bundle(&self, stage: usize) -> bool {
+        let _ = stage;
+        false
+    }
+
     /// Told after the engine garbage-collected the user state of stateful
     /// SDK stage `stage` (its index in the graph) on one timely worker at
     /// input watermark `input_watermark` (event time, ms; `i64::MAX` once

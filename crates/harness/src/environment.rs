@@ -1049,6 +1049,38 @@ impl SdkHarnesses {
         self.changed.notify_waiters();
     }
 
+    /// True, once, when worker `busy` of `env_id` can take work split off a
+    /// bundle it runs: each harness of `env_id` is a PROCESS standing for
+    /// one core whose CPU is sampled ([`SdkHarnesses::harness_cpu_sampled`]),
+    /// `busy` has room for another bundle, and its process left its core
+    /// partly idle ([`Worker::cpu_permille`] under [`CORE_BUSY_PERMILLE`]):
+    /// its bundle waits (a source that sleeps, I/O), and a second bundle
+    /// fills those waits. Then false until a bundle starts or ends on
+    /// `busy` (the work split off counts as taken).
+    pub(crate) fn take_spare_core(&self, env_id: &str, busy: &str) -> bool {
+        if !self.harness_cpu_sampled(env_id) {
+            return false;
+        }
+        let room = self.bundles_per_worker(env_id);
+        let pool = self.pool();
+        let Some(w) = pool
+            .workers
+            .get(env_id)
+            .and_then(|ws| ws.iter().find(|w| w.id == busy))
+        else {
+            return false;
+        };
+        let moves = w.bundle_moves.load(Ordering::Relaxed);
+        let spare = w.is_connected()
+            && w.bundles_in_flight() < room
+            && w.cpu_permille() < CORE_BUSY_PERMILLE
+            && w.spare_taken_at.load(Ordering::Relaxed) != moves;
+        if spare {
+            w.spare_taken_at.store(moves, Ordering::Relaxed);
+        }
+        spare
+    }
+
     /// True when a connected worker of `env_id` other than `busy` has no bundle.
     pub(crate) fn has_idle_worker(&self, env_id: &str, busy: &str) -> bool {
         self.pool().workers.get(env_id).is_some_and(|ws| {
@@ -2577,6 +2609,43 @@ mod tests {
         pooled.pick("py", "d", false, true).await.unwrap();
         pooled.pick("py", "d", false, true).await.unwrap();
         assert_eq!(pool_py.processors_of("d"), (2, 2));
+    }
+
+    /// A one-core PROCESS harness whose last CPU sample shows its core
+    /// partly idle offers that spare time to one split of a bundle it runs,
+    /// and then to none until a bundle starts or ends on it; a busy or
+    /// unsampled harness, a full one, and a harness whose CPU Weir does not
+    /// sample (EXTERNAL) offer none.
+    #[tokio::test]
+    async fn a_waiting_one_core_harness_takes_one_split_of_its_own_bundle() {
+        let fn_api = FnApi::new("localhost:1".into());
+        let (mut harnesses, [_, (py, _py_rx)]) =
+            java_and_python(&fn_api, 4, SINGLE_CORE_BUNDLES_PER_HARNESS);
+        for env in harnesses.environments.values_mut() {
+            env.urn = urns::env::PROCESS.into();
+        }
+        assert_eq!(harnesses.pick("py", "d", false, false).await.unwrap().id, py.id);
+        assert!(!harnesses.take_spare_core("py", &py.id), "unsampled: busy");
+        py.cpu_permille.store(CORE_BUSY_PERMILLE, Ordering::Relaxed);
+        assert!(!harnesses.take_spare_core("py", &py.id), "at the mark: busy");
+        py.cpu_permille.store(CORE_BUSY_PERMILLE - 1, Ordering::Relaxed);
+        assert!(!harnesses.take_spare_core("py", "another"), "not a worker of py");
+        assert!(harnesses.take_spare_core("py", &py.id));
+        assert!(!harnesses.take_spare_core("py", &py.id), "taken until a bundle moves");
+        // The work split off starts here: full (two bundles), and unsampled.
+        harnesses.pick("py", "d", false, false).await.unwrap();
+        py.cpu_permille.store(0, Ordering::Relaxed);
+        assert!(!harnesses.take_spare_core("py", &py.id), "no room");
+        // One ends: room again, and the next sample may offer it.
+        harnesses.release(&py, "d", false);
+        py.cpu_permille.store(100, Ordering::Relaxed);
+        assert!(harnesses.take_spare_core("py", &py.id));
+        // EXTERNAL: not sampled, never offered.
+        let (external, [_, (ext_py, _ext_rx)]) =
+            java_and_python(&fn_api, 4, SINGLE_CORE_BUNDLES_PER_HARNESS);
+        external.pick("py", "d", false, false).await.unwrap();
+        ext_py.cpu_permille.store(0, Ordering::Relaxed);
+        assert!(!external.take_spare_core("py", &ext_py.id));
     }
 
     /// utime and stime are fields 14 and 15 of a stat line, counted after

@@ -103,6 +103,11 @@ pub struct Worker {
     /// Bumped each time a bundle starts or ends here: a CPU sample counts
     /// only over a window in which this stayed the same.
     pub(crate) bundle_moves: AtomicU64,
+    /// [`Worker::bundle_moves`] when a bundle here last split off work for
+    /// this same harness's spare core time (see
+    /// `SdkHarnesses::take_spare_core`): no other such split until a bundle
+    /// starts or ends here. `u64::MAX` before the first.
+    pub(crate) spare_taken_at: AtomicU64,
 }
 
 /// [`Worker::cpu_permille`] before the first sample of its process.
@@ -454,6 +459,7 @@ impl FnApi {
             logging: Arc::default(),
             cpu_permille: AtomicU32::new(CPU_UNSAMPLED),
             bundle_moves: AtomicU64::new(0),
+            spare_taken_at: AtomicU64::new(u64::MAX),
         });
         self.workers
             .lock()

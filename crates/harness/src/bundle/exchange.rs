@@ -48,11 +48,12 @@ fn side_input_cache_tokens(
 
 impl Inner {
     /// Waits for the bundle's response, meanwhile:
-    /// * for a splittable stage whose bundle holds one element, asks the SDK
-    ///   to split the rest of the element in half whenever another SDK worker
-    ///   sits idle (`ProcessBundleSplitRequest`, fraction_of_remainder 0.5),
-    ///   and hands the residuals to the engine at once so the idle worker
-    ///   takes them; for another stage's bundle of several elements, splits
+    /// * for a splittable stage's bundle, asks the SDK to split what is
+    ///   left of it whenever another SDK worker sits idle
+    ///   (`ProcessBundleSplitRequest`: the rest of one element in half; of
+    ///   several, a share per ready worker), and hands the residuals to the
+    ///   engine at once so the idle worker takes them; for another stage's
+    ///   bundle of several elements, splits
     ///   its data channel whenever the environment has room for another
     ///   bundle, handing what is left back as one bundle per ready SDK
     ///   worker ([`Inner::maybe_split`]);
@@ -70,7 +71,11 @@ impl Inner {
     ) -> Result<beam::InstructionResponse, Failure> {
         let gone = || Failure::Error(format!("SDK harness {} went away", worker.id));
         let drainable = stage.splittable && self.policy.drain.is_some();
-        let splittable = stage.splittable && request.input.len() == 1 || drainable;
+        // A splittable DoFn's bundle splits inside its element, or with
+        // several elements at an element boundary (the restrictions not
+        // started go back) or inside the one it is in.
+        let splittable = stage.splittable && !request.input.is_empty() || drainable;
+        let several = stage.splittable && request.input.len() > 1;
         // Any other bundle of several elements may split its data channel,
         // unless it is keyed (a stateful stage runs a key's elements in
         // order, one bundle at a time) or delivers timers.
@@ -87,9 +92,9 @@ impl Inner {
             .zip(self.policy.progress_interval());
         let tick = match watch {
             None if !splittable => return response.await.map_err(|_| gone()),
-            None if channel => CHANNEL_SPLIT_CHECK_INTERVAL,
+            None if channel || several => CHANNEL_SPLIT_CHECK_INTERVAL,
             None => SPLIT_CHECK_INTERVAL,
-            Some((_, every)) if channel => every.min(CHANNEL_SPLIT_CHECK_INTERVAL),
+            Some((_, every)) if channel || several => every.min(CHANNEL_SPLIT_CHECK_INTERVAL),
             Some((_, every)) if splittable => every.min(SPLIT_CHECK_INTERVAL),
             Some((_, every)) => every,
         };
@@ -104,7 +109,7 @@ impl Inner {
         // beside its bundle: the periodic check is enough.)
         let element = splittable
             && !channel
-            && request.input.len() == 1
+            && !request.input.is_empty()
             && self.harnesses.one_core_process(&stage.environment_id);
         // Made again as soon as it fires, before the check it starts, so a
         // change during a split's round trip is not missed.
@@ -127,7 +132,7 @@ impl Inner {
                     self.split(worker, instruction_id, request, stage, bundle, 0.0, splits, 1)
                         .await?;
                 }
-            } else if channel || splittable && request.input.len() == 1 {
+            } else if channel || stage.splittable && !request.input.is_empty() {
                 splits = self
                     .maybe_split(worker, instruction_id, request, stage, bundle, splits, channel)
                     .await?;

@@ -106,6 +106,23 @@ impl BundleProcessor for JobWorkers {
         });
     }
 
+    /// One bundle where each SDK harness of the stage's environment is a
+    /// process that runs bundles on one core (a Python harness of its own,
+    /// see [`crate::environment::SdkHarnesses::one_core_process`]): bundles in it only take
+    /// turns at one interpreter, the SDK's fixed cost per bundle (a lifted
+    /// combiner's flush, a side input's fetch) is paid once, and an idle
+    /// harness takes the restrictions split off. Not in the client's
+    /// in-process pool, whose concurrent bundles overlap their waits, nor
+    /// for an SDK that runs bundles on many cores.
+    fn restrictions_in_one_bundle(&self, stage: usize) -> bool {
+        match self.inner.graph.stages.get(stage).map(|s| &s.kind) {
+            Some(StageKind::Sdk(sdk)) => {
+                sdk.splittable && self.inner.harnesses.one_core_process(&sdk.environment_id)
+            }
+            _ => false,
+        }
+    }
+
     /// Reports the job's live user-state cells once the engine deleted some
     /// (the engine logs the expiry itself).
     fn user_state_expired(

@@ -40,7 +40,9 @@ impl Inner {
     /// splits when its residual has an SDK harness to run on
     /// ([`crate::environment::SdkHarnesses::could_run_a_residual`]; on a
     /// one-core harness process, an idle harness no other split was promised,
-    /// see [`crate::environment::SdkHarnesses::split_ways`]); a data
+    /// see [`crate::environment::SdkHarnesses::split_ways`]; a bundle of
+    /// several restrictions there also when its own harness leaves its core
+    /// partly idle, [`crate::environment::SdkHarnesses::take_spare_core`]); a data
     /// channel of several elements (`channel` true) when its environment
     /// could start another bundle at once (no bundle waits for a worker,
     /// and a worker has room for one more; see
@@ -48,11 +50,16 @@ impl Inner {
     /// of its stage waits for a bundle on its timely worker or another SDK
     /// worker sits idle (the engine starts a split's elements at once).
     ///
-    /// A splittable DoFn's element splits in half (fraction of remainder
-    /// 0.5). A data channel keeps 1/(k+1) of what is left and hands the
-    /// rest back as k bundles, k being the SDK workers ready for them
-    /// ([`crate::environment::SdkHarnesses::split_ways`]): a few slow
+    /// A splittable DoFn's bundle of one element splits it in half
+    /// (fraction of remainder 0.5). A data channel, or a splittable DoFn's
+    /// bundle of several restrictions, keeps 1/(k+1) of what is left and
+    /// hands the rest back as k bundles, k being the SDK workers ready for
+    /// them ([`crate::environment::SdkHarnesses::split_ways`]): a few slow
     /// elements reach every idle core in one check rather than by halving.
+    /// The SDK splits a bundle of restrictions at the element boundary
+    /// nearest that share, or inside the restriction it is in when the
+    /// share is less than what is left of it (Beam's
+    /// `ProcessBundleSplitRequest`: residual roots plus a channel split).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn maybe_split(
         &self,
@@ -70,31 +77,44 @@ impl Inner {
             .as_ref()
             .map_or(usize::MAX, |s| s.backlog.load(Ordering::Relaxed));
         let env = &stage.environment_id;
+        // A splittable DoFn's bundle of several restrictions.
+        let several = !channel && request.input.len() > 1;
         let worth = if channel {
             (backlog == 0 || self.harnesses.has_idle_worker(env, &worker.id))
                 && self.harnesses.has_room(env)
         } else {
             self.harnesses.could_run_a_residual(env, &worker.id, backlog)
         };
-        if splits >= MAX_SPLITS_PER_BUNDLE || !worth {
+        if splits >= MAX_SPLITS_PER_BUNDLE {
+            return Ok(splits);
+        }
+        // A bundle of several restrictions on a one-core harness whose
+        // process leaves its core partly idle (its source waits) also
+        // splits for that harness itself: the restrictions it would have run
+        // as a second bundle of their own.
+        let spare = several
+            && self.harnesses.one_core_process(env)
+            && self.harnesses.take_spare_core(env, &worker.id);
+        if !worth && !spare {
             return Ok(splits);
         }
         // Workers promised to this split's bundles (see `split_ways`).
         let promised = if channel {
             let most = request.input.len().saturating_sub(1);
             self.harnesses.split_ways(env, &worker.id, most)
-        } else if self.harnesses.one_core_process(env) {
-            // The residual is for an idle harness: promise it, so another
-            // bundle's split does not count it too (one idle harness, two
-            // residuals).
-            match self.harnesses.split_ways(env, &worker.id, 1) {
-                0 => return Ok(splits),
+        } else if several || self.harnesses.one_core_process(env) {
+            // The residuals are for idle harnesses: promise them, so another
+            // bundle's split does not count them too (one idle harness, two
+            // residuals). Several restrictions may go to several of them.
+            let most = if several { request.input.len() - usize::from(spare) } else { 1 };
+            match self.harnesses.split_ways(env, &worker.id, most) {
+                0 if !spare && self.harnesses.one_core_process(env) => return Ok(splits),
                 n => n,
             }
         } else {
             0
         };
-        let ways = if channel { promised.max(1) } else { 1 };
+        let ways = if channel || several { (promised + usize::from(spare)).max(1) } else { 1 };
         splits += 1;
         let keep = 1.0 / (ways as f64 + 1.0);
         let handed = self

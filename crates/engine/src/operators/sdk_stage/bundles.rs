@@ -7,7 +7,7 @@ use crate::operators::Element;
 use crate::time::Hold;
 use crate::EngineConfig;
 
-/// Bundles a batch of pending restrictions is cut into.
+/// Bundles a batch of pending restrictions is cut into (see [`BundleLimits::for_stage`]).
 const SPLITTABLE_BUNDLES_PER_BATCH: usize = 4;
 
 /// The wall time a bundle of a splittable stage should take at least, once
@@ -28,8 +28,8 @@ pub(super) struct ElementCost {
 
 impl ElementCost {
     /// Notes that an element of the stage left a residual (a split or a
-    /// checkpoint): its restrictions differ in size, a cost per element
-    /// says little, and a bundle of several could not be split.
+    /// checkpoint): its restrictions differ in size, and a cost per element
+    /// says little.
     pub(super) fn residual_seen(&mut self) {
         self.split = true;
     }
@@ -79,22 +79,28 @@ pub(super) struct BundleLimits {
 
 impl BundleLimits {
     /// The limits for a stage's next bundles, with `pending` elements
-    /// waiting. Restrictions of a splittable DoFn go out in small bundles
-    /// (about a quarter of what is pending each, one when few are pending),
-    /// so they spread over SDK workers and a single running one can be
-    /// split, without paying the SDK's per-bundle cost for each of thousands
-    /// of tiny restrictions; but never fewer than `min_elements` (see
-    /// [`ElementCost::min_elements`]) while that many are pending. Other
-    /// stages use `config`'s limits.
+    /// waiting. With `one_bundle` (a batch job whose SDK harnesses run a
+    /// bundle on one core each, see
+    /// [`crate::BundleProcessor::restrictions_in_one_bundle`]) the
+    /// restrictions of a splittable DoFn pending on one timely worker go out
+    /// as one bundle, as DirectRunner's workers run them: the SDK pays its
+    /// per-bundle cost once (a combiner lifted into the stage flushes once,
+    /// not once per restriction), and the harness layer splits the bundle
+    /// for SDK workers that fall idle. Otherwise they go out in small
+    /// bundles (about a quarter of what is pending each, one when few are
+    /// pending), so they spread over SDK workers, but never fewer than
+    /// `min_elements` (see [`ElementCost::min_elements`]) while that many
+    /// are pending. Other stages use `config`'s limits.
     ///
     /// Panics if `config.max_bundle_elements` is 0 for a splittable stage.
     pub(super) fn for_stage(
         splittable: bool,
+        one_bundle: bool,
         pending: usize,
         min_elements: usize,
         config: &EngineConfig,
     ) -> Self {
-        let max_elements = if splittable {
+        let max_elements = if splittable && !one_bundle {
             (pending / SPLITTABLE_BUNDLES_PER_BATCH)
                 .max(min_elements.min(pending))
                 .clamp(1, config.max_bundle_elements)
@@ -228,15 +234,32 @@ mod tests {
         let cases = [(0, 1), (3, 1), (40, 10), (10_000, 100)];
         for (pending, expected) in cases {
             assert_eq!(
-                BundleLimits::for_stage(true, pending, 1, &config),
+                BundleLimits::for_stage(true, false, pending, 1, &config),
                 limits(expected, 4096),
                 "{pending} pending"
             );
         }
         assert_eq!(
-            BundleLimits::for_stage(false, 3, 1, &config),
+            BundleLimits::for_stage(false, false, 3, 1, &config),
             limits(100, 4096)
         );
+    }
+
+    #[test]
+    fn splittable_stages_with_one_bundle_send_what_is_pending_at_once() {
+        let config = config();
+        for (pending, minimum) in [(0, 1), (3, 1), (8, 1), (40, 25), (10_000, 1)] {
+            assert_eq!(
+                BundleLimits::for_stage(true, true, pending, minimum, &config),
+                limits(100, 4096),
+                "{pending} pending"
+            );
+        }
+        // Eight restrictions pending: one bundle of all eight.
+        let mut pending = VecDeque::from([(1, elements(&[9; 8]))]);
+        let limits = BundleLimits::for_stage(true, true, 8, 1, &config);
+        assert_eq!(cut_bundle(&mut pending, limits).map(|(_, b)| b.len()), Some(8));
+        assert!(pending.is_empty());
     }
 
     #[test]
@@ -252,14 +275,14 @@ mod tests {
         ];
         for ((pending, minimum), expected) in cases {
             assert_eq!(
-                BundleLimits::for_stage(true, pending, minimum, &config),
+                BundleLimits::for_stage(true, false, pending, minimum, &config),
                 limits(expected, 4096),
                 "{pending} pending, minimum {minimum}"
             );
         }
         // Only splittable stages have a minimum.
         assert_eq!(
-            BundleLimits::for_stage(false, 3, 25, &config),
+            BundleLimits::for_stage(false, false, 3, 25, &config),
             limits(100, 4096)
         );
     }

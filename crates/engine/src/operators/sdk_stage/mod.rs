@@ -99,6 +99,10 @@ pub(crate) fn sdk_stage<'s>(
     // spreads over processes); keyed elements go wherever their key lives.
     let peers = worker.peers() as u64;
     let chunk = if sdk.splittable { 0 } else { SPREAD_CHUNK_BYTES };
+    // A batch job's restrictions go out as one bundle where the processor
+    // splits it for idle SDK workers (see BundleLimits::for_stage).
+    let one_bundle =
+        sdk.splittable && !ctx.graph.streaming && ctx.processor.restrictions_in_one_bundle(stage_index);
     let mut spread = Spread::new(worker_index as u64, ctx.local_workers as u64, chunk);
     let route_ctx = ctx.clone();
     let route = move |e: &Element| match &keyed {
@@ -328,11 +332,13 @@ pub(crate) fn sdk_stage<'s>(
                         if residuals.len() > returned {
                             st.cost.residual_seen();
                         }
-                        // A split data channel's elements start at once, past
-                        // the limit of bundles in flight, in `ways` bundles:
-                        // the harness split it because that many SDK workers
-                        // have room for them now.
-                        if returned > 0 && returned == residuals.len() && !sdk.splittable && !sdk.stateful && !ctx.stopped() {
+                        // Input elements handed back by a split of a data
+                        // channel (with, for a splittable DoFn, the residual
+                        // of the element it was in) start at once, past the
+                        // limit of bundles in flight, in `ways` bundles: the
+                        // harness split because that many SDK workers have
+                        // room for them now.
+                        if returned > 0 && !sdk.stateful && !ctx.stopped() {
                             for part in even_parts(residuals, ways) {
                                 submit(st, cap.clone(), part, vec![]);
                             }
@@ -520,10 +526,10 @@ pub(crate) fn sdk_stage<'s>(
                     ctx.processor.user_state_expired(stage_index, gc, removed, user_state.count());
                 }
             }
-            // Restrictions of a splittable DoFn go out in small bundles (see
-            // BundleLimits::for_stage).
+            // Restrictions of a splittable DoFn: one bundle or small ones
+            // (see BundleLimits::for_stage).
             let pending: usize = if sdk.splittable { st.pending.iter().map(|(_, e)| e.len()).sum() } else { 0 };
-            let limits = BundleLimits::for_stage(sdk.splittable, pending, st.cost.min_elements(), &ctx.config);
+            let limits = BundleLimits::for_stage(sdk.splittable, one_bundle, pending, st.cost.min_elements(), &ctx.config);
             while st.in_flight.len() < max_in_flight {
                 let Some((cap, elements)) = cut_bundle(&mut st.pending, limits) else { break };
                 if elements.is_empty() {
