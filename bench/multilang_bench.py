@@ -17,13 +17,15 @@ expansion service's JVM. Fails when a run's count or sum is wrong.
 import argparse
 import json
 import os
-import resource
 import socket
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wordcount_bench import children_cpu  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 WEIR = Path(os.environ.get('WEIR_BIN', REPO / 'target' / 'release' / 'weir'))
@@ -78,18 +80,17 @@ def run_once(variant, n, job_port, expansion, server_pid):
           '--expansion_service', expansion if variant == 'multi' else 'none',
           '--runner=PortableRunner', '--job_endpoint=localhost:%d' % job_port,
           '--environment_type=LOOPBACK']
-  before = resource.getrusage(resource.RUSAGE_CHILDREN)
+  before = children_cpu()
   server_tree, server_own = tree_cpu(server_pid), own_cpu(server_pid)
   start = time.time()
   proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
   wall = time.time() - start
-  after = resource.getrusage(resource.RUSAGE_CHILDREN)
+  client_cpu = children_cpu() - before
   if proc.returncode != 0:
     sys.exit('%s run failed:\n%s' % (variant, proc.stderr[-5000:]))
   want = 'count=%d sum=%d' % (n, 3 * n * (n - 1) // 2)
   if want not in proc.stdout:
     sys.exit('%s run printed %r, want %r' % (variant, proc.stdout[-500:], want))
-  client_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
   # The SDK harnesses Weir starts (here: the Java environment's) are children
   # of `weir serve`, reaped when the job ends: the server tree's CPU less its own.
   runner = own_cpu(server_pid) - server_own
