@@ -94,5 +94,8 @@ def test_a_bundle_of_restrictions_splits_for_an_idle_core_and_matches_direct_run
     assert splits and splits[0][2] == 6 and splits[0][1] > 0, (
         'no split of the bundle of restrictions:\n' + log[-3000:])
   else:
-    # Two timely workers: three restrictions each, two bundles.
-    assert all(of <= 3 for _, _, of in splits), splits
+    # Two timely workers: three restrictions each, two bundles, one on each
+    # harness; neither is idle, but the sleeping claims leave each core
+    # partly idle, so a bundle splits for its own harness.
+    assert splits and all(of <= 3 for _, _, of in splits), (
+        'no split of a bundle of restrictions:\n' + log[-3000:])

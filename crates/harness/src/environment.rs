@@ -1053,10 +1053,13 @@ impl SdkHarnesses {
     /// bundle it runs: each harness of `env_id` is a PROCESS standing for
     /// one core whose CPU is sampled ([`SdkHarnesses::harness_cpu_sampled`]),
     /// `busy` has room for another bundle, and its process left its core
-    /// partly idle ([`Worker::cpu_permille`] under [`CORE_BUSY_PERMILLE`]):
+    /// partly idle ([`Worker::cpu_permille`] above 0, which stands for a
+    /// process that could not be read, and under [`CORE_BUSY_PERMILLE`]):
     /// its bundle waits (a source that sleeps, I/O), and a second bundle
     /// fills those waits. Then false until a bundle starts or ends on
-    /// `busy` (the work split off counts as taken).
+    /// `busy`: the work split off counts as taken, and is promised as a
+    /// worker of [`SdkHarnesses::split_ways`] is (settle it with
+    /// [`SdkHarnesses::split_done`]).
     pub(crate) fn take_spare_core(&self, env_id: &str, busy: &str) -> bool {
         if !self.harness_cpu_sampled(env_id) {
             return false;
@@ -1073,10 +1076,23 @@ impl SdkHarnesses {
         let moves = w.bundle_moves.load(Ordering::Relaxed);
         let spare = w.is_connected()
             && w.bundles_in_flight() < room
-            && w.cpu_permille() < CORE_BUSY_PERMILLE
-            && w.spare_taken_at.load(Ordering::Relaxed) != moves;
+            && (1..CORE_BUSY_PERMILLE).contains(&w.cpu_permille())
+            && w.spare_taken_at.load(Ordering::Relaxed) != moves
+            // No bundle started or ended here meanwhile (`release` moves
+            // bundles outside the pool lock).
+            && w.bundle_moves.load(Ordering::Relaxed) == moves;
         if spare {
             w.spare_taken_at.store(moves, Ordering::Relaxed);
+            // After the pool lock, as in `split_ways`.
+            drop(pool);
+            let mut promised = self.promised.lock().unwrap_or_else(|p| p.into_inner());
+            let promised = promised
+                .entry(env_id.to_string())
+                .or_insert((0, tokio::time::Instant::now()));
+            if promised.1.elapsed() > PROMISE_TTL {
+                promised.0 = 0;
+            }
+            *promised = (promised.0 + 1, tokio::time::Instant::now());
         }
         spare
     }
@@ -2628,12 +2644,16 @@ mod tests {
         assert!(!harnesses.take_spare_core("py", &py.id), "unsampled: busy");
         py.cpu_permille.store(CORE_BUSY_PERMILLE, Ordering::Relaxed);
         assert!(!harnesses.take_spare_core("py", &py.id), "at the mark: busy");
+        py.cpu_permille.store(0, Ordering::Relaxed);
+        assert!(!harnesses.take_spare_core("py", &py.id), "a process that could not be read");
         py.cpu_permille.store(CORE_BUSY_PERMILLE - 1, Ordering::Relaxed);
         assert!(!harnesses.take_spare_core("py", "another"), "not a worker of py");
         assert!(harnesses.take_spare_core("py", &py.id));
+        assert_eq!(harnesses.promised.lock().unwrap()["py"].0, 1, "promised, as split_ways does");
         assert!(!harnesses.take_spare_core("py", &py.id), "taken until a bundle moves");
         // The work split off starts here: full (two bundles), and unsampled.
         harnesses.pick("py", "d", false, false).await.unwrap();
+        assert_eq!(harnesses.promised.lock().unwrap()["py"].0, 0, "the promise is kept");
         py.cpu_permille.store(0, Ordering::Relaxed);
         assert!(!harnesses.take_spare_core("py", &py.id), "no room");
         // One ends: room again, and the next sample may offer it.

@@ -48,11 +48,13 @@ fn side_input_cache_tokens(
 
 impl Inner {
     /// Waits for the bundle's response, meanwhile:
-    /// * for a splittable stage's bundle, asks the SDK to split what is
-    ///   left of it whenever another SDK worker sits idle
+    /// * for a splittable stage's bundle (of one element; or of several in
+    ///   a batch job), asks the SDK to split what is left of it whenever
+    ///   another SDK worker sits idle, or a batch bundle of several
+    ///   restrictions' own harness leaves its core partly idle
     ///   (`ProcessBundleSplitRequest`: the rest of one element in half; of
     ///   several, a share per ready worker), and hands the residuals to the
-    ///   engine at once so the idle worker takes them; for another stage's
+    ///   engine at once so that worker takes them; for another stage's
     ///   bundle of several elements, splits
     ///   its data channel whenever the environment has room for another
     ///   bundle, handing what is left back as one bundle per ready SDK
@@ -71,11 +73,13 @@ impl Inner {
     ) -> Result<beam::InstructionResponse, Failure> {
         let gone = || Failure::Error(format!("SDK harness {} went away", worker.id));
         let drainable = stage.splittable && self.policy.drain.is_some();
-        // A splittable DoFn's bundle splits inside its element, or with
-        // several elements at an element boundary (the restrictions not
-        // started go back) or inside the one it is in.
-        let splittable = stage.splittable && !request.input.is_empty() || drainable;
-        let several = stage.splittable && request.input.len() > 1;
+        // A splittable DoFn's bundle splits inside its element, or in a
+        // batch job with several elements at an element boundary (the
+        // restrictions not started go back) or inside the one it is in. (A
+        // streaming job's bundles of several restrictions run whole: one
+        // split inside a restriction would end their retries.)
+        let several = stage.splittable && request.input.len() > 1 && !self.policy.streaming;
+        let splittable = stage.splittable && (request.input.len() == 1 || several) || drainable;
         // Any other bundle of several elements may split its data channel,
         // unless it is keyed (a stateful stage runs a key's elements in
         // order, one bundle at a time) or delivers timers.
@@ -102,14 +106,14 @@ impl Inner {
         let mut last_poll = std::time::Instant::now();
         let mut polls = 0u32;
         let mut splits = 0u32;
-        // A splittable DoFn's element on a one-core harness process is also
-        // checked as soon as the pool changes (another bundle ended: its
-        // harness may now be idle), after a moment in which a waiting bundle
-        // takes that harness first. (Other harnesses may run a residual
-        // beside its bundle: the periodic check is enough.)
-        let element = splittable
-            && !channel
-            && !request.input.is_empty()
+        // A splittable DoFn's bundle (one element, or several in batch) on a
+        // one-core harness process is also checked as soon as the pool
+        // changes (another bundle ended: its harness may now be idle), after
+        // a moment in which a waiting bundle takes that harness first.
+        // (Other harnesses may run a residual beside its bundle: the
+        // periodic check is enough.)
+        let element = stage.splittable
+            && (request.input.len() == 1 || several)
             && self.harnesses.one_core_process(&stage.environment_id);
         // Made again as soon as it fires, before the check it starts, so a
         // change during a split's round trip is not missed.
@@ -132,7 +136,7 @@ impl Inner {
                     self.split(worker, instruction_id, request, stage, bundle, 0.0, splits, 1)
                         .await?;
                 }
-            } else if channel || stage.splittable && !request.input.is_empty() {
+            } else if channel || stage.splittable && (request.input.len() == 1 || several) {
                 splits = self
                     .maybe_split(worker, instruction_id, request, stage, bundle, splits, channel)
                     .await?;

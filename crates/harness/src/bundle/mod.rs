@@ -111,7 +111,8 @@ impl BundleProcessor for JobWorkers {
     /// see [`crate::environment::SdkHarnesses::one_core_process`]): bundles in it only take
     /// turns at one interpreter, the SDK's fixed cost per bundle (a lifted
     /// combiner's flush, a side input's fetch) is paid once, and an idle
-    /// harness takes the restrictions split off. Not in the client's
+    /// harness, or the bundle's own one while its core is partly idle,
+    /// takes the restrictions split off (see `Inner::maybe_split`). Not in the client's
     /// in-process pool, whose concurrent bundles overlap their waits, nor
     /// for an SDK that runs bundles on many cores.
     fn restrictions_in_one_bundle(&self, stage: usize) -> bool {

@@ -1,12 +1,15 @@
 //! Dynamic splits of a running bundle (`ProcessBundleSplitRequest`): for
 //! idle SDK workers (a splittable element in half, a data channel into one
-//! bundle per ready worker), or a checkpoint when the job drains (0).
+//! bundle per ready worker), for the spare core time of a one-core harness
+//! whose batch bundle of restrictions waits, or a checkpoint when the job
+//! drains (0).
 //!
 //! Two kinds, as Dataflow's dynamic work rebalancing: a splittable DoFn's
-//! bundle of one element splits inside the element (residual restrictions),
-//! and any other bundle of several elements splits its data channel at an
-//! element boundary (the elements the SDK has not started go back to the
-//! engine and run in bundles of their own).
+//! bundle splits inside its element (residual restrictions) or, with
+//! several restrictions in a batch job, also at a restriction boundary; and
+//! any other bundle of several elements splits its data channel at an
+//! element boundary. Either way the elements the SDK has not started go
+//! back to the engine and run in bundles of their own.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -77,8 +80,11 @@ impl Inner {
             .as_ref()
             .map_or(usize::MAX, |s| s.backlog.load(Ordering::Relaxed));
         let env = &stage.environment_id;
-        // A splittable DoFn's bundle of several restrictions.
-        let several = !channel && request.input.len() > 1;
+        // A splittable DoFn's batch bundle (see the caller) still holding
+        // several restrictions: of its input, those its primary kept after
+        // earlier splits.
+        let left = bundle.split_primary.load(Ordering::Relaxed).min(request.input.len());
+        let several = !channel && left > 1 && !self.policy.streaming;
         let worth = if channel {
             (backlog == 0 || self.harnesses.has_idle_worker(env, &worker.id))
                 && self.harnesses.has_room(env)
@@ -106,7 +112,7 @@ impl Inner {
             // The residuals are for idle harnesses: promise them, so another
             // bundle's split does not count them too (one idle harness, two
             // residuals). Several restrictions may go to several of them.
-            let most = if several { request.input.len() - usize::from(spare) } else { 1 };
+            let most = if several { left - usize::from(spare) } else { 1 };
             match self.harnesses.split_ways(env, &worker.id, most) {
                 0 if !spare && self.harnesses.one_core_process(env) => return Ok(splits),
                 n => n,
@@ -121,7 +127,7 @@ impl Inner {
             .split(worker, instruction_id, request, stage, bundle, keep, splits, ways)
             .await;
         self.harnesses
-            .split_done(env, promised, matches!(handed, Ok(true)));
+            .split_done(env, promised + usize::from(spare), matches!(handed, Ok(true)));
         handed?;
         Ok(splits)
     }
@@ -190,7 +196,7 @@ impl Inner {
             residuals.extend(request.input[back].iter().cloned());
         }
         if !residuals.is_empty() {
-            tracing::info!(worker = %worker.id, bundle = %instruction_id, "split off {restrictions} residual restriction(s) and {returned} input element(s) of {} (fraction of remainder {fraction_of_remainder:.3}, in {} bundle(s))", request.input.len(), ways.min(returned).max(1));
+            tracing::info!(worker = %worker.id, bundle = %instruction_id, "split off {restrictions} residual restriction(s) and {returned} input element(s) of {} (fraction of remainder {fraction_of_remainder:.3}, in {} bundle(s))", request.input.len(), if returned > 0 { ways.min(residuals.len()) } else { 1 });
             if restrictions > 0 {
                 bundle.split_handed_over.store(true, Ordering::Relaxed);
             }

@@ -86,7 +86,8 @@ impl BundleLimits {
     /// as one bundle, as DirectRunner's workers run them: the SDK pays its
     /// per-bundle cost once (a combiner lifted into the stage flushes once,
     /// not once per restriction), and the harness layer splits the bundle
-    /// for SDK workers that fall idle. Otherwise they go out in small
+    /// for SDK workers that fall idle or leave their core partly idle (up
+    /// to `config`'s element and byte limits). Otherwise they go out in small
     /// bundles (about a quarter of what is pending each, one when few are
     /// pending), so they spread over SDK workers, but never fewer than
     /// `min_elements` (see [`ElementCost::min_elements`]) while that many
