@@ -1083,18 +1083,30 @@ impl SdkHarnesses {
             && w.bundle_moves.load(Ordering::Relaxed) == moves;
         if spare {
             w.spare_taken_at.store(moves, Ordering::Relaxed);
-            // After the pool lock, as in `split_ways`.
             drop(pool);
-            let mut promised = self.promised.lock().unwrap_or_else(|p| p.into_inner());
-            let promised = promised
-                .entry(env_id.to_string())
-                .or_insert((0, tokio::time::Instant::now()));
-            if promised.1.elapsed() > PROMISE_TTL {
-                promised.0 = 0;
-            }
-            *promised = (promised.0 + 1, tokio::time::Instant::now());
+            self.promise(env_id, |_| 1);
         }
         spare
+    }
+
+    /// Promises `ready(outstanding)` more workers of `env_id` to a split
+    /// (`outstanding`: those promised within [`PROMISE_TTL`], the others
+    /// lapsed) and returns that number; a promise of any renews the
+    /// deadline. Take it after the pool lock (pick takes the two in that
+    /// order).
+    fn promise(&self, env_id: &str, ready: impl FnOnce(usize) -> usize) -> usize {
+        let mut promised = self.promised.lock().unwrap_or_else(|p| p.into_inner());
+        let promised = promised
+            .entry(env_id.to_string())
+            .or_insert((0, tokio::time::Instant::now()));
+        if promised.1.elapsed() > PROMISE_TTL {
+            promised.0 = 0;
+        }
+        let ready = ready(promised.0);
+        if ready > 0 {
+            *promised = (promised.0 + ready, tokio::time::Instant::now());
+        }
+        ready
     }
 
     /// True when a connected worker of `env_id` other than `busy` has no bundle.
@@ -1140,18 +1152,7 @@ impl SdkHarnesses {
             free.min(machine_cores().saturating_sub(running))
         };
         // After the pool lock (pick takes the two in that order).
-        let mut promised = self.promised.lock().unwrap_or_else(|p| p.into_inner());
-        let promised = promised
-            .entry(env_id.to_string())
-            .or_insert((0, tokio::time::Instant::now()));
-        if promised.1.elapsed() > PROMISE_TTL {
-            promised.0 = 0;
-        }
-        let ready = ways.saturating_sub(promised.0).min(most);
-        if ready > 0 {
-            *promised = (promised.0 + ready, tokio::time::Instant::now());
-        }
-        ready
+        self.promise(env_id, |outstanding| ways.saturating_sub(outstanding).min(most))
     }
 
     /// Settles `ways` workers [`SdkHarnesses::split_ways`] promised to a

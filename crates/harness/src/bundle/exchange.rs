@@ -79,7 +79,8 @@ impl Inner {
         // streaming job's bundles of several restrictions run whole: one
         // split inside a restriction would end their retries.)
         let several = stage.splittable && request.input.len() > 1 && !self.policy.streaming;
-        let splittable = stage.splittable && (request.input.len() == 1 || several) || drainable;
+        let restrictions = stage.splittable && (request.input.len() == 1 || several);
+        let splittable = restrictions || drainable;
         // Any other bundle of several elements may split its data channel,
         // unless it is keyed (a stateful stage runs a key's elements in
         // order, one bundle at a time) or delivers timers.
@@ -112,9 +113,7 @@ impl Inner {
         // a moment in which a waiting bundle takes that harness first.
         // (Other harnesses may run a residual beside its bundle: the
         // periodic check is enough.)
-        let element = stage.splittable
-            && (request.input.len() == 1 || several)
-            && self.harnesses.one_core_process(&stage.environment_id);
+        let element = restrictions && self.harnesses.one_core_process(&stage.environment_id);
         // Made again as soon as it fires, before the check it starts, so a
         // change during a split's round trip is not missed.
         let mut changed = Box::pin(self.harnesses.pool_changed());
@@ -136,7 +135,7 @@ impl Inner {
                     self.split(worker, instruction_id, request, stage, bundle, 0.0, splits, 1)
                         .await?;
                 }
-            } else if channel || stage.splittable && (request.input.len() == 1 || several) {
+            } else if channel || restrictions {
                 splits = self
                     .maybe_split(worker, instruction_id, request, stage, bundle, splits, channel)
                     .await?;

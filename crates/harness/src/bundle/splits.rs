@@ -80,6 +80,7 @@ impl Inner {
             .as_ref()
             .map_or(usize::MAX, |s| s.backlog.load(Ordering::Relaxed));
         let env = &stage.environment_id;
+        let one_core = self.harnesses.one_core_process(env);
         // A splittable DoFn's batch bundle (see the caller) still holding
         // several restrictions: of its input, those its primary kept after
         // earlier splits.
@@ -98,9 +99,8 @@ impl Inner {
         // process leaves its core partly idle (its source waits) also
         // splits for that harness itself: the restrictions it would have run
         // as a second bundle of their own.
-        let spare = several
-            && self.harnesses.one_core_process(env)
-            && self.harnesses.take_spare_core(env, &worker.id);
+        // (take_spare_core: only a one-core harness process.)
+        let spare = several && self.harnesses.take_spare_core(env, &worker.id);
         if !worth && !spare {
             return Ok(splits);
         }
@@ -108,13 +108,13 @@ impl Inner {
         let promised = if channel {
             let most = request.input.len().saturating_sub(1);
             self.harnesses.split_ways(env, &worker.id, most)
-        } else if several || self.harnesses.one_core_process(env) {
+        } else if several || one_core {
             // The residuals are for idle harnesses: promise them, so another
             // bundle's split does not count them too (one idle harness, two
             // residuals). Several restrictions may go to several of them.
             let most = if several { left - usize::from(spare) } else { 1 };
             match self.harnesses.split_ways(env, &worker.id, most) {
-                0 if !spare && self.harnesses.one_core_process(env) => return Ok(splits),
+                0 if !spare && one_core => return Ok(splits),
                 n => n,
             }
         } else {
