@@ -30,6 +30,7 @@ def report(x):
       element=x, pid=os.getpid(), ppid=os.getppid(),
       worker=os.environ.get('WORKER_ID'), cwd=os.getcwd(),
       argv0=sys.argv[0], main_has_fork_server=hasattr(__main__, 'become_harness'),
+      cpus=sorted(os.sched_getaffinity(0)),
       random=random.random(), numpy=float(numpy.random.random())))
 
 out = sys.argv[1]
@@ -37,6 +38,10 @@ p = beam.Pipeline(options=PipelineOptions(sys.argv[2:]))
 _ = p | beam.Create([0]) | beam.Map(report) | beam.io.WriteToText(out, shard_name_template='')
 p.run().wait_until_finish()
 '''
+
+
+# The CPUs this test (and the server it starts) may run on.
+ALL_CPUS = sorted(os.sched_getaffinity(0))
 
 
 def run_job(server, tmp_path, name):
@@ -89,6 +94,8 @@ def test_harnesses_are_fresh_forks_of_the_fork_server(server, tmp_path):
     assert r['argv0'].endswith('sdk_worker_main.py'), r
     assert not r['main_has_fork_server'], r
     assert r['worker'] and r['cwd'] == os.getcwd(), r
+    # A one-core harness runs on a core of its own (--pin_sdk_harnesses).
+    assert r['cpus'] == ALL_CPUS if len(ALL_CPUS) < 2 else len(r['cpus']) == 1, r
   assert first['worker'].split('-worker-')[0] != second['worker'].split('-worker-')[0]
   # Not the fork server's random state: each fork draws its own numbers.
   assert first['random'] != second['random'] and first['numpy'] != second['numpy']
@@ -112,6 +119,14 @@ def test_without_the_fork_server_python_starts_afresh(server, tmp_path):
   assert r['ppid'] == server.proc.pid, r
   assert r['cwd'] == os.getcwd(), r
   assert not [p for p in descendants(server.proc.pid) if 'fork_server.py' in cmdline(p)]
+  # Pinned before the exec: the harness inherits its boot program's core.
+  assert r['cpus'] == ALL_CPUS if len(ALL_CPUS) < 2 else len(r['cpus']) == 1, r
+
+
+@pytest.mark.parametrize('server', [['--pin_sdk_harnesses=false']], indirect=True)
+def test_unpinned_harnesses_run_on_every_core_of_the_server(server, tmp_path):
+  r = run_job(server, tmp_path, 'out.txt')
+  assert r['cpus'] == ALL_CPUS, r
 
 
 @pytest.mark.parametrize('server', [['--python_fork_server_prewarm', sys.executable]],

@@ -12,6 +12,7 @@ use tokio::io::AsyncBufReadExt;
 use weir_engine::machine_cores;
 use weir_proto::{beam, urns, MAX_GRPC_MESSAGE_BYTES};
 
+use crate::cores;
 use crate::fork_server;
 use crate::registry::{FnApi, LogSink, Worker, WorkerLog, CPU_UNSAMPLED};
 use crate::{HarnessError, Result};
@@ -740,7 +741,17 @@ impl SdkHarnesses {
             info,
             self.log.clone(),
         );
-        match spawn_harness(env_id, env, &worker_id, &url, worker.logging.clone(), &self.pools).await {
+        // A harness that stands for one core gets a core of its own.
+        let pin = if self.one_core_process(env_id)
+            && machine_cores() <= harnesses_per_worker(env, &self.sizing)
+        {
+            cores::pin()
+        } else {
+            None
+        };
+        match spawn_harness(env_id, env, &worker_id, &url, worker.logging.clone(), &self.pools, pin)
+            .await
+        {
             Ok(handle) => {
                 let mut pool = self.pool();
                 if self.stopping.load(Ordering::SeqCst) {
@@ -1641,7 +1652,8 @@ async fn stop_handle_of(handle: Handle, worker_id: &str, grace: Duration) -> Opt
 /// Starts one SDK harness of `env` as worker `worker_id`: StartWorker on an
 /// EXTERNAL environment's worker pool, or the PROCESS command / `docker run`
 /// with Beam's boot flags. `logging` is the worker's "Logging stream
-/// open" flag (see [`forward_output`]).
+/// open" flag (see [`forward_output`]). A PROCESS harness given a `pin`
+/// runs on that core only (see [`crate::cores`]) and holds it until it exits.
 async fn spawn_harness(
     env_id: &str,
     env: &beam::Environment,
@@ -1649,6 +1661,7 @@ async fn spawn_harness(
     url: &str,
     logging: Arc<AtomicBool>,
     pools: &PoolChannels,
+    pin: Option<cores::CorePin>,
 ) -> Result<Handle> {
     let flags = vec![
         format!("--id={worker_id}"),
@@ -1775,6 +1788,10 @@ async fn spawn_harness(
             if let Some(d) = &dir {
                 command.current_dir(d);
             }
+            let pin = pin.filter(|_| env.urn == urns::env::PROCESS);
+            if let Some(p) = &pin {
+                cores::run_on(&mut command, p.cpu());
+            }
             let mut child = command
                 .args(&args)
                 .envs(envs)
@@ -1834,6 +1851,7 @@ async fn spawn_harness(
                     );
                 }
                 let _ = status_tx.send(Some(exit_status(&status)));
+                drop(pin);
             });
             Ok(Handle::Process {
                 kill,

@@ -8,8 +8,10 @@ forks keep this command line, so `ps` names the module).
 
 Protocol on the Unix socket SOCKET, one request per connection (sent by
 `weir boot`):
-  request: one JSON line {"argv": [...], "env": {...}, "cwd": "..."} with the
-           caller's stdin, stdout and stderr attached (SCM_RIGHTS);
+  request: one JSON line {"argv": [...], "env": {...}, "cwd": "...",
+           "cpus": [...] or null} with the caller's stdin, stdout and stderr
+           attached (SCM_RIGHTS); the harness runs on those CPUs only, the
+           caller's own (the Weir server may pin it to a core);
   replies: "pid N\\n" once the harness is forked, then "exit CODE\\n" when it
            ends (CODE as os.waitstatus_to_exitcode: negative for a signal);
            or "error WHY\\n" when no harness was forked (the request was
@@ -89,6 +91,12 @@ def become_harness(module, request, fds, parent, inherited):
     for s in (signal.SIGTERM, signal.SIGCHLD):
       signal.signal(s, signal.SIG_DFL)
     os.chdir(request['cwd'])
+    if request.get('cpus'):
+      # This thread's; the threads the harness starts inherit it.
+      try:
+        os.sched_setaffinity(0, request['cpus'])
+      except OSError as e:
+        print('weir fork server: the harness runs unpinned: %s' % e, file=sys.stderr)
     os.environ.clear()
     os.environ.update(request['env'])
     reseed(module)

@@ -365,7 +365,10 @@ pub fn run_forked(socket: &Path, cmd: &std::process::Command, pid_file: &Path) -
         Ok(s) => s,
         Err(e) => return e,
     };
-    let request = serde_json::json!({"argv": argv, "env": env, "cwd": cwd});
+    // The harness runs where this process may (a core of its own when the
+    // server pinned it, see `crate::cores`), as it would after an exec.
+    let cpus = crate::cores::allowed_cpus();
+    let request = serde_json::json!({"argv": argv, "env": env, "cwd": cwd, "cpus": cpus});
     let mut line = request.to_string().into_bytes();
     line.push(b'\n');
     if let Err(e) = send_with_fds(&stream, &line, &[0, 1, 2]) {

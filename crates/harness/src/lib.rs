@@ -11,6 +11,7 @@
 
 pub mod boot;
 pub mod bundle;
+pub mod cores;
 pub mod environment;
 pub mod error;
 pub mod expansion;

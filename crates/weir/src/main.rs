@@ -91,6 +91,10 @@ struct WorkerArgs {
     /// harnesses from a warm interpreter.
     #[arg(long = "python_fork_server", default_value_t = true, action = clap::ArgAction::Set)]
     python_fork_server: bool,
+    /// As `weir serve --pin_sdk_harnesses`: run each of this worker's
+    /// one-core SDK harness processes on a core of its own.
+    #[arg(long = "pin_sdk_harnesses", default_value_t = true, action = clap::ArgAction::Set)]
+    pin_sdk_harnesses: bool,
 }
 
 #[derive(Args)]
@@ -204,6 +208,13 @@ struct ServeArgs {
     /// fresh interpreter for each.
     #[arg(long = "python_fork_server", default_value_t = true, action = clap::ArgAction::Set)]
     python_fork_server: bool,
+    /// Run each SDK harness process that stands for one core (Python's
+    /// PROCESS harnesses, one per core) on a core of its own, on Linux: the
+    /// allowed core with the fewest such harnesses, so concurrent jobs
+    /// share the cores evenly. Its bundles then pass the interpreter lock
+    /// on one core; false lets the kernel move them.
+    #[arg(long = "pin_sdk_harnesses", default_value_t = true, action = clap::ArgAction::Set)]
+    pin_sdk_harnesses: bool,
     /// Start the fork server of this Python interpreter (the `--python` of
     /// `weir boot`; repeatable) as the server starts, not at the first
     /// job's first harness: that job's harnesses then need not wait for it
@@ -619,6 +630,7 @@ async fn worker(w: WorkerArgs) -> anyhow::Result<()> {
         argv.extend(["--staging_dir".into(), d.display().to_string()]);
     }
     argv.push(format!("--python_fork_server={}", w.python_fork_server));
+    argv.push(format!("--pin_sdk_harnesses={}", w.pin_sdk_harnesses));
     if let Some(t) = &token {
         argv.extend(["--auth_token".into(), t.clone()]);
     }
@@ -689,6 +701,7 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
         None => None,
     };
     weir_harness::fork_server::ForkServers::global().set_enabled(args.python_fork_server);
+    weir_harness::cores::set_enabled(args.pin_sdk_harnesses);
     if args.python_fork_server {
         prewarm_fork_servers(&args.python_fork_server_prewarm);
     } else if !args.python_fork_server_prewarm.is_empty() {
