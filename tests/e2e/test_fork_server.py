@@ -6,6 +6,7 @@ job, and with `--python_fork_server=false` Python starts afresh as before.
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -97,6 +98,14 @@ def test_harnesses_are_fresh_forks_of_the_fork_server(server, tmp_path):
     # A one-core harness runs on a core of its own (--pin_sdk_harnesses).
     assert r['cpus'] == ALL_CPUS if len(ALL_CPUS) < 2 else len(r['cpus']) == 1, r
   assert first['worker'].split('-worker-')[0] != second['worker'].split('-worker-')[0]
+  if len(ALL_CPUS) >= 2:
+    # Each job's harnesses (one per core) went to different cores.
+    for r in (first, second):
+      job = r['worker'].split('-worker-')[0]
+      cpus = re.findall(r'runs on CPU (\d+) \S+ worker=%s-worker-' % re.escape(job),
+                        server.log_path.read_text(errors='replace'))
+      assert len(cpus) == len(ALL_CPUS) == len(set(cpus)), (job, cpus)
+      assert str(r['cpus'][0]) in cpus, (r, cpus)
   # Not the fork server's random state: each fork draws its own numbers.
   assert first['random'] != second['random'] and first['numpy'] != second['numpy']
   # The harness's output reached the runner (its stderr is weir boot's).

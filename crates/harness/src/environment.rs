@@ -741,14 +741,19 @@ impl SdkHarnesses {
             info,
             self.log.clone(),
         );
-        // A harness that stands for one core gets a core of its own.
-        let pin = if self.one_core_process(env_id)
+        // A PROCESS harness that stands for one core gets a core of its
+        // own, spread apart from its environment's other harnesses.
+        let pin = if env.urn == urns::env::PROCESS
+            && self.one_core_process(env_id)
             && machine_cores() <= harnesses_per_worker(env, &self.sizing)
         {
-            cores::pin()
+            cores::pin(&format!("{}/{env_id}", self.job_id))
         } else {
             None
         };
+        if let Some(p) = &pin {
+            tracing::info!(worker = %worker_id, "SDK harness runs on CPU {} (--pin_sdk_harnesses)", p.cpu());
+        }
         match spawn_harness(env_id, env, &worker_id, &url, worker.logging.clone(), &self.pools, pin)
             .await
         {
@@ -1788,7 +1793,6 @@ async fn spawn_harness(
             if let Some(d) = &dir {
                 command.current_dir(d);
             }
-            let pin = pin.filter(|_| env.urn == urns::env::PROCESS);
             if let Some(p) = &pin {
                 cores::run_on(&mut command, p.cpu());
             }
@@ -1850,8 +1854,9 @@ async fn spawn_harness(
                         lines.join("\n")
                     );
                 }
-                let _ = status_tx.send(Some(exit_status(&status)));
+                // Its core is free before a replacement can be started.
                 drop(pin);
+                let _ = status_tx.send(Some(exit_status(&status)));
             });
             Ok(Handle::Process {
                 kill,

@@ -570,7 +570,13 @@ fn prewarm_fork_servers(pythons: &[String]) {
 /// Runs `weir worker --coordinator at` as local worker `i` for as long as
 /// this server lives: restarted a second after it exits, and sent SIGTERM
 /// when this process dies (PR_SET_PDEATHSIG).
-async fn supervise_local_worker(i: usize, at: std::net::SocketAddr, token: Option<String>) {
+/// `flags` are this server's own that its workers take too.
+async fn supervise_local_worker(
+    i: usize,
+    at: std::net::SocketAddr,
+    token: Option<String>,
+    flags: Vec<String>,
+) {
     let Ok(exe) = std::env::current_exe() else {
         tracing::error!("cannot start local workers: this binary's path is unknown");
         return;
@@ -578,6 +584,7 @@ async fn supervise_local_worker(i: usize, at: std::net::SocketAddr, token: Optio
     loop {
         let mut cmd = tokio::process::Command::new(&exe);
         cmd.args(["worker", "--coordinator", &at.to_string(), "--name", &format!("local-{i}")])
+            .args(&flags)
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true);
         if let Some(t) = &token {
@@ -694,7 +701,11 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
             tracing::info!("cluster coordinator: workers register on {at}");
             eprintln!("weir: cluster port listening on {at} (weir worker --coordinator {at})");
             for i in 1..=args.local_workers.unwrap_or(0) {
-                tokio::spawn(supervise_local_worker(i, at, auth_token(&args)?));
+                let flags = vec![
+                    format!("--python_fork_server={}", args.python_fork_server),
+                    format!("--pin_sdk_harnesses={}", args.pin_sdk_harnesses),
+                ];
+                tokio::spawn(supervise_local_worker(i, at, auth_token(&args)?, flags));
             }
             Some(l)
         }
