@@ -152,6 +152,9 @@ def run_once(runner, n, args, out_dir):
           raise SystemExit('%s %d timed out' % (runner, n))
         time.sleep(args.interval)
       wall = time.monotonic() - start
+    # Before the server is stopped: once reaped, its CPU and its harnesses'
+    # would count in the client's RUSAGE_CHILDREN too.
+    client_cpu = sampler.client_cpu()
     runner_cpu = wb._cpu(srv) - cpu0 if srv else None
     harnesses1 = wb.tree_cpu_total(srv) if srv else 0.0
   finally:
@@ -166,7 +169,7 @@ def run_once(runner, n, args, out_dir):
   if client.returncode != 0:
     raise SystemExit('%s %d failed; see %s' % (runner, n, os.path.join(out_dir, 'client.log')))
   _, lines = wb.read_output(prefix)
-  return dict(wall=wall, runner_cpu=runner_cpu, sdk_cpu=sampler.client_cpu() + harness_cpu,
+  return dict(wall=wall, runner_cpu=runner_cpu, sdk_cpu=client_cpu + harness_cpu,
               runner_rss=peak if srv else None,
               # Peak of the sum: client tree, server and its SDK harnesses.
               total_rss=sampler.peak_rss,
