@@ -62,14 +62,12 @@ impl Cores {
     fn take(&'static self, group: &str) -> Option<CorePin> {
         let n = self.cpus.len();
         let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
-        let cursor = pins.cursor;
-        let mine = pins.by_group.entry(group.to_string()).or_insert_with(|| vec![0; n]).clone();
-        let slot = (0..n).min_by_key(|&i| (mine[i], pins.total[i], (i + n - cursor % n) % n))?;
-        pins.total[slot] += 1;
-        if let Some(g) = pins.by_group.get_mut(group) {
-            g[slot] += 1;
-        }
-        pins.cursor = slot + 1;
+        let Pins { total, by_group, cursor } = &mut *pins;
+        let mine = by_group.entry(group.to_string()).or_insert_with(|| vec![0; n]);
+        let slot = (0..n).min_by_key(|&i| (mine[i], total[i], (i + n - *cursor % n) % n))?;
+        mine[slot] += 1;
+        total[slot] += 1;
+        *cursor = slot + 1;
         Some(CorePin {
             of: self,
             slot,

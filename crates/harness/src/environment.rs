@@ -94,7 +94,7 @@ pub fn bundles_per_harness_and_reason(
             "the SDK declares beam:protocol:multi_core_bundle_processing:v1",
         );
     }
-    let cores_per_harness = (machine_cores() / harnesses_per_worker(env, sizing)).max(1);
+    let cores_per_harness = cores_per_harness(env, sizing);
     if cores_per_harness == 1 {
         (
             SINGLE_CORE_BUNDLES_PER_HARNESS,
@@ -106,6 +106,12 @@ pub fn bundles_per_harness_and_reason(
             "two per core: a worker runs one SDK harness, for all its cores, of an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1",
         )
     }
+}
+
+/// Cores of the machine one SDK harness of `env` stands for (at least 1):
+/// the cores over [`harnesses_per_worker`].
+fn cores_per_harness(env: &beam::Environment, sizing: &HarnessSizing) -> usize {
+    (machine_cores() / harnesses_per_worker(env, sizing)).max(1)
 }
 
 /// Whether `env` declares `beam:protocol:multi_core_bundle_processing:v1`:
@@ -745,7 +751,7 @@ impl SdkHarnesses {
         // own, spread apart from its environment's other harnesses.
         let pin = if env.urn == urns::env::PROCESS
             && self.one_core_process(env_id)
-            && machine_cores() <= harnesses_per_worker(env, &self.sizing)
+            && cores_per_harness(env, &self.sizing) == 1
         {
             cores::pin(&format!("{}/{env_id}", self.job_id))
         } else {

@@ -700,12 +700,12 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
             let at = l.local_addr()?;
             tracing::info!("cluster coordinator: workers register on {at}");
             eprintln!("weir: cluster port listening on {at} (weir worker --coordinator {at})");
+            let flags = vec![
+                format!("--python_fork_server={}", args.python_fork_server),
+                format!("--pin_sdk_harnesses={}", args.pin_sdk_harnesses),
+            ];
             for i in 1..=args.local_workers.unwrap_or(0) {
-                let flags = vec![
-                    format!("--python_fork_server={}", args.python_fork_server),
-                    format!("--pin_sdk_harnesses={}", args.pin_sdk_harnesses),
-                ];
-                tokio::spawn(supervise_local_worker(i, at, auth_token(&args)?, flags));
+                tokio::spawn(supervise_local_worker(i, at, auth_token(&args)?, flags.clone()));
             }
             Some(l)
         }
