@@ -19,7 +19,9 @@ Latency of an element = (wall time when the pane holding it reaches the DoFn
 after the GroupByKey) - (wall time when the Map after the source created it).
 Elements scheduled in the first --warmup seconds are not counted. Also shown:
 the source lag (creation - scheduled fire time), i.e. how late the runner let
-PeriodicImpulse's splittable DoFn resume. Prints per runner and round the
+PeriodicImpulse's splittable DoFn resume (Weir waits at least `weir serve
+--min_resume_delay_ms` between resumes), and their sum, end to end
+(pane at the DoFn - scheduled fire time). Prints per runner and round the
 element count, p50, p99, max latency (ms), wall time, runner and SDK CPU and
 peak runner RSS. Exits 1 when a runner delivers fewer (or more) elements than
 the source emitted (rate x seconds), i.e. when anything is lost or repeated.
@@ -135,10 +137,12 @@ def read_latencies(out_dir, warmup):
   kept = [r for r in rows if r[0] >= first + warmup]
   lat = sorted((r[2] - r[1]) * 1000 for r in kept)
   lag = sorted((r[1] - r[0]) * 1000 for r in kept)
+  e2e = sorted((r[2] - r[0]) * 1000 for r in kept)
   return dict(total=len(rows), distinct=distinct, count=len(kept),
               p50_ms=percentile(lat, 0.50), p99_ms=percentile(lat, 0.99),
               max_ms=lat[-1] if lat else float('nan'),
-              lag_p50_ms=percentile(lag, 0.50), lag_p99_ms=percentile(lag, 0.99))
+              lag_p50_ms=percentile(lag, 0.50), lag_p99_ms=percentile(lag, 0.99),
+              e2e_p50_ms=percentile(e2e, 0.50), e2e_p99_ms=percentile(e2e, 0.99))
 
 
 def run_once(runner, args, out_dir):
@@ -234,14 +238,15 @@ def main():
         '%d cores, load avg at start %.1f/%.1f/%.1f'
         % ((args.rate, args.seconds, expected, args.keys, args.warmup,
             psutil.cpu_count() or 1) + load))
-  row = '%-6s %5s %8s %8s %8s %8s %8s %11s %8s %10s %8s %11s'
+  row = '%-6s %5s %8s %8s %8s %8s %8s %11s %11s %8s %10s %8s %11s'
   print(row % ('runner', 'round', 'elements', 'counted', 'p50 ms', 'p99 ms', 'max ms',
-               'src lag p99', 'wall s', 'runner CPU', 'SDK CPU', 'runner MiB'))
+               'src lag p99', 'e2e p99 ms', 'wall s', 'runner CPU', 'SDK CPU', 'runner MiB'))
   bad = 0
   for r in results:
     f = lambda k: '%.1f' % r[k] if k in r else '-'
     print(row % (r['runner'], r['round'], r['total'], r['count'], f('p50_ms'), f('p99_ms'),
-                 f('max_ms'), f('lag_p99_ms'), '%.1f' % r['wall'], '%.2f' % r['runner_cpu'],
+                 f('max_ms'), f('lag_p99_ms'), f('e2e_p99_ms'), '%.1f' % r['wall'],
+                 '%.2f' % r['runner_cpu'],
                  '%.2f' % r['sdk_cpu'], '%.0f' % (r['runner_rss'] / mib)))
   for r in results:
     if r['total'] != expected or r['distinct'] != expected:
@@ -266,7 +271,8 @@ def main():
                        rss_mib=max(r['runner_rss'] + r['client_rss'] for r in rs) / mib,
                        elements=min(r['total'] for r in rs), counted=min(r['count'] for r in rs),
                        p50_ms=med(rs, 'p50_ms'), p99_ms=max(r.get('p99_ms', float('nan')) for r in rs),
-                       max_ms=max(r.get('max_ms', float('nan')) for r in rs)))
+                       max_ms=max(r.get('max_ms', float('nan')) for r in rs),
+                       e2e_p99_ms=max(r.get('e2e_p99_ms', float('nan')) for r in rs)))
     with open(args.json, 'w') as f:
       json.dump(dict(benchmark='latency', expected=expected, seconds=args.seconds,
                      rate=args.rate, keys=args.keys, warmup=args.warmup, ok=not bad,

@@ -89,7 +89,16 @@ pub struct EngineConfig {
     /// timely computation (cluster mode); None: the job runs in this
     /// process alone.
     pub cluster: Option<ClusterPeers>,
+    /// Least wait before a residual that asked for a resume delay
+    /// (`DelayedBundleApplication.requested_time_delay` > 0: a splittable
+    /// DoFn's `defer_remainder`) runs again; a longer requested delay is
+    /// kept. Bounds how often a polling source's bundles run. Residuals
+    /// asking no delay are not held.
+    pub min_resume_delay: std::time::Duration,
 }
+
+/// Default [`EngineConfig::min_resume_delay`]: 10 ms.
+pub const DEFAULT_MIN_RESUME_DELAY: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// This process's place in a job that runs across several processes
 /// (`weir worker`s): one timely computation whose processes connect to each
@@ -156,6 +165,7 @@ impl Default for EngineConfig {
             spill_dir: std::env::temp_dir().join("weir-spill"),
             progress: Progress::default(),
             cluster: None,
+            min_resume_delay: DEFAULT_MIN_RESUME_DELAY,
         }
     }
 }

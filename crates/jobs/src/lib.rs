@@ -51,6 +51,9 @@ pub struct ServerConfig {
     pub gbk_memory_budget: Option<usize>,
     /// Where GroupByKeys spill (one folder per job, removed when it ends).
     pub spill_root: std::path::PathBuf,
+    /// Least wait before a splittable DoFn's deferred residual runs again
+    /// (`weir serve --min_resume_delay_ms`; [`weir_engine::EngineConfig::min_resume_delay`]).
+    pub min_resume_delay: std::time::Duration,
 }
 
 /// A gRPC service whose undecodable requests are INVALID_ARGUMENT

@@ -359,6 +359,7 @@ async fn execute_with(
         spill_dir: registry.config.spill_root.join(&job.id),
         progress: job.progress.clone(),
         cluster: peers,
+        min_resume_delay: registry.config.min_resume_delay,
         ..EngineConfig::default()
     };
     let spill_dir = config.spill_dir.clone();

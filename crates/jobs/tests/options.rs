@@ -1012,6 +1012,7 @@ fn service() -> (JobService, std::sync::Arc<JobRegistry>) {
             security: Default::default(),
             gbk_memory_budget: None,
             spill_root: std::env::temp_dir().join("weir-spill"),
+            min_resume_delay: weir_engine::DEFAULT_MIN_RESUME_DELAY,
         },
         url,
     );

@@ -95,7 +95,13 @@ struct WorkerArgs {
     /// one-core SDK harness processes on a core of its own.
     #[arg(long = "pin_sdk_harnesses", default_value_t = true, action = clap::ArgAction::Set)]
     pin_sdk_harnesses: bool,
+    /// As `weir serve --min_resume_delay_ms`.
+    #[arg(long = "min_resume_delay_ms", default_value_t = DEFAULT_MIN_RESUME_DELAY_MS)]
+    min_resume_delay_ms: u64,
 }
+
+/// `--min_resume_delay_ms`'s default, in ms.
+const DEFAULT_MIN_RESUME_DELAY_MS: u64 = weir_engine::DEFAULT_MIN_RESUME_DELAY.as_millis() as u64;
 
 #[derive(Args)]
 struct ExpansionArgs {
@@ -283,6 +289,14 @@ struct ServeArgs {
     /// the job ends (default: <tmp>/weir-spill).
     #[arg(long = "spill_dir", alias = "spill-dir")]
     spill_dir: Option<PathBuf>,
+    /// Least wait, in ms, before a splittable DoFn's residual that asked
+    /// for a resume delay (`defer_remainder`, a polling source such as
+    /// PeriodicImpulse) runs again; longer requested delays are kept. Each
+    /// resume is a bundle (about 1 ms of a Python harness's CPU), so a
+    /// source deferring by 1 ms would otherwise run hundreds of bundles a
+    /// second. 0: resume when the requested delay has passed.
+    #[arg(long = "min_resume_delay_ms", default_value_t = DEFAULT_MIN_RESUME_DELAY_MS)]
+    min_resume_delay_ms: u64,
     /// Accepted for compatibility with Beam's Prism launcher; use RUST_LOG.
     #[arg(long = "log_level", hide = true)]
     log_level: Option<String>,
@@ -638,6 +652,7 @@ async fn worker(w: WorkerArgs) -> anyhow::Result<()> {
     }
     argv.push(format!("--python_fork_server={}", w.python_fork_server));
     argv.push(format!("--pin_sdk_harnesses={}", w.pin_sdk_harnesses));
+    argv.push(format!("--min_resume_delay_ms={}", w.min_resume_delay_ms));
     if let Some(t) = &token {
         argv.extend(["--auth_token".into(), t.clone()]);
     }
@@ -703,6 +718,7 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
             let flags = vec![
                 format!("--python_fork_server={}", args.python_fork_server),
                 format!("--pin_sdk_harnesses={}", args.pin_sdk_harnesses),
+                format!("--min_resume_delay_ms={}", args.min_resume_delay_ms),
             ];
             for i in 1..=args.local_workers.unwrap_or(0) {
                 tokio::spawn(supervise_local_worker(i, at, auth_token(&args)?, flags.clone()));
@@ -745,6 +761,7 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
         spill_root: args
             .spill_dir
             .unwrap_or_else(|| std::env::temp_dir().join("weir-spill")),
+        min_resume_delay: std::time::Duration::from_millis(args.min_resume_delay_ms),
     };
     if worker.is_some() {
         tracing::info!("weir worker: Fn API for this worker's SDK harnesses on {local}");
@@ -904,6 +921,21 @@ mod tests {
         assert_eq!(s.spill_dir, Some(PathBuf::from("/tmp/s")));
         let budget = default_gbk_memory_budget().expect("/proc/meminfo on Linux");
         assert!(budget > 1 << 20, "a quarter of RAM: {budget}");
+    }
+
+    #[test]
+    fn the_resume_delay_floor_defaults_to_10_ms_and_0_turns_it_off() {
+        let serve = |extra: &[&str]| {
+            let cli = Cli::try_parse_from(["weir", "serve"].iter().chain(extra))
+                .expect("serve arguments parse");
+            match cli.command {
+                Some(Command::Serve(s)) => s.min_resume_delay_ms,
+                _ => panic!("not parsed as `weir serve`"),
+            }
+        };
+        assert_eq!(serve(&[]), 10);
+        assert_eq!(serve(&["--min_resume_delay_ms=0"]), 0);
+        assert!(Cli::try_parse_from(["weir", "serve", "--min_resume_delay_ms=-1"]).is_err());
     }
 
     #[test]

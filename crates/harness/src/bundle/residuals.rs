@@ -25,7 +25,8 @@ pub(super) fn residual_elements(
     for r in roots {
         let delay = r
             .requested_time_delay
-            .map(|d| d.seconds.saturating_mul(1000) + i64::from(d.nanos) / 1_000_000)
+            // Rounded up: a delay under 1 ms is still a delay.
+            .map(|d| d.seconds.saturating_mul(1000) + (i64::from(d.nanos) + 999_999) / 1_000_000)
             .unwrap_or(0)
             .max(0);
         out.delay_ms = out.delay_ms.min(delay);
@@ -116,7 +117,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.elements, [b"a".to_vec(), b"b".to_vec()]);
-        assert_eq!(r.delay_ms, 1000, "1 s + 999_999 ns, truncated to ms");
+        assert_eq!(r.delay_ms, 1001, "1 s + 999_999 ns, rounded up to ms");
         assert_eq!(r.watermark, Some(weir_model::Timestamp(7250)));
     }
 
@@ -127,6 +128,11 @@ mod tests {
         let r =
             residual_elements(vec![residual("sdf", b"a", Some((-5, 0)), &[])], &stage()).unwrap();
         assert_eq!(r.delay_ms, 0);
+        // Under a millisecond is still a delay (PeriodicImpulse defers by
+        // what is left of its interval).
+        let r = residual_elements(vec![residual("sdf", b"a", Some((0, 400_000)), &[])], &stage())
+            .unwrap();
+        assert_eq!(r.delay_ms, 1);
         let r = residual_elements(vec![], &stage()).unwrap();
         assert!(r.elements.is_empty());
         assert_eq!((r.delay_ms, r.watermark), (0, None));

@@ -385,7 +385,8 @@ pub(crate) fn sdk_stage<'s>(
                             let cap = residual_hold(cap, r.residual_watermark);
                             // Drained, a residual resumes at once (truncated).
                             let drained = ctx.draining() && sdk.drain_descriptor_id.is_some();
-                            match resume_at(wall_millis(), r.residual_delay_ms, drained) {
+                            let floor = i64::try_from(ctx.config.min_resume_delay.as_millis()).unwrap_or(i64::MAX);
+                            match resume_at(wall_millis(), r.residual_delay_ms, floor, drained) {
                                 Some(due) => st.delayed.push(due, cap, r.residuals),
                                 None => st.pending.push_back((cap, r.residuals)),
                             }

@@ -18,11 +18,12 @@ pub(super) fn residual_hold<H: Hold>(bundle: H, residual_watermark: Option<Times
 }
 
 /// When (wall-clock ms since the epoch) residuals asking for a resume delay
-/// of `delay_ms` may run, at wall-clock time `now_ms`; None: at once (no
-/// delay asked, or the job is `drained` and the stage resumes them through
-/// its drain descriptor).
-pub(super) fn resume_at(now_ms: i64, delay_ms: i64, drained: bool) -> Option<i64> {
-    (delay_ms > 0 && !drained).then(|| now_ms.saturating_add(delay_ms))
+/// of `delay_ms` may run, at wall-clock time `now_ms`: after the delay, and
+/// no sooner than `floor_ms` (`EngineConfig::min_resume_delay`); None: at
+/// once (no delay asked, or the job is `drained` and the stage resumes them
+/// through its drain descriptor).
+pub(super) fn resume_at(now_ms: i64, delay_ms: i64, floor_ms: i64, drained: bool) -> Option<i64> {
+    (delay_ms > 0 && !drained).then(|| now_ms.saturating_add(delay_ms.max(floor_ms)))
 }
 
 /// Residuals waiting out their requested resume delay, each batch under
@@ -107,11 +108,23 @@ mod tests {
 
     #[test]
     fn a_resume_delay_is_waited_out_unless_the_job_is_drained() {
-        assert_eq!(resume_at(1_000, 250, false), Some(1_250));
-        assert_eq!(resume_at(1_000, 250, true), None);
-        assert_eq!(resume_at(1_000, 0, false), None);
-        assert_eq!(resume_at(1_000, -5, false), None);
-        assert_eq!(resume_at(i64::MAX - 1, 10, false), Some(i64::MAX));
+        assert_eq!(resume_at(1_000, 250, 0, false), Some(1_250));
+        assert_eq!(resume_at(1_000, 250, 0, true), None);
+        assert_eq!(resume_at(1_000, 0, 0, false), None);
+        assert_eq!(resume_at(1_000, -5, 0, false), None);
+        assert_eq!(resume_at(i64::MAX - 1, 10, 0, false), Some(i64::MAX));
+    }
+
+    #[test]
+    fn a_short_resume_delay_is_raised_to_the_floor_and_no_delay_stays_none() {
+        // A source deferring by 1 ms waits the 10 ms floor; longer delays
+        // are the source's own.
+        assert_eq!(resume_at(1_000, 1, 10, false), Some(1_010));
+        assert_eq!(resume_at(1_000, 250, 10, false), Some(1_250));
+        // The floor never delays work that asked for none (splits,
+        // checkpoints without a delay), nor a drained job's residuals.
+        assert_eq!(resume_at(1_000, 0, 10, false), None);
+        assert_eq!(resume_at(1_000, 1, 10, true), None);
     }
 
     #[test]
