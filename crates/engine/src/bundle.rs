@@ -74,8 +74,10 @@ pub struct BundleResult {
     /// Residual elements (SDF checkpoints), each an encoded windowed value of the stage input.
     pub residuals: Vec<Vec<u8>>,
     /// How long the residuals asked to wait before they resume, in
-    /// milliseconds (the least `DelayedBundleApplication.requested_time_delay`
-    /// of them; 0 = at once). Weir waits that long instead of polling.
+    /// milliseconds rounded up (the least
+    /// `DelayedBundleApplication.requested_time_delay` of them; 0 = at
+    /// once). The stage waits that long, and at least
+    /// [`crate::EngineConfig::min_resume_delay`] when it is above 0.
     pub residual_delay_ms: i64,
     /// The residuals' output watermark estimate (the least of their
     /// `BundleApplication.output_watermarks`, ms), when they reported one: the

@@ -90,10 +90,12 @@ pub struct EngineConfig {
     /// process alone.
     pub cluster: Option<ClusterPeers>,
     /// Least wait before a residual that asked for a resume delay
-    /// (`DelayedBundleApplication.requested_time_delay` > 0: a splittable
-    /// DoFn's `defer_remainder`) runs again; a longer requested delay is
-    /// kept. Bounds how often a polling source's bundles run. Residuals
-    /// asking no delay are not held.
+    /// (`DelayedBundleApplication.requested_time_delay` > 0: Python's
+    /// `defer_remainder`, Java's `ProcessContinuation.resume()
+    /// .withResumeDelay`, Go's `sdf.ResumeProcessingIn`) runs again, in
+    /// whole ms rounded up; a longer requested delay is kept. Bounds how
+    /// often a polling restriction's bundles run. Residuals asking for no
+    /// delay are not delayed.
     pub min_resume_delay: std::time::Duration,
 }
 

@@ -331,6 +331,8 @@ struct Emit {
     outputs: Vec<(usize, Vec<u8>)>,
     /// Encoded values returned as residuals (SDF checkpoints), windowed like the input.
     residuals: Vec<Vec<u8>>,
+    /// The resume delay these residuals ask for, ms (the bundle's is the least).
+    residual_delay_ms: i64,
     /// Fails the bundle with this message.
     error: Option<String>,
 }
@@ -438,6 +440,13 @@ impl FakeSdk {
             };
             for (port, value) in emit.outputs {
                 rewrap(value).encode(&mut result.outputs[port]);
+            }
+            if !emit.residuals.is_empty() {
+                result.residual_delay_ms = if result.residuals.is_empty() {
+                    emit.residual_delay_ms
+                } else {
+                    result.residual_delay_ms.min(emit.residual_delay_ms)
+                };
             }
             for value in emit.residuals {
                 let mut bytes = Vec::new();
@@ -937,6 +946,63 @@ fn sdf_residuals_are_resent_and_counted_once() {
         );
         assert!(sizes.iter().all(|&n| n <= 2));
     }
+}
+
+/// Impulse → Seed (one element) → Poll, which checkpoints the element once
+/// asking `delay_ms`, under `EngineConfig::min_resume_delay` = `floor`:
+/// returns how long after the first attempt the resumed one ran.
+fn resume_gap(delay_ms: i64, floor: Duration) -> Duration {
+    let mut g = GraphBuilder::default();
+    let imp = g.impulse();
+    let work = g.pc("work", Coder::VarInt);
+    let s_seed = g.sdk("Seed", imp, vec![work], vec![]);
+    let s_poll = g.sdk("Poll", work, vec![], vec![]);
+    let graph = g.build();
+    let seen: Arc<Mutex<Vec<std::time::Instant>>> = Arc::default();
+    let s2 = seen.clone();
+    let functions: Vec<(usize, StageFn)> = vec![
+        (
+            s_seed,
+            Box::new(|_: &WindowedValue, _: &SideInputs| Emit::out(0, varint(0))),
+        ),
+        (
+            s_poll,
+            Box::new(move |wv: &WindowedValue, _: &SideInputs| {
+                s2.lock().unwrap().push(std::time::Instant::now());
+                match read_varint(&wv.value).0 {
+                    0 => Emit {
+                        residuals: vec![varint(1)],
+                        residual_delay_ms: delay_ms,
+                        ..Default::default()
+                    },
+                    _ => Emit::default(),
+                }
+            }),
+        ),
+    ];
+    let sdk = FakeSdk::new(graph.clone(), functions);
+    let config = EngineConfig {
+        min_resume_delay: floor,
+        ..config(1, 10)
+    };
+    run(graph, sdk, config, no_cancel()).expect("job succeeds");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2, "the element and its residual");
+    seen[1] - seen[0]
+}
+
+#[test]
+fn a_deferred_residual_waits_at_least_the_floor_and_an_undeferred_one_does_not() {
+    let floor = Duration::from_millis(500);
+    // A 1 ms resume delay is raised to the floor...
+    let gap = resume_gap(1, floor);
+    assert!(gap >= floor, "resumed after {gap:?}, before the {floor:?} floor");
+    // ...a longer one is kept...
+    let gap = resume_gap(700, floor);
+    assert!(gap >= Duration::from_millis(700), "resumed after {gap:?}, asked 700 ms");
+    // ...and a checkpoint asking no delay resumes at once.
+    let gap = resume_gap(0, floor);
+    assert!(gap < Duration::from_millis(400), "resumed after {gap:?}, asked no delay");
 }
 
 /// Numbers (0..count) → Boom, which fails the bundle holding element `bad`.

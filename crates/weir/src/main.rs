@@ -96,12 +96,16 @@ struct WorkerArgs {
     #[arg(long = "pin_sdk_harnesses", default_value_t = true, action = clap::ArgAction::Set)]
     pin_sdk_harnesses: bool,
     /// As `weir serve --min_resume_delay_ms`.
-    #[arg(long = "min_resume_delay_ms", default_value_t = DEFAULT_MIN_RESUME_DELAY_MS)]
+    #[arg(long = "min_resume_delay_ms", default_value_t = DEFAULT_MIN_RESUME_DELAY_MS,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_MIN_RESUME_DELAY_MS))]
     min_resume_delay_ms: u64,
 }
 
 /// `--min_resume_delay_ms`'s default, in ms.
 const DEFAULT_MIN_RESUME_DELAY_MS: u64 = weir_engine::DEFAULT_MIN_RESUME_DELAY.as_millis() as u64;
+/// `--min_resume_delay_ms`'s largest value, in ms (a minute: more would
+/// leave deferred sources all but stopped).
+const MAX_MIN_RESUME_DELAY_MS: u64 = 60_000;
 
 #[derive(Args)]
 struct ExpansionArgs {
@@ -289,13 +293,15 @@ struct ServeArgs {
     /// the job ends (default: <tmp>/weir-spill).
     #[arg(long = "spill_dir", alias = "spill-dir")]
     spill_dir: Option<PathBuf>,
-    /// Least wait, in ms, before a splittable DoFn's residual that asked
-    /// for a resume delay (`defer_remainder`, a polling source such as
-    /// PeriodicImpulse) runs again; longer requested delays are kept. Each
-    /// resume is a bundle (about 1 ms of a Python harness's CPU), so a
+    /// Least wait, in ms (at most 60000), before a splittable DoFn's
+    /// residual that asked for a resume delay (`defer_remainder`, a polling
+    /// source such as PeriodicImpulse) runs again, batch or streaming;
+    /// longer requested delays are kept. Each resume is a bundle, so a
     /// source deferring by 1 ms would otherwise run hundreds of bundles a
-    /// second. 0: resume when the requested delay has passed.
-    #[arg(long = "min_resume_delay_ms", default_value_t = DEFAULT_MIN_RESUME_DELAY_MS)]
+    /// second. 0: resume when the requested delay has passed. Passed on to
+    /// --local_workers; `weir worker` takes it too.
+    #[arg(long = "min_resume_delay_ms", default_value_t = DEFAULT_MIN_RESUME_DELAY_MS,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_MIN_RESUME_DELAY_MS))]
     min_resume_delay_ms: u64,
     /// Accepted for compatibility with Beam's Prism launcher; use RUST_LOG.
     #[arg(long = "log_level", hide = true)]
@@ -623,19 +629,13 @@ async fn supervise_local_worker(
     }
 }
 
-/// `weir worker`: a local server (Fn API for this worker's SDK harnesses,
-/// loopback by default) whose jobs come from the coordinator.
-async fn worker(w: WorkerArgs) -> anyhow::Result<()> {
-    let token = match (&w.auth_token, &w.auth_token_file) {
-        (Some(t), _) => Some(t.trim().to_string()),
-        (None, Some(f)) => std::fs::read_to_string(f)
-            .with_context(|| format!("cannot read --auth_token_file {}", f.display()))?
-            .lines()
-            .next()
-            .map(|l| l.trim().to_string()),
-        (None, None) => std::env::var("WEIR_AUTH_TOKEN").ok().map(|t| t.trim().to_string()),
-    }
-    .filter(|t| !t.is_empty());
+/// The `weir serve` arguments a `weir worker` runs its local server with:
+/// its Fn API port and address, no web UI, and its own settings of the
+/// flags it shares with `weir serve`.
+///
+/// # Errors
+/// clap's error if the arguments do not parse as `weir serve`'s.
+fn worker_serve_args(w: &WorkerArgs, token: Option<&str>) -> anyhow::Result<ServeArgs> {
     let mut argv: Vec<String> = vec![
         "serve".into(),
         "--job_port".into(),
@@ -653,11 +653,37 @@ async fn worker(w: WorkerArgs) -> anyhow::Result<()> {
     argv.push(format!("--python_fork_server={}", w.python_fork_server));
     argv.push(format!("--pin_sdk_harnesses={}", w.pin_sdk_harnesses));
     argv.push(format!("--min_resume_delay_ms={}", w.min_resume_delay_ms));
-    if let Some(t) = &token {
-        argv.extend(["--auth_token".into(), t.clone()]);
+    if let Some(t) = token {
+        argv.extend(["--auth_token".into(), t.to_string()]);
     }
     let matches = ServeArgs::augment_args(clap::Command::new("serve")).try_get_matches_from(&argv)?;
-    let args = <ServeArgs as clap::FromArgMatches>::from_arg_matches(&matches)?;
+    Ok(<ServeArgs as clap::FromArgMatches>::from_arg_matches(&matches)?)
+}
+
+/// The flags `weir serve --local_workers` passes on to each `weir worker`
+/// it starts, so that they run jobs as this server would.
+fn local_worker_flags(args: &ServeArgs) -> Vec<String> {
+    vec![
+        format!("--python_fork_server={}", args.python_fork_server),
+        format!("--pin_sdk_harnesses={}", args.pin_sdk_harnesses),
+        format!("--min_resume_delay_ms={}", args.min_resume_delay_ms),
+    ]
+}
+
+/// `weir worker`: a local server (Fn API for this worker's SDK harnesses,
+/// loopback by default) whose jobs come from the coordinator.
+async fn worker(w: WorkerArgs) -> anyhow::Result<()> {
+    let token = match (&w.auth_token, &w.auth_token_file) {
+        (Some(t), _) => Some(t.trim().to_string()),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("cannot read --auth_token_file {}", f.display()))?
+            .lines()
+            .next()
+            .map(|l| l.trim().to_string()),
+        (None, None) => std::env::var("WEIR_AUTH_TOKEN").ok().map(|t| t.trim().to_string()),
+    }
+    .filter(|t| !t.is_empty());
+    let args = worker_serve_args(&w, token.as_deref())?;
     let name = w.name.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
@@ -715,11 +741,7 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
             let at = l.local_addr()?;
             tracing::info!("cluster coordinator: workers register on {at}");
             eprintln!("weir: cluster port listening on {at} (weir worker --coordinator {at})");
-            let flags = vec![
-                format!("--python_fork_server={}", args.python_fork_server),
-                format!("--pin_sdk_harnesses={}", args.pin_sdk_harnesses),
-                format!("--min_resume_delay_ms={}", args.min_resume_delay_ms),
-            ];
+            let flags = local_worker_flags(&args);
             for i in 1..=args.local_workers.unwrap_or(0) {
                 tokio::spawn(supervise_local_worker(i, at, auth_token(&args)?, flags.clone()));
             }
@@ -936,6 +958,40 @@ mod tests {
         assert_eq!(serve(&[]), 10);
         assert_eq!(serve(&["--min_resume_delay_ms=0"]), 0);
         assert!(Cli::try_parse_from(["weir", "serve", "--min_resume_delay_ms=-1"]).is_err());
+        assert!(Cli::try_parse_from(["weir", "serve", "--min_resume_delay_ms=60001"]).is_err());
+    }
+
+    #[test]
+    fn workers_run_jobs_with_the_flags_they_share_with_serve() {
+        // `weir serve --local_workers` passes its settings on...
+        let cli = Cli::try_parse_from([
+            "weir",
+            "serve",
+            "--min_resume_delay_ms=37",
+            "--pin_sdk_harnesses=false",
+            "--python_fork_server=false",
+        ])
+        .expect("serve arguments parse");
+        let Some(Command::Serve(s)) = cli.command else {
+            panic!("not parsed as `weir serve`");
+        };
+        let flags = local_worker_flags(&s);
+        let worker = Cli::try_parse_from(
+            ["weir", "worker", "--coordinator", "localhost:1"]
+                .into_iter()
+                .map(String::from)
+                .chain(flags),
+        )
+        .expect("the local worker's flags parse as `weir worker`'s");
+        let Some(Command::Worker(w)) = worker.command else {
+            panic!("not parsed as `weir worker`");
+        };
+        // ...and a worker runs its local server with them.
+        let inner = worker_serve_args(&w, Some("t")).expect("a worker's serve arguments parse");
+        assert_eq!(inner.min_resume_delay_ms, 37);
+        assert!(!inner.pin_sdk_harnesses);
+        assert!(!inner.python_fork_server);
+        assert_eq!(inner.serve_http.as_deref(), Some("false"));
     }
 
     #[test]

@@ -13,6 +13,14 @@ pub(super) struct Residuals {
     pub(super) watermark: Option<weir_model::Timestamp>,
 }
 
+/// A `requested_time_delay` in whole ms, rounded up (a delay under 1 ms is
+/// still a delay), at least 0 and at most `i64::MAX`.
+fn delay_ms(d: &prost_types::Duration) -> i64 {
+    let nanos = i128::from(d.seconds) * 1_000_000_000 + i128::from(d.nanos);
+    let ms = (nanos + 999_999).div_euclid(1_000_000);
+    i64::try_from(ms.max(0)).unwrap_or(i64::MAX)
+}
+
 pub(super) fn residual_elements(
     roots: Vec<beam::DelayedBundleApplication>,
     stage: &weir_plan::SdkStage,
@@ -23,12 +31,7 @@ pub(super) fn residual_elements(
         watermark: None,
     };
     for r in roots {
-        let delay = r
-            .requested_time_delay
-            // Rounded up: a delay under 1 ms is still a delay.
-            .map(|d| d.seconds.saturating_mul(1000) + (i64::from(d.nanos) + 999_999) / 1_000_000)
-            .unwrap_or(0)
-            .max(0);
+        let delay = r.requested_time_delay.map_or(0, |d| delay_ms(&d));
         out.delay_ms = out.delay_ms.min(delay);
         let app = r.application.unwrap_or_default();
         if !stage.residual_transform_ids.contains(&app.transform_id) {
@@ -128,11 +131,25 @@ mod tests {
         let r =
             residual_elements(vec![residual("sdf", b"a", Some((-5, 0)), &[])], &stage()).unwrap();
         assert_eq!(r.delay_ms, 0);
+    }
+
+    #[test]
+    fn a_delay_rounds_up_to_whole_milliseconds_and_a_past_deadline_is_none() {
+        let ms = |seconds, nanos| delay_ms(&prost_types::Duration { seconds, nanos });
         // Under a millisecond is still a delay (PeriodicImpulse defers by
         // what is left of its interval).
-        let r = residual_elements(vec![residual("sdf", b"a", Some((0, 400_000)), &[])], &stage())
-            .unwrap();
-        assert_eq!(r.delay_ms, 1);
+        assert_eq!(ms(0, 400_000), 1);
+        assert_eq!(ms(0, 1_000_000), 1);
+        assert_eq!(ms(0, 1_000_001), 2);
+        assert_eq!(ms(2, 0), 2000);
+        // A deadline just passed (negative sub-second), or long passed.
+        assert_eq!(ms(0, -400_000), 0);
+        assert_eq!(ms(-1, -500_000_000), 0);
+        // Mixed signs (not a valid Duration) still count exactly.
+        assert_eq!(ms(1, -1_000_000), 999);
+        // No overflow at the extremes.
+        assert_eq!(ms(i64::MAX, 999_999_999), i64::MAX);
+        assert_eq!(ms(i64::MIN, -999_999_999), 0);
         let r = residual_elements(vec![], &stage()).unwrap();
         assert!(r.elements.is_empty());
         assert_eq!((r.delay_ms, r.watermark), (0, None));

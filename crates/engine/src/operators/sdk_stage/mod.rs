@@ -136,6 +136,10 @@ pub(crate) fn sdk_stage<'s>(
             .gbk_memory_budget
             .map(|budget| OutputSpill::for_budget(ctx.config.spill_dir.join("outputs"), budget));
         let submit_stage_id = ctx.graph.stages[stage_index].id.clone();
+        // The least wait of a residual that asked for a resume delay, whole
+        // ms rounded up.
+        let resume_floor_ms =
+            i64::try_from(ctx.config.min_resume_delay.as_micros().div_ceil(1000)).unwrap_or(i64::MAX);
         // Elements waiting for a bundle here, for the harness's split decisions.
         let backlog = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let submit_backlog = backlog.clone();
@@ -385,8 +389,7 @@ pub(crate) fn sdk_stage<'s>(
                             let cap = residual_hold(cap, r.residual_watermark);
                             // Drained, a residual resumes at once (truncated).
                             let drained = ctx.draining() && sdk.drain_descriptor_id.is_some();
-                            let floor = i64::try_from(ctx.config.min_resume_delay.as_millis()).unwrap_or(i64::MAX);
-                            match resume_at(wall_millis(), r.residual_delay_ms, floor, drained) {
+                            match resume_at(wall_millis(), r.residual_delay_ms, resume_floor_ms, drained) {
                                 Some(due) => st.delayed.push(due, cap, r.residuals),
                                 None => st.pending.push_back((cap, r.residuals)),
                             }

@@ -121,8 +121,9 @@ mod tests {
         // are the source's own.
         assert_eq!(resume_at(1_000, 1, 10, false), Some(1_010));
         assert_eq!(resume_at(1_000, 250, 10, false), Some(1_250));
-        // The floor never delays work that asked for none (splits,
-        // checkpoints without a delay), nor a drained job's residuals.
+        // The floor never delays a checkpoint that asked for no delay, nor a
+        // drained job's residuals. (Runner-initiated splits do not come
+        // here: their residuals resume at once.)
         assert_eq!(resume_at(1_000, 0, 10, false), None);
         assert_eq!(resume_at(1_000, 1, 10, true), None);
     }
