@@ -561,6 +561,24 @@ def late_start_impulse(p):
       | 'Format' >> beam.ParDo(FormatCount()))
 
 
+def fast_impulse(p):
+  """PeriodicImpulse firing every 1 ms for 2 s (2000 elements), each
+  written as its fire time in microseconds by the script's WriteLines,
+  fused into the source's stage: one file per bundle of that stage that
+  emitted any."""
+  import time as _time
+  from apache_beam.transforms.periodicsequence import PeriodicImpulse
+  start = _time.time() + 1
+
+  def micros(t):
+    return str(t.micros if isinstance(t, Timestamp) else int(round(t * 1e6)))
+
+  return (
+      p
+      | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + 2, fire_interval=0.001)
+      | 'Micros' >> beam.Map(micros))
+
+
 class FormatCount(beam.DoFn):
   def process(self, kv, w=beam.DoFn.WindowParam):
     yield '%s %d' % (fmt_window(w), kv[1])
@@ -574,7 +592,7 @@ STREAMING = (default_late, default_no_lateness, watermark_early_late_acc,
              sliding_early, sessions_early, sessions_late, custom_merging_early,
              custom_merging_late, timers_event,
              timers_processing, stateful_late, batch_triggers,
-             batch_processing_time_triggers, late_start_impulse)
+             batch_processing_time_triggers, late_start_impulse, fast_impulse)
 
 PIPELINES = {f.__name__: f for f in STREAMING}
 

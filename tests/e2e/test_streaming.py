@@ -444,3 +444,17 @@ def test_an_unbounded_source_that_starts_empty_still_moves_the_watermark(module_
     expected[t - t % 2] += 1
   assert lines == collections.Counter(
       '[%s, %s) %d' % (float(w), float(w + 2), n) for w, n in expected.items()), lines
+
+
+def test_a_source_deferring_by_1_ms_resumes_at_most_every_10_ms(module_beam, weir_server):
+  """PeriodicImpulse firing every 1 ms for 2 s defers by what is left of
+  its interval after each batch; Weir resumes it no sooner than 10 ms
+  (`--min_resume_delay_ms`), so its stage runs at most about 200 bundles,
+  not one per millisecond (measured here: 146 bundles with the floor, 427
+  with `--min_resume_delay_ms=0`), and every element arrives exactly once."""
+  run = module_beam.run_named('fast_impulse', 'LOOPBACK', extra=['--streaming'], script=SCRIPT)
+  assert run.returncode == 0, run.describe(weir_server)
+  files, lines = run.output()
+  assert len(lines) == 2000 and set(lines.values()) == {1}, (len(lines), lines.most_common(3))
+  # 2 s / 10 ms, with room for a split restriction and the first bundles.
+  assert len(files) <= 320, '%d bundles wrote the 2000 elements' % len(files)
