@@ -87,18 +87,49 @@ struct WorkerArgs {
     /// Folder for this worker's own files (default: <tmp>/weir-staging).
     #[arg(long = "staging_dir")]
     staging_dir: Option<PathBuf>,
-    /// As `weir serve --python_fork_server`: fork this worker's Python SDK
-    /// harnesses from a warm interpreter.
+    #[command(flatten)]
+    run: RunFlags,
+}
+
+/// How a server runs its jobs' SDK harnesses and bundles: the flags `weir
+/// serve` and `weir worker` share, which a server passes on to its
+/// `--local_workers`.
+#[derive(Args, Clone)]
+struct RunFlags {
+    /// Start the Python SDK harnesses of `weir boot --python` PROCESS
+    /// environments as forks of one warm interpreter per Python (Beam
+    /// imported once, about 0.5 CPU s saved per harness); false starts a
+    /// fresh interpreter for each.
     #[arg(long = "python_fork_server", default_value_t = true, action = clap::ArgAction::Set)]
     python_fork_server: bool,
-    /// As `weir serve --pin_sdk_harnesses`: run each of this worker's
-    /// one-core SDK harness processes on a core of its own.
+    /// Run each SDK harness process that stands for one core (Python's
+    /// PROCESS harnesses, one per core) on a core of its own, on Linux: the
+    /// allowed core with the fewest such harnesses, so concurrent jobs
+    /// share the cores evenly. Its bundles then pass the interpreter lock
+    /// on one core; false lets the kernel move them.
     #[arg(long = "pin_sdk_harnesses", default_value_t = true, action = clap::ArgAction::Set)]
     pin_sdk_harnesses: bool,
-    /// As `weir serve --min_resume_delay_ms`.
+    /// Least wait, in ms (at most 60000), before a splittable DoFn's
+    /// residual that asked for a resume delay (`defer_remainder`, a polling
+    /// source such as PeriodicImpulse) runs again, batch or streaming;
+    /// longer requested delays are kept. Each resume is a bundle, so a
+    /// source deferring by 1 ms would otherwise run hundreds of bundles a
+    /// second. 0: resume when the requested delay has passed.
     #[arg(long = "min_resume_delay_ms", default_value_t = DEFAULT_MIN_RESUME_DELAY_MS,
           value_parser = clap::value_parser!(u64).range(0..=MAX_MIN_RESUME_DELAY_MS))]
     min_resume_delay_ms: u64,
+}
+
+impl RunFlags {
+    /// These flags as command-line arguments (`--name=value`), for a
+    /// process that takes them too.
+    fn to_args(&self) -> Vec<String> {
+        vec![
+            format!("--python_fork_server={}", self.python_fork_server),
+            format!("--pin_sdk_harnesses={}", self.pin_sdk_harnesses),
+            format!("--min_resume_delay_ms={}", self.min_resume_delay_ms),
+        ]
+    }
 }
 
 /// `--min_resume_delay_ms`'s default, in ms.
@@ -212,19 +243,8 @@ struct ServeArgs {
     /// When its apache-beam version is not V, the job's messages warn naming both.
     #[arg(long = "python_for_docker_images")]
     python_for_docker_images: Option<String>,
-    /// Start the Python SDK harnesses of `weir boot --python` PROCESS
-    /// environments as forks of one warm interpreter per Python (Beam
-    /// imported once, about 0.5 CPU s saved per harness); false starts a
-    /// fresh interpreter for each.
-    #[arg(long = "python_fork_server", default_value_t = true, action = clap::ArgAction::Set)]
-    python_fork_server: bool,
-    /// Run each SDK harness process that stands for one core (Python's
-    /// PROCESS harnesses, one per core) on a core of its own, on Linux: the
-    /// allowed core with the fewest such harnesses, so concurrent jobs
-    /// share the cores evenly. Its bundles then pass the interpreter lock
-    /// on one core; false lets the kernel move them.
-    #[arg(long = "pin_sdk_harnesses", default_value_t = true, action = clap::ArgAction::Set)]
-    pin_sdk_harnesses: bool,
+    #[command(flatten)]
+    run: RunFlags,
     /// Start the fork server of this Python interpreter (the `--python` of
     /// `weir boot`; repeatable) as the server starts, not at the first
     /// job's first harness: that job's harnesses then need not wait for it
@@ -293,16 +313,6 @@ struct ServeArgs {
     /// the job ends (default: <tmp>/weir-spill).
     #[arg(long = "spill_dir", alias = "spill-dir")]
     spill_dir: Option<PathBuf>,
-    /// Least wait, in ms (at most 60000), before a splittable DoFn's
-    /// residual that asked for a resume delay (`defer_remainder`, a polling
-    /// source such as PeriodicImpulse) runs again, batch or streaming;
-    /// longer requested delays are kept. Each resume is a bundle, so a
-    /// source deferring by 1 ms would otherwise run hundreds of bundles a
-    /// second. 0: resume when the requested delay has passed. Passed on to
-    /// --local_workers; `weir worker` takes it too.
-    #[arg(long = "min_resume_delay_ms", default_value_t = DEFAULT_MIN_RESUME_DELAY_MS,
-          value_parser = clap::value_parser!(u64).range(0..=MAX_MIN_RESUME_DELAY_MS))]
-    min_resume_delay_ms: u64,
     /// Accepted for compatibility with Beam's Prism launcher; use RUST_LOG.
     #[arg(long = "log_level", hide = true)]
     log_level: Option<String>,
@@ -650,24 +660,12 @@ fn worker_serve_args(w: &WorkerArgs, token: Option<&str>) -> anyhow::Result<Serv
     if let Some(d) = &w.staging_dir {
         argv.extend(["--staging_dir".into(), d.display().to_string()]);
     }
-    argv.push(format!("--python_fork_server={}", w.python_fork_server));
-    argv.push(format!("--pin_sdk_harnesses={}", w.pin_sdk_harnesses));
-    argv.push(format!("--min_resume_delay_ms={}", w.min_resume_delay_ms));
+    argv.extend(w.run.to_args());
     if let Some(t) = token {
         argv.extend(["--auth_token".into(), t.to_string()]);
     }
     let matches = ServeArgs::augment_args(clap::Command::new("serve")).try_get_matches_from(&argv)?;
     Ok(<ServeArgs as clap::FromArgMatches>::from_arg_matches(&matches)?)
-}
-
-/// The flags `weir serve --local_workers` passes on to each `weir worker`
-/// it starts, so that they run jobs as this server would.
-fn local_worker_flags(args: &ServeArgs) -> Vec<String> {
-    vec![
-        format!("--python_fork_server={}", args.python_fork_server),
-        format!("--pin_sdk_harnesses={}", args.pin_sdk_harnesses),
-        format!("--min_resume_delay_ms={}", args.min_resume_delay_ms),
-    ]
 }
 
 /// `weir worker`: a local server (Fn API for this worker's SDK harnesses,
@@ -741,7 +739,8 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
             let at = l.local_addr()?;
             tracing::info!("cluster coordinator: workers register on {at}");
             eprintln!("weir: cluster port listening on {at} (weir worker --coordinator {at})");
-            let flags = local_worker_flags(&args);
+            // Each local worker runs its jobs as this server would.
+            let flags = args.run.to_args();
             for i in 1..=args.local_workers.unwrap_or(0) {
                 tokio::spawn(supervise_local_worker(i, at, auth_token(&args)?, flags.clone()));
             }
@@ -749,9 +748,9 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
         }
         None => None,
     };
-    weir_harness::fork_server::ForkServers::global().set_enabled(args.python_fork_server);
-    weir_harness::cores::set_enabled(args.pin_sdk_harnesses);
-    if args.python_fork_server {
+    weir_harness::fork_server::ForkServers::global().set_enabled(args.run.python_fork_server);
+    weir_harness::cores::set_enabled(args.run.pin_sdk_harnesses);
+    if args.run.python_fork_server {
         prewarm_fork_servers(&args.python_fork_server_prewarm);
     } else if !args.python_fork_server_prewarm.is_empty() {
         tracing::warn!("--python_fork_server_prewarm is ignored: --python_fork_server=false");
@@ -783,7 +782,7 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
         spill_root: args
             .spill_dir
             .unwrap_or_else(|| std::env::temp_dir().join("weir-spill")),
-        min_resume_delay: std::time::Duration::from_millis(args.min_resume_delay_ms),
+        min_resume_delay: std::time::Duration::from_millis(args.run.min_resume_delay_ms),
     };
     if worker.is_some() {
         tracing::info!("weir worker: Fn API for this worker's SDK harnesses on {local}");
@@ -951,7 +950,7 @@ mod tests {
             let cli = Cli::try_parse_from(["weir", "serve"].iter().chain(extra))
                 .expect("serve arguments parse");
             match cli.command {
-                Some(Command::Serve(s)) => s.min_resume_delay_ms,
+                Some(Command::Serve(s)) => s.run.min_resume_delay_ms,
                 _ => panic!("not parsed as `weir serve`"),
             }
         };
@@ -975,7 +974,7 @@ mod tests {
         let Some(Command::Serve(s)) = cli.command else {
             panic!("not parsed as `weir serve`");
         };
-        let flags = local_worker_flags(&s);
+        let flags = s.run.to_args();
         let worker = Cli::try_parse_from(
             ["weir", "worker", "--coordinator", "localhost:1"]
                 .into_iter()
@@ -988,9 +987,9 @@ mod tests {
         };
         // ...and a worker runs its local server with them.
         let inner = worker_serve_args(&w, Some("t")).expect("a worker's serve arguments parse");
-        assert_eq!(inner.min_resume_delay_ms, 37);
-        assert!(!inner.pin_sdk_harnesses);
-        assert!(!inner.python_fork_server);
+        assert_eq!(inner.run.min_resume_delay_ms, 37);
+        assert!(!inner.run.pin_sdk_harnesses);
+        assert!(!inner.run.python_fork_server);
         assert_eq!(inner.serve_http.as_deref(), Some("false"));
     }
 

@@ -131,6 +131,9 @@ mod tests {
         let r =
             residual_elements(vec![residual("sdf", b"a", Some((-5, 0)), &[])], &stage()).unwrap();
         assert_eq!(r.delay_ms, 0);
+        let r = residual_elements(vec![], &stage()).unwrap();
+        assert!(r.elements.is_empty());
+        assert_eq!((r.delay_ms, r.watermark), (0, None));
     }
 
     #[test]
@@ -150,9 +153,6 @@ mod tests {
         // No overflow at the extremes.
         assert_eq!(ms(i64::MAX, 999_999_999), i64::MAX);
         assert_eq!(ms(i64::MIN, -999_999_999), 0);
-        let r = residual_elements(vec![], &stage()).unwrap();
-        assert!(r.elements.is_empty());
-        assert_eq!((r.delay_ms, r.watermark), (0, None));
     }
 
     #[test]
