@@ -88,6 +88,54 @@ where
     }
 }
 
+/// The `host:port` a client dialed to reach the Job API (its HTTP/2
+/// `:authority`), kept in the request's extensions by [`RecordAuthority`]:
+/// Prepare names it as the artifact staging endpoint, an address the client
+/// can reach by definition, and one its gRPC library connects to once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DialedAuthority(pub String);
+
+impl DialedAuthority {
+    /// `authority` if it is a `host:port` (a port, a non-empty host); None
+    /// otherwise (e.g. a Unix socket's `localhost`), where the server's own
+    /// address serves instead.
+    pub fn of(authority: &tonic::codegen::http::uri::Authority) -> Option<DialedAuthority> {
+        (authority.port_u16().is_some() && !authority.host().is_empty())
+            .then(|| DialedAuthority(authority.as_str().to_string()))
+    }
+}
+
+/// A gRPC service whose requests carry the [`DialedAuthority`] of their URI.
+#[derive(Clone)]
+struct RecordAuthority<S>(S);
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for RecordAuthority<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B> tower::Service<tonic::codegen::http::Request<B>> for RecordAuthority<S>
+where
+    S: tower::Service<tonic::codegen::http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: tonic::codegen::http::Request<B>) -> Self::Future {
+        if let Some(dialed) = req.uri().authority().and_then(DialedAuthority::of) {
+            req.extensions_mut().insert(dialed);
+        }
+        self.0.call(req)
+    }
+}
+
 /// Longest status message Weir's Job API sends, in bytes of text: gRPC
 /// clients drop a response whose metadata passes 8 KiB (Python's
 /// grpc-core: RESOURCE_EXHAUSTED "received metadata size exceeds hard
@@ -185,6 +233,16 @@ fn decode_errors_are_invalid_argument<B>(
 mod tests {
     use super::*;
 
+    #[test]
+    fn only_a_host_and_port_is_a_dialed_authority() {
+        let of = |a: &str| DialedAuthority::of(&a.parse().unwrap()).map(|d| d.0);
+        assert_eq!(of("localhost:8099").as_deref(), Some("localhost:8099"));
+        assert_eq!(of("[::1]:8099").as_deref(), Some("[::1]:8099"));
+        assert_eq!(of("10.0.0.7:1").as_deref(), Some("10.0.0.7:1"));
+        // A Unix socket's authority (no port): the server's own address serves.
+        assert_eq!(of("localhost"), None);
+    }
+
     /// A long refusal is cut on a character boundary, percent-encoded as
     /// gRPC sends it, and says how much was left out; a short one is kept.
     #[test]
@@ -267,11 +325,13 @@ pub async fn serve_with(
     let token = security::RequireToken(config.security.clone());
     use tonic::service::interceptor::InterceptedService;
     let router = tonic::transport::Server::builder()
-        .add_service(DecodeErrorsAreInvalid(InterceptedService::new(
-            beam::job_service_server::JobServiceServer::new(JobService(registry.clone()))
-                .max_decoding_message_size(job_api_max)
-                .max_encoding_message_size(MAX),
-            token.clone(),
+        .add_service(RecordAuthority(DecodeErrorsAreInvalid(
+            InterceptedService::new(
+                beam::job_service_server::JobServiceServer::new(JobService(registry.clone()))
+                    .max_decoding_message_size(job_api_max)
+                    .max_encoding_message_size(MAX),
+                token.clone(),
+            ),
         )))
         .add_service(InterceptedService::new(
             beam::artifact_staging_service_server::ArtifactStagingServiceServer::new(

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use tokio::sync::broadcast;
+use tokio::sync::watch;
 use weir_harness::FnApi;
 use weir_proto::beam::job_message::MessageImportance;
 use weir_proto::beam::job_state::Enum as JobState;
@@ -189,8 +189,9 @@ pub struct Job {
     times: Mutex<Times>,
     state: Mutex<JobState>,
     /// Events in publish order; messages beyond [`MAX_LOG_ENTRIES`] are dropped oldest first.
-    history: Mutex<History>,
-    events: broadcast::Sender<Published>,
+    history: Arc<Mutex<History>>,
+    /// Bumped after each publish: wakes [`Subscription`]s.
+    published: watch::Sender<()>,
     next_message: Mutex<u64>,
     gate: Mutex<StreamGate>,
     /// Connections to the job's worker pools, opened at Prepare.
@@ -214,9 +215,49 @@ struct Times {
 
 #[derive(Default)]
 struct History {
-    events: VecDeque<Published>,
+    /// Each event with its sequence number (0, 1, ... in publish order;
+    /// increasing, with gaps where messages were dropped).
+    events: VecDeque<(u64, Published)>,
+    /// The sequence number of the next event published.
+    next_seq: u64,
     messages: usize,
     dropped: u64,
+}
+
+/// A reader of one job's events after a point: each event it reads in
+/// publish order, none twice, none skipped unless the job's history dropped
+/// it (the [`MAX_LOG_ENTRIES`] bound) before it was read. Holds no buffer
+/// of its own until it reads, so a job costs the same with or without readers.
+pub struct Subscription {
+    history: Arc<Mutex<History>>,
+    published: watch::Receiver<()>,
+    /// Sequence number of the next event to read.
+    next: u64,
+    ready: VecDeque<Published>,
+}
+
+impl Subscription {
+    /// The next event; waits for one to be published. None once the job is
+    /// gone (forgotten by the registry) and every event is read.
+    pub async fn recv(&mut self) -> Option<Published> {
+        loop {
+            if let Some(p) = self.ready.pop_front() {
+                return Some(p);
+            }
+            // Seen before reading: a publish after the read wakes `changed`.
+            self.published.borrow_and_update();
+            {
+                let h = self.history.lock().unwrap_or_else(|p| p.into_inner());
+                let from = h.events.partition_point(|(seq, _)| *seq < self.next);
+                self.ready
+                    .extend(h.events.range(from..).map(|(_, p)| p.clone()));
+                self.next = h.next_seq;
+            }
+            if self.ready.is_empty() && self.published.changed().await.is_err() {
+                return None;
+            }
+        }
+    }
 }
 
 fn is_message(e: &beam::JobMessagesResponse) -> bool {
@@ -327,15 +368,18 @@ impl Job {
         if is_message(&event.event) {
             h.messages += 1;
             if h.messages > MAX_LOG_ENTRIES {
-                if let Some(i) = h.events.iter().position(|e| is_message(&e.event)) {
+                if let Some(i) = h.events.iter().position(|(_, e)| is_message(&e.event)) {
                     h.events.remove(i);
                     h.messages -= 1;
                     h.dropped += 1;
                 }
             }
         }
-        h.events.push_back(event.clone());
-        let _ = self.events.send(event);
+        let seq = h.next_seq;
+        h.next_seq += 1;
+        h.events.push_back((seq, event));
+        drop(h);
+        self.published.send_replace(());
     }
 
     /// When Run started the job, and when it reached a terminal state.
@@ -475,21 +519,20 @@ impl Job {
 
     /// Everything `view` carries that is kept so far (every state change,
     /// of the last [`MAX_LOG_ENTRIES`] messages those `view` carries), and a
-    /// receiver of what comes next (read it through [`Published::view`]).
-    pub fn subscribe(
-        &self,
-        view: View,
-    ) -> (
-        Vec<beam::JobMessagesResponse>,
-        broadcast::Receiver<Published>,
-    ) {
+    /// [`Subscription`] to what comes next (read it through [`Published::view`]).
+    pub fn subscribe(&self, view: View) -> (Vec<beam::JobMessagesResponse>, Subscription) {
         let h = self.history.lock().unwrap_or_else(|p| p.into_inner());
         (
             h.events
                 .iter()
-                .filter_map(|e| e.view(view).cloned())
+                .filter_map(|(_, e)| e.view(view).cloned())
                 .collect(),
-            self.events.subscribe(),
+            Subscription {
+                history: self.history.clone(),
+                published: self.published.subscribe(),
+                next: h.next_seq,
+                ready: VecDeque::new(),
+            },
         )
     }
 
@@ -630,8 +673,8 @@ impl JobRegistry {
             created: SystemTime::now(),
             times: Mutex::default(),
             state: Mutex::new(JobState::Stopped),
-            history: Mutex::default(),
-            events: broadcast::channel(4096).0,
+            history: Arc::default(),
+            published: watch::channel(()).0,
             next_message: Mutex::new(0),
             gate: Mutex::default(),
             pools: weir_harness::environment::PoolChannels::default(),
@@ -1033,6 +1076,68 @@ mod tests {
         );
         assert_eq!(j.sdk_entries_rate_limited() as usize, n - on_stream);
         assert_eq!(texts(&j.subscribe(View::Logs).0).len(), n);
+    }
+
+    #[tokio::test]
+    async fn a_slow_subscriber_reads_every_event_the_history_keeps_in_order() {
+        let r = registry("slow");
+        let j = job(&r, "slow");
+        let (history, mut live) = j.subscribe(View::Logs);
+        assert_eq!(history.len(), 1, "STOPPED");
+        // More than a broadcast channel of 4096 would have kept for it.
+        let n = 6000;
+        for i in 0..n {
+            j.message(MessageImportance::JobMessageBasic, format!("m{i}"));
+        }
+        for i in 0..n {
+            let p = live.recv().await.expect("event");
+            assert_eq!(
+                texts(&[p.view(View::Logs).cloned().unwrap()])[0].0,
+                format!("m{i}")
+            );
+        }
+        // Past the bound, the history drops the oldest messages unread.
+        for i in n..MAX_LOG_ENTRIES + n + 3 {
+            j.message(MessageImportance::JobMessageBasic, format!("m{i}"));
+        }
+        j.set_state(JobState::Done);
+        let first = live.recv().await.expect("event");
+        assert_eq!(
+            texts(&[first.view(View::Logs).cloned().unwrap()])[0].0,
+            format!("m{}", n + 3)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_waits_for_the_next_event_and_ends_with_the_job() {
+        let r = registry("wait");
+        let j = job(&r, "wait");
+        let (_, mut live) = j.subscribe(View::Stream);
+        let reader = tokio::spawn(async move {
+            let mut states = Vec::new();
+            while let Some(p) = live.recv().await {
+                if let Some(beam::job_messages_response::Response::StateResponse(s)) =
+                    p.view(View::Stream).and_then(|e| e.response.clone())
+                {
+                    states.push(s.state);
+                }
+            }
+            states
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        j.set_state(JobState::Running);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        j.set_state(JobState::Done);
+        drop(j);
+        r.set_max_finished_jobs(0);
+        let states = tokio::time::timeout(std::time::Duration::from_secs(10), reader)
+            .await
+            .expect("the reader ends once the job is forgotten")
+            .unwrap();
+        assert_eq!(
+            states,
+            vec![JobState::Running as i32, JobState::Done as i32]
+        );
     }
 
     #[tokio::test]

@@ -83,6 +83,30 @@ pub(crate) fn plan_status(e: &weir_plan::PlanError) -> tonic::Status {
     }
 }
 
+/// Largest pipeline (encoded bytes) Prepare plans on its own task rather
+/// than on a blocking thread: planning one takes well under a millisecond,
+/// less than the hand-off to a blocking thread and back.
+const INLINE_PLANNING_BYTES: usize = 256 << 10;
+
+/// Whether resolving `pipeline`'s environments runs subprocesses
+/// ([`resolve_environments`]: DOCKER and ANYOF environments).
+fn needs_docker(pipeline: &beam::Pipeline) -> bool {
+    pipeline.components.as_ref().is_some_and(|c| {
+        c.environments.values().any(|e| {
+            e.urn == weir_proto::urns::env::DOCKER || e.urn == weir_proto::urns::env::ANYOF
+        })
+    })
+}
+
+/// The message of a caught panic (`&str` or `String` payloads), else a placeholder.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
 /// Replaces each ANYOF environment by the alternative Weir starts, and
 /// (without a Docker daemon) Beam's SDK images by native harnesses
 /// ([`weir_harness::resolve`]); returns the notes for the job's messages.
@@ -90,15 +114,12 @@ fn resolve_environments(
     pipeline: &mut beam::Pipeline,
     python_for_docker_images: Option<String>,
 ) -> Result<Vec<String>, tonic::Status> {
+    if !needs_docker(pipeline) {
+        return Ok(vec![]);
+    }
     let Some(c) = pipeline.components.as_mut() else {
         return Ok(vec![]);
     };
-    let needs_docker = |e: &beam::Environment| {
-        e.urn == weir_proto::urns::env::DOCKER || e.urn == weir_proto::urns::env::ANYOF
-    };
-    if !c.environments.values().any(needs_docker) {
-        return Ok(vec![]);
-    }
     let subs = weir_harness::resolve::Substitutes {
         weir: std::env::current_exe().unwrap_or_else(|_| "weir".into()),
         python: python_for_docker_images
@@ -228,15 +249,10 @@ fn follow<T: Send + 'static>(
             return;
         }
         loop {
-            match live.recv().await {
-                Ok(p) => {
-                    let Some(e) = p.view(view) else { continue };
-                    if !forward(e.clone()).await {
-                        return;
-                    }
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(_) => return,
+            let Some(p) = live.recv().await else { return };
+            let Some(e) = p.view(view) else { continue };
+            if !forward(e.clone()).await {
+                return;
             }
         }
     });
@@ -249,6 +265,13 @@ impl beam::job_service_server::JobService for JobService {
         &self,
         request: tonic::Request<beam::PrepareJobRequest>,
     ) -> Result<tonic::Response<beam::PrepareJobResponse>, tonic::Status> {
+        // Staging goes where the client dialed (the server's own address
+        // when that is not a host:port): reachable from the client, and
+        // gRPC reuses its connection instead of opening another.
+        let staging_url = request
+            .extensions()
+            .get::<crate::DialedAuthority>()
+            .map_or_else(|| self.0.url.clone(), |d| d.0.clone());
         let req = request.into_inner();
         if let Some(dir) = &self.0.config.capture_prepare_dir {
             let n = CAPTURED.fetch_add(1, Ordering::SeqCst);
@@ -297,14 +320,6 @@ impl beam::job_service_server::JobService for JobService {
                 }
             }
         }
-        let python = self.0.config.python_for_docker_images.clone();
-        // `docker info` and the interpreter's Beam version are subprocesses.
-        let (pipeline, env_notes) = tokio::task::spawn_blocking(move || {
-            let mut pipeline = pipeline;
-            resolve_environments(&mut pipeline, python).map(|notes| (pipeline, notes))
-        })
-        .await
-        .map_err(|e| tonic::Status::internal(e.to_string()))??;
         let validated = crate::options::validate(&options)
             .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
         let plan_options = weir_plan::PlanOptions {
@@ -312,18 +327,32 @@ impl beam::job_service_server::JobService for JobService {
             streaming: validated.streaming,
             drain: crate::options::has_experiment(&options, crate::options::TEST_DRAIN_EXPERIMENT),
         };
-        // Off the async workers: planning is CPU work proportional to the
-        // pipeline, and a planner bug (a panic) must fail this Prepare only.
-        let (pipeline, plan) = tokio::task::spawn_blocking(move || {
+        let python = self.0.config.python_for_docker_images.clone();
+        let inline = !needs_docker(&pipeline)
+            && prost::Message::encoded_len(&pipeline) <= INLINE_PLANNING_BYTES;
+        let prepare = move || {
+            let mut pipeline = pipeline;
+            let notes = resolve_environments(&mut pipeline, python)?;
             let plan = weir_plan::plan(&pipeline, &plan_options);
-            (pipeline, plan)
-        })
-        .await
-        .map_err(|e| {
+            Ok::<_, tonic::Status>((pipeline, notes, plan))
+        };
+        // A planner bug (a panic) must fail this Prepare only.
+        let planner_bug = |e: String| {
             tonic::Status::internal(format!(
                 "Weir's planner failed on this pipeline (this is a Weir bug): {e}"
             ))
-        })?;
+        };
+        let (pipeline, env_notes, plan) = if inline {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(prepare))
+                .map_err(|panic| planner_bug(panic_text(panic.as_ref())))??
+        } else {
+            // Off the async workers: `docker info` and the interpreter's
+            // Beam version are subprocesses, and planning a large pipeline
+            // takes a while.
+            tokio::task::spawn_blocking(prepare)
+                .await
+                .map_err(|e| planner_bug(e.to_string()))??
+        };
         let plan = plan.map_err(|e| plan_status(&e))?;
         check_sdk_harnesses(limits, &validated, &options, &plan.environments)?;
         for (id, env) in &plan.environments {
@@ -377,7 +406,7 @@ impl beam::job_service_server::JobService for JobService {
         Ok(tonic::Response::new(beam::PrepareJobResponse {
             preparation_id: job.id.clone(),
             artifact_staging_endpoint: Some(beam::ApiServiceDescriptor {
-                url: self.0.url.clone(),
+                url: staging_url,
                 ..Default::default()
             }),
             staging_session_token: job.id.clone(),

@@ -998,25 +998,55 @@ fn the_documentation_lists_every_option() {
 
 // ------------------------------------------------------------------ the job service
 
+fn config() -> ServerConfig {
+    ServerConfig {
+        python_for_docker_images: None,
+        staging_root: std::env::temp_dir()
+            .join(format!("weir-options-test-{}", std::process::id())),
+        engine_workers: 1,
+        limits: Default::default(),
+        capture_prepare_dir: None,
+        security: Default::default(),
+        gbk_memory_budget: None,
+        spill_root: std::env::temp_dir().join("weir-spill"),
+        min_resume_delay: weir_engine::DEFAULT_MIN_RESUME_DELAY,
+    }
+}
+
 fn service() -> (JobService, std::sync::Arc<JobRegistry>) {
-    let root = std::env::temp_dir().join(format!("weir-options-test-{}", std::process::id()));
     let url = "127.0.0.1:1".to_string();
-    let registry = JobRegistry::new(
-        weir_harness::FnApi::new(url.clone()),
-        ServerConfig {
-            python_for_docker_images: None,
-            staging_root: root,
-            engine_workers: 1,
-            limits: Default::default(),
-            capture_prepare_dir: None,
-            security: Default::default(),
-            gbk_memory_budget: None,
-            spill_root: std::env::temp_dir().join("weir-spill"),
-            min_resume_delay: weir_engine::DEFAULT_MIN_RESUME_DELAY,
-        },
-        url,
-    );
+    let registry = JobRegistry::new(weir_harness::FnApi::new(url.clone()), config(), url);
     (JobService(registry.clone()), registry)
+}
+
+/// Prepare names as the staging endpoint the host:port the client dialed
+/// (its gRPC library then stages over the connection it has), not the
+/// server's own address.
+#[tokio::test]
+async fn prepare_stages_where_the_client_dialed() {
+    use beam::job_service_client::JobServiceClient;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(weir_jobs::serve(listener, config()));
+    for host in ["localhost", "127.0.0.1"] {
+        let dialed = format!("{host}:{port}");
+        let mut client = JobServiceClient::connect(format!("http://{dialed}"))
+            .await
+            .expect("connect");
+        let prepared = client
+            .prepare(beam::PrepareJobRequest {
+                pipeline: Some(wordcount()),
+                pipeline_options: Some(Struct::default()),
+                job_name: "job".into(),
+            })
+            .await
+            .expect("prepared")
+            .into_inner();
+        assert_eq!(
+            prepared.artifact_staging_endpoint.expect("endpoint").url,
+            dialed
+        );
+    }
 }
 
 fn wordcount() -> beam::Pipeline {

@@ -396,11 +396,7 @@ async fn run_attempt(
     let forward_attempt = attempt.clone();
     let forwarder = tokio::spawn(async move {
         loop {
-            let p = match events.recv().await {
-                Ok(p) => p,
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(_) => break,
-            };
+            let Some(p) = events.recv().await else { break };
             let Some(beam::job_messages_response::Response::MessageResponse(m)) =
                 p.view(View::Logs).and_then(|e| e.response.clone())
             else {
