@@ -4,14 +4,15 @@ from conftest import weir_jobs
 
 
 def test_jobs_list_describe_cancel(beam, weir_server):
-  run = beam.run_named('good', 'LOOPBACK')
+  # Named, so the row is this job's whichever tests ran before on the server.
+  run = beam.run_named('good', 'LOOPBACK', extra=['--job_name=cli-describe'])
   assert run.returncode == 0, run.describe(weir_server)
 
   lines = weir_jobs(weir_server, 'list').splitlines()
   assert lines[0] == 'JOB_ID\tSTATE\tNAME\tSTART\tEND\tLABELS', lines
   rows = [line.split('\t') for line in lines[1:]]
   assert all(len(r) == 6 for r in rows), rows
-  done = [r for r in rows if r[1] == 'DONE']
+  done = [r for r in rows if r[1] == 'DONE' and r[2] == 'cli-describe']
   assert done, rows
   job_id = done[-1][0]
 
