@@ -91,7 +91,9 @@ where
 /// The `host:port` a client dialed to reach the Job API (its HTTP/2
 /// `:authority`), kept in the request's extensions by [`RecordAuthority`]:
 /// Prepare names it as the artifact staging endpoint, an address the client
-/// can reach by definition, and one its gRPC library connects to once.
+/// can reach by definition (the server's own may not be, e.g. `localhost`
+/// when it listens on every interface), and one Python's gRPC stages over
+/// without a new connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DialedAuthority(pub String);
 
@@ -100,8 +102,9 @@ impl DialedAuthority {
     /// otherwise (e.g. a Unix socket's `localhost`), where the server's own
     /// address serves instead.
     pub fn of(authority: &tonic::codegen::http::uri::Authority) -> Option<DialedAuthority> {
-        (authority.port_u16().is_some() && !authority.host().is_empty())
-            .then(|| DialedAuthority(authority.as_str().to_string()))
+        let port = authority.port_u16()?;
+        let host = authority.host();
+        (!host.is_empty()).then(|| DialedAuthority(format!("{host}:{port}")))
     }
 }
 
@@ -239,6 +242,8 @@ mod tests {
         assert_eq!(of("localhost:8099").as_deref(), Some("localhost:8099"));
         assert_eq!(of("[::1]:8099").as_deref(), Some("[::1]:8099"));
         assert_eq!(of("10.0.0.7:1").as_deref(), Some("10.0.0.7:1"));
+        // Credentials are not echoed.
+        assert_eq!(of("user:pw@host:1").as_deref(), Some("host:1"));
         // A Unix socket's authority (no port): the server's own address serves.
         assert_eq!(of("localhost"), None);
     }
@@ -300,12 +305,11 @@ pub async fn serve_with(
     with: impl FnOnce(Arc<JobRegistry>),
 ) -> Result<(), tonic::transport::Error> {
     let addr: SocketAddr = listener.local_addr().expect("bound listener");
-    let host = if addr.ip().is_unspecified() {
-        "localhost".to_string()
+    let url = if addr.ip().is_unspecified() {
+        format!("localhost:{}", addr.port())
     } else {
-        addr.ip().to_string()
+        addr.to_string() // [v6]:port
     };
-    let url = format!("{host}:{}", addr.port());
     let fn_api = FnApi::new(url.clone());
     // Prepare must be able to receive a pipeline at its limit (the limit
     // itself is checked in Prepare, where the refusal can name its flag).

@@ -217,7 +217,7 @@ struct Times {
 struct History {
     /// Each event with its sequence number (0, 1, ... in publish order;
     /// increasing, with gaps where messages were dropped).
-    events: VecDeque<(u64, Published)>,
+    events: VecDeque<(u64, Arc<Published>)>,
     /// The sequence number of the next event published.
     next_seq: u64,
     messages: usize,
@@ -226,20 +226,24 @@ struct History {
 
 /// A reader of one job's events after a point: each event it reads in
 /// publish order, none twice, none skipped unless the job's history dropped
-/// it (the [`MAX_LOG_ENTRIES`] bound) before it was read. Holds no buffer
-/// of its own until it reads, so a job costs the same with or without readers.
+/// it (the [`MAX_LOG_ENTRIES`] bound) before it was read. Events are shared
+/// with the history, not copied; a reader takes at most
+/// [`Subscription::BATCH`] of them at a time.
 pub struct Subscription {
     history: Arc<Mutex<History>>,
     published: watch::Receiver<()>,
     /// Sequence number of the next event to read.
     next: u64,
-    ready: VecDeque<Published>,
+    ready: VecDeque<Arc<Published>>,
 }
 
 impl Subscription {
+    /// Most events taken from the history under its lock at once.
+    pub const BATCH: usize = 256;
+
     /// The next event; waits for one to be published. None once the job is
-    /// gone (forgotten by the registry) and every event is read.
-    pub async fn recv(&mut self) -> Option<Published> {
+    /// gone (no [`Job`] holds it any more) and every event is read.
+    pub async fn recv(&mut self) -> Option<Arc<Published>> {
         loop {
             if let Some(p) = self.ready.pop_front() {
                 return Some(p);
@@ -249,9 +253,10 @@ impl Subscription {
             {
                 let h = self.history.lock().unwrap_or_else(|p| p.into_inner());
                 let from = h.events.partition_point(|(seq, _)| *seq < self.next);
-                self.ready
-                    .extend(h.events.range(from..).map(|(_, p)| p.clone()));
-                self.next = h.next_seq;
+                for (seq, p) in h.events.range(from..).take(Self::BATCH) {
+                    self.ready.push_back(p.clone());
+                    self.next = seq + 1;
+                }
             }
             if self.ready.is_empty() && self.published.changed().await.is_err() {
                 return None;
@@ -377,7 +382,7 @@ impl Job {
         }
         let seq = h.next_seq;
         h.next_seq += 1;
-        h.events.push_back((seq, event));
+        h.events.push_back((seq, Arc::new(event)));
         drop(h);
         self.published.send_replace(());
     }

@@ -84,9 +84,11 @@ pub(crate) fn plan_status(e: &weir_plan::PlanError) -> tonic::Status {
 }
 
 /// Largest pipeline (encoded bytes) Prepare plans on its own task rather
-/// than on a blocking thread: planning one takes well under a millisecond,
-/// less than the hand-off to a blocking thread and back.
-const INLINE_PLANNING_BYTES: usize = 256 << 10;
+/// than on a blocking thread: planning takes about 10 us per KiB (Python's
+/// wordcount, 48 KiB: 0.4 ms), so one this size plans in about the time a
+/// hand-off to a blocking thread and back takes, and holds an async worker
+/// no longer.
+const INLINE_PLANNING_BYTES: usize = 32 << 10;
 
 /// Whether resolving `pipeline`'s environments runs subprocesses
 /// ([`resolve_environments`]: DOCKER and ANYOF environments).
@@ -226,6 +228,9 @@ fn follow<T: Send + 'static>(
     let (tx, rx) = mpsc::channel(256);
     tokio::spawn(async move {
         let (history, mut live) = job.subscribe(view);
+        // Not kept: a job the registry forgets (e.g. prepared, never run)
+        // ends its readers instead of living on in them.
+        drop(job);
         let terminal = |e: &beam::JobMessagesResponse| matches!(&e.response, Some(Event::StateResponse(s)) if JobState::try_from(s.state).map(is_terminal).unwrap_or(false));
         // Sends one event; false when the stream should end.
         let forward = |e: beam::JobMessagesResponse| {
@@ -249,7 +254,12 @@ fn follow<T: Send + 'static>(
             return;
         }
         loop {
-            let Some(p) = live.recv().await else { return };
+            // A client gone ends the task at once, not at the next event.
+            let p = tokio::select! {
+                p = live.recv() => p,
+                () = tx.closed() => None,
+            };
+            let Some(p) = p else { return };
             let Some(e) = p.view(view) else { continue };
             if !forward(e.clone()).await {
                 return;

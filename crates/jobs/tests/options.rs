@@ -1019,6 +1019,43 @@ fn service() -> (JobService, std::sync::Arc<JobRegistry>) {
     (JobService(registry.clone()), registry)
 }
 
+/// A state stream follows its job only while the registry keeps it: a
+/// prepared job forgotten unrun ends the stream instead of leaving it (and
+/// the job) waiting forever.
+#[tokio::test]
+async fn the_state_stream_of_a_job_forgotten_unrun_ends() {
+    use tokio_stream::StreamExt;
+    let url = "127.0.0.1:1".to_string();
+    let mut forgetful = config();
+    forgetful.limits.prepared_job_ttl = Duration::ZERO;
+    let registry = JobRegistry::new(weir_harness::FnApi::new(url.clone()), forgetful, url);
+    let svc = JobService(registry.clone());
+    let id = svc
+        .prepare(tonic::Request::new(beam::PrepareJobRequest {
+            pipeline: Some(wordcount()),
+            pipeline_options: Some(Struct::default()),
+            job_name: "job".into(),
+        }))
+        .await
+        .expect("prepared")
+        .into_inner()
+        .preparation_id;
+    let mut states = svc
+        .get_state_stream(tonic::Request::new(beam::GetJobStateRequest {
+            job_id: id.clone(),
+        }))
+        .await
+        .expect("stream")
+        .into_inner();
+    let first = states.next().await.expect("a state").expect("ok");
+    assert_eq!(first.state, beam::job_state::Enum::Stopped as i32);
+    assert_eq!(registry.expire_prepared(), vec![id]);
+    let end = tokio::time::timeout(Duration::from_secs(10), states.next())
+        .await
+        .expect("the stream ends once the job is forgotten");
+    assert!(end.is_none(), "{end:?}");
+}
+
 /// Prepare names as the staging endpoint the host:port the client dialed
 /// (its gRPC library then stages over the connection it has), not the
 /// server's own address.
