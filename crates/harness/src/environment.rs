@@ -21,15 +21,25 @@ use crate::{HarnessError, Result};
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Fewest bundles one SDK harness of a multi-threaded SDK runs at a time by
-/// default (see [`multi_core_bundles_per_harness`]).
+/// default in a streaming job (see [`multi_core_bundles_per_harness`]).
 pub const MULTI_CORE_BUNDLES_PER_HARNESS: usize = 16;
 
 /// Bundles one SDK harness of a multi-threaded SDK runs at a time by
-/// default: [`MULTI_CORE_BUNDLES_PER_HARNESS`], or two per core of the
-/// machine when that is more. A worker runs one such harness
+/// default in a streaming job: [`MULTI_CORE_BUNDLES_PER_HARNESS`], or two
+/// per core of the machine when that is more (streaming bundles are small
+/// and often wait on state). A worker runs one such harness
 /// ([`harnesses_per_worker`]), so it must keep every core busy.
 pub fn multi_core_bundles_per_harness() -> usize {
     MULTI_CORE_BUNDLES_PER_HARNESS.max(2 * machine_cores())
+}
+
+/// Bundles one SDK harness of a multi-threaded SDK runs at a time by
+/// default in a batch job: one per core of the machine, Dataflow's default
+/// for batch (`WorkerPool.numThreadsPerWorker`: the machine type's cores).
+/// More only contend for the cores: Java's wordcount (53 MB, 2 cores) took
+/// 14% more wall time and 16% more CPU with 16.
+pub fn batch_multi_core_bundles_per_harness() -> usize {
+    machine_cores().max(1)
 }
 
 /// Bundles one SDK harness of any other SDK (Python) runs at a time for
@@ -64,14 +74,20 @@ pub struct HarnessSizing {
     /// LOOPBACK): one harness per worker, as more would add channels and
     /// bundle processors but no core.
     pub in_process_pool: bool,
+    /// The job runs in streaming mode (`--streaming`, a TestStream, or an
+    /// unbounded PCollection): a multi-threaded SDK's harness runs
+    /// [`multi_core_bundles_per_harness`] bundles at a time, not
+    /// [`batch_multi_core_bundles_per_harness`].
+    pub streaming: bool,
 }
 
 /// How many bundles Weir sends one SDK harness of `env` at a time:
-/// `number_of_worker_harness_threads` when set; else
-/// [`multi_core_bundles_per_harness`] for an SDK that declares
-/// `beam:protocol:multi_core_bundle_processing:v1` in the environment's
-/// capabilities (Java and Go, whose harnesses run bundles on many threads;
-/// Dataflow gives such an SDK one harness per worker VM for all its cores),
+/// `number_of_worker_harness_threads` when set; else, for an SDK that
+/// declares `beam:protocol:multi_core_bundle_processing:v1` in the
+/// environment's capabilities (Java and Go, whose harnesses run bundles on
+/// many threads; Dataflow gives such an SDK one harness per worker VM for
+/// all its cores), [`batch_multi_core_bundles_per_harness`] in a batch job
+/// and [`multi_core_bundles_per_harness`] in a streaming one;
 /// else [`SINGLE_CORE_BUNDLES_PER_HARNESS`] for each core the harness stands
 /// for (Python: 2 with one harness per core; twice the cores with one per
 /// worker).
@@ -89,10 +105,17 @@ pub fn bundles_per_harness_and_reason(
         return (n.max(1), "number_of_worker_harness_threads");
     }
     if declares_multi_core(env) {
-        return (
-            multi_core_bundles_per_harness(),
-            "the SDK declares beam:protocol:multi_core_bundle_processing:v1",
-        );
+        return if sizing.streaming {
+            (
+                multi_core_bundles_per_harness(),
+                "a streaming job, and the SDK declares beam:protocol:multi_core_bundle_processing:v1",
+            )
+        } else {
+            (
+                batch_multi_core_bundles_per_harness(),
+                "one per core in a batch job, and the SDK declares beam:protocol:multi_core_bundle_processing:v1",
+            )
+        };
     }
     let cores_per_harness = cores_per_harness(env, sizing);
     if cores_per_harness == 1 {
@@ -1999,7 +2022,7 @@ mod tests {
     /// Sizing with `per_core_sdk` harnesses per worker of a one-core SDK,
     /// `harness_threads` bundles each when set, and no in-process pool.
     fn sizing(per_core_sdk: usize, harness_threads: Option<usize>) -> HarnessSizing {
-        HarnessSizing { per_core_sdk, harness_threads, in_process_pool: false }
+        HarnessSizing { per_core_sdk, harness_threads, in_process_pool: false, streaming: false }
     }
 
     /// Starts job `job` with one PROCESS harness running the shell script
@@ -3059,8 +3082,14 @@ mod tests {
         let multi = MULTI_CORE_BUNDLES_PER_HARNESS.max(2 * cores);
         assert!(multi >= 16);
         let per_core = sizing(cores, None);
-        assert_eq!(bundles_per_harness(&env(JAVA), &per_core), multi);
-        assert_eq!(bundles_per_harness(&env(GO), &per_core), multi);
+        // A multi-core SDK: one bundle per core in batch, 16 (or two per core) streaming.
+        assert_eq!(bundles_per_harness(&env(JAVA), &per_core), cores);
+        assert_eq!(bundles_per_harness(&env(GO), &per_core), cores);
+        let streaming = HarnessSizing { streaming: true, ..per_core };
+        assert_eq!(bundles_per_harness(&env(JAVA), &streaming), multi);
+        assert_eq!(bundles_per_harness(&env(GO), &streaming), multi);
+        // The mode does not change a one-core SDK's.
+        assert_eq!(bundles_per_harness(&env(PYTHON), &streaming), SINGLE_CORE_BUNDLES_PER_HARNESS);
         assert_eq!(bundles_per_harness(&env(PYTHON), &per_core), SINGLE_CORE_BUNDLES_PER_HARNESS);
         assert_eq!(bundles_per_harness(&env(&[]), &per_core), SINGLE_CORE_BUNDLES_PER_HARNESS);
         // One Python harness for all of a worker's cores runs two bundles per core.

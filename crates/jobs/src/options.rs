@@ -140,6 +140,7 @@ pub fn sdk_harness_plan(validated: &JobOptions, options: &Struct) -> SdkHarnessP
                 .number_of_worker_harness_threads
                 .map(|n| n.max(1) as usize),
             in_process_pool: in_process_pool(options),
+            streaming: validated.streaming,
         },
     }
 }

@@ -148,7 +148,7 @@ pub(crate) fn prestart(registry: &Arc<JobRegistry>, job: &Arc<Job>) {
     let Some(plan) = &job.plan else {
         return;
     };
-    let harness_plan = crate::options::sdk_harness_plan(&job.validated, &job.options);
+    let harness_plan = harness_plan(job, plan, false);
     let sizing = &harness_plan.sizing;
     let in_client = |env: &beam::Environment| environment::in_client_pool(env, sizing);
     if plan.environments.is_empty() || !plan.environments.values().all(in_client) {
@@ -158,6 +158,35 @@ pub(crate) fn prestart(registry: &Arc<JobRegistry>, job: &Arc<Job>) {
     job.set_prestarted(tokio::spawn(async move {
         start_harnesses(&registry, &job2, &environments, harness_plan).await
     }));
+}
+
+/// `job`'s SDK harness plan ([`crate::options::sdk_harness_plan`], or one
+/// worker's of a cluster job), sized for streaming when the job streams:
+/// `--streaming`, a TestStream ([`weir_plan::StageGraph::streaming`]) or
+/// an unbounded PCollection.
+fn harness_plan(
+    job: &Job,
+    plan: &weir_plan::Plan,
+    on_worker: bool,
+) -> crate::options::SdkHarnessPlan {
+    let mut harness_plan = if on_worker {
+        crate::options::sdk_harness_plan_on_worker(&job.validated, &job.options)
+    } else {
+        crate::options::sdk_harness_plan(&job.validated, &job.options)
+    };
+    let unbounded = job
+        .pipeline
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .components
+        .as_ref()
+        .is_some_and(|c| {
+            c.pcollections
+                .values()
+                .any(|pc| pc.is_bounded == beam::is_bounded::Enum::Unbounded as i32)
+        });
+    harness_plan.sizing.streaming |= plan.graph.streaming || unbounded;
+    harness_plan
 }
 
 /// [`environment::start`] for `job`: its SDK harnesses' messages go to the
@@ -246,11 +275,7 @@ async fn execute_with(
     // machine do not share its cores out: an attempt's work is seldom even
     // across workers, and a worker given most of a read then runs it on
     // one harness; wordcount on 3 local workers took 1.8x as long.)
-    let harness_plan = if peers.is_some() {
-        crate::options::sdk_harness_plan_on_worker(&job.validated, &job.options)
-    } else {
-        crate::options::sdk_harness_plan(&job.validated, &job.options)
-    };
+    let harness_plan = harness_plan(job, &plan, peers.is_some());
     job.message(
         Importance::JobMessageBasic,
         format!(
@@ -515,7 +540,12 @@ pub(crate) mod tests {
     /// Sizing with `per_core_sdk` harnesses per worker of a one-core SDK and
     /// `harness_threads` bundles each when set.
     fn sizing(per_core_sdk: usize, harness_threads: Option<usize>) -> environment::HarnessSizing {
-        environment::HarnessSizing { per_core_sdk, harness_threads, in_process_pool: false }
+        environment::HarnessSizing {
+            per_core_sdk,
+            harness_threads,
+            in_process_pool: false,
+            streaming: false,
+        }
     }
 
     /// This machine's cores: one Python harness per core runs two bundles.
@@ -595,17 +625,22 @@ pub(crate) mod tests {
             bundles_per_harness_text(&python, &sizing(cores(), Some(2))),
             "each SDK harness runs up to 2 bundle(s) at a time (number_of_worker_harness_threads)"
         );
-        // 16, or two per core on a larger machine.
+        // Batch: one per core; streaming: 16, or two per core on a larger machine.
         let multi = environment::multi_core_bundles_per_harness();
         let java = envs(&[("java", &[MULTI])]);
         assert_eq!(
             bundles_per_harness_text(&java, &sizing(cores(), None)),
-            format!("each SDK harness runs up to {multi} bundle(s) at a time (the SDK declares beam:protocol:multi_core_bundle_processing:v1)")
+            format!("each SDK harness runs up to {} bundle(s) at a time (one per core in a batch job, and the SDK declares beam:protocol:multi_core_bundle_processing:v1)", cores())
+        );
+        let streaming = environment::HarnessSizing { streaming: true, ..sizing(cores(), None) };
+        assert_eq!(
+            bundles_per_harness_text(&java, &streaming),
+            format!("each SDK harness runs up to {multi} bundle(s) at a time (a streaming job, and the SDK declares beam:protocol:multi_core_bundle_processing:v1)")
         );
         let both = envs(&[("py", &[]), ("java", &[MULTI])]);
         assert_eq!(
-            bundles_per_harness_text(&both, &sizing(cores(), None)),
-            format!("an SDK harness of environment java runs up to {multi} bundle(s) at a time (the SDK declares beam:protocol:multi_core_bundle_processing:v1); an SDK harness of environment py runs up to 2 bundle(s) at a time (the default for an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1)")
+            bundles_per_harness_text(&both, &streaming),
+            format!("an SDK harness of environment java runs up to {multi} bundle(s) at a time (a streaming job, and the SDK declares beam:protocol:multi_core_bundle_processing:v1); an SDK harness of environment py runs up to 2 bundle(s) at a time (the default for an SDK that does not declare beam:protocol:multi_core_bundle_processing:v1)")
         );
         assert_eq!(
             bundles_per_harness_text(&both, &sizing(cores(), Some(3))),
