@@ -444,11 +444,7 @@ pub fn run_job(
                 run_worker(worker, &ctx, &cancel)
             }));
             if let Err(panic) = caught {
-                let text = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic without a message".into());
+                let text = crate::panic_text(panic.as_ref());
                 ctx.fail(EngineError::Internal(format!(
                     "a timely worker panicked: {text}"
                 )));

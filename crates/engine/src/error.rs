@@ -26,3 +26,12 @@ pub enum EngineError {
 
 /// Result alias of the engine.
 pub type Result<T> = std::result::Result<T, EngineError>;
+
+/// The message of a caught panic (`&str` or `String` payloads), else a placeholder.
+pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}

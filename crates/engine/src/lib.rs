@@ -46,7 +46,7 @@ pub mod user_state;
 
 pub use bundle::{BundleProcessor, BundleRequest, BundleResult, Completion, OnSplit, Splits};
 pub use dataflow::{run_job, Progress, StageCounts, StageProgress, StageStatus};
-pub use error::{EngineError, Result};
+pub use error::{panic_text, EngineError, Result};
 pub use outputs::{OutputSpill, SpilledOutput};
 
 /// How a job is run.

@@ -100,15 +100,6 @@ fn needs_docker(pipeline: &beam::Pipeline) -> bool {
     })
 }
 
-/// The message of a caught panic (`&str` or `String` payloads), else a placeholder.
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into())
-}
-
 /// Replaces each ANYOF environment by the alternative Weir starts, and
 /// (without a Docker daemon) Beam's SDK images by native harnesses
 /// ([`weir_harness::resolve`]); returns the notes for the job's messages.
@@ -299,7 +290,8 @@ impl beam::job_service_server::JobService for JobService {
             .ok_or_else(|| tonic::Status::invalid_argument("PrepareJobRequest has no pipeline"))?;
         let limits = &self.0.config.limits;
         let options = req.pipeline_options.unwrap_or_default();
-        crate::limits::check_request(limits, prost::Message::encoded_len(&pipeline), &options)
+        let pipeline_bytes = prost::Message::encoded_len(&pipeline);
+        crate::limits::check_request(limits, pipeline_bytes, &options)
             .map_err(tonic::Status::invalid_argument)?;
         self.0.expire_prepared();
         let prepared = self.0.prepared_count();
@@ -338,8 +330,7 @@ impl beam::job_service_server::JobService for JobService {
             drain: crate::options::has_experiment(&options, crate::options::TEST_DRAIN_EXPERIMENT),
         };
         let python = self.0.config.python_for_docker_images.clone();
-        let inline = !needs_docker(&pipeline)
-            && prost::Message::encoded_len(&pipeline) <= INLINE_PLANNING_BYTES;
+        let inline = !needs_docker(&pipeline) && pipeline_bytes <= INLINE_PLANNING_BYTES;
         let prepare = move || {
             let mut pipeline = pipeline;
             let notes = resolve_environments(&mut pipeline, python)?;
@@ -354,7 +345,7 @@ impl beam::job_service_server::JobService for JobService {
         };
         let (pipeline, env_notes, plan) = if inline {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(prepare))
-                .map_err(|panic| planner_bug(panic_text(panic.as_ref())))??
+                .map_err(|panic| planner_bug(weir_engine::panic_text(panic.as_ref())))??
         } else {
             // Off the async workers: `docker info` and the interpreter's
             // Beam version are subprocesses, and planning a large pipeline
