@@ -6,7 +6,7 @@
 //! timestamp, hold timestamp (milliseconds, Beam's timestamp encoding) and pane.
 //! A later timer with the same (family, key, windows, tag) replaces an earlier one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use weir_model::varint::decode_varint;
 use weir_model::{Coder, PaneInfo, Timestamp, Window};
@@ -176,6 +176,13 @@ impl TimerStore {
     /// Removes the timers `ready(event_time, fire_timestamp)` accepts and
     /// returns them per family, in fire-timestamp order; `None` if there are none.
     ///
+    /// Of the timers of one key and window in one time domain, a round takes
+    /// only those at the earliest due timestamp: a firing may set a timer
+    /// earlier than the next one due (a timer re-arming itself every minute
+    /// before the window-end timer), and Beam fires a key's timers in
+    /// timestamp order, as Java's DirectRunner does. Each further due
+    /// timestamp of one key and window costs a round (a bundle).
+    ///
     /// Timers of family `last` (the window-expiration family, Java's
     /// `@OnWindowExpiration`) are only taken in a round where no timer of
     /// another family is due: an SDK runs the timer families of one bundle
@@ -184,11 +191,11 @@ impl TimerStore {
     /// `clearRange` in an `@OnTimer`), as it runs last for its window in
     /// Beam's model.
     pub fn take_ready(&mut self, last: Option<usize>, ready: impl Fn(bool, Timestamp) -> bool) -> Option<Vec<Vec<u8>>> {
-        let mut due: Vec<(Timestamp, TimerId)> = self
+        let mut due: Vec<(Timestamp, &TimerId)> = self
             .timers
             .iter()
             .filter(|(id, (fire, _, _))| ready(self.families[id.0].2, *fire))
-            .map(|(id, (fire, _, _))| (*fire, id.clone()))
+            .map(|(id, (fire, _, _))| (*fire, id))
             .collect();
         if due.iter().any(|(_, id)| Some(id.0) != last) {
             due.retain(|(_, id)| Some(id.0) != last);
@@ -196,6 +203,22 @@ impl TimerStore {
         if due.is_empty() {
             return None;
         }
+        // The earliest due timestamp of each (time domain, key, windows).
+        let mut earliest: HashMap<(bool, &[u8], &[u8]), Timestamp> = HashMap::new();
+        for (fire, id) in &due {
+            let group = (self.families[id.0].2, id.1.as_slice(), id.2.as_slice());
+            earliest
+                .entry(group)
+                .and_modify(|t| *t = (*t).min(*fire))
+                .or_insert(*fire);
+        }
+        let mut due: Vec<(Timestamp, TimerId)> = due
+            .iter()
+            .filter(|(fire, id)| {
+                earliest[&(self.families[id.0].2, id.1.as_slice(), id.2.as_slice())] == *fire
+            })
+            .map(|(fire, id)| (*fire, (*id).clone()))
+            .collect();
         due.sort();
         let mut out = vec![Vec::new(); self.families.len()];
         for (_, id) in due {
@@ -307,6 +330,44 @@ mod tests {
         let second = s.take_ready(Some(1), |_, _| true).unwrap();
         assert!(second[0].is_empty() && !second[1].is_empty(), "{second:?}");
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_key_and_window_fires_one_timestamp_a_round_across_families() {
+        let mut s = TimerStore::new(&[family(), family()]);
+        // Key a: family 0 ("late") at 60, family 1 ("early") at 10; key b:
+        // family 0 at 30 and at 40 (two tags).
+        s.apply(0, &timer("a", "", Some(60))).unwrap();
+        s.apply(1, &timer("a", "", Some(10))).unwrap();
+        let mut b = timer("b", "x", Some(40));
+        b.extend(timer("b", "y", Some(30)));
+        s.apply(0, &b).unwrap();
+        let all = |_: bool, _: Timestamp| true;
+        // Round 1: each key's earliest only.
+        assert_eq!(
+            s.take_ready(None, all).unwrap(),
+            vec![timer("b", "y", Some(30)), timer("a", "", Some(10))]
+        );
+        // The early timer re-arms itself at 20, before the late one: it fires first.
+        s.apply(1, &timer("a", "", Some(20))).unwrap();
+        assert_eq!(
+            s.take_ready(None, all).unwrap(),
+            vec![timer("b", "x", Some(40)), timer("a", "", Some(20))]
+        );
+        assert_eq!(s.take_ready(None, all).unwrap(), vec![timer("a", "", Some(60)), vec![]]);
+        assert!(s.take_ready(None, all).is_none());
+        // Timers at one timestamp go together, and processing-time timers
+        // are ordered apart from event-time ones.
+        let mut pt = family();
+        pt.event_time = false;
+        let mut s = TimerStore::new(&[family(), family(), pt]);
+        s.apply(0, &timer("a", "", Some(5))).unwrap();
+        s.apply(1, &timer("a", "", Some(5))).unwrap();
+        s.apply(2, &timer("a", "", Some(7))).unwrap();
+        assert_eq!(
+            s.take_ready(None, all).unwrap(),
+            vec![timer("a", "", Some(5)), timer("a", "", Some(5)), timer("a", "", Some(7))]
+        );
     }
 
     #[test]

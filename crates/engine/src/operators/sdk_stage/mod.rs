@@ -472,6 +472,7 @@ pub(crate) fn sdk_stage<'s>(
                 let watermark = watermark_of(frontier.frontier().as_ref());
                 let now = ctx.clock.now();
                 let streaming = ctx.graph.streaming;
+                let pending_timers = st.timers.len();
                 let fired = st.timers.take_ready(sdk.window_expiration_family, |event_time, fire| {
                     if event_time {
                         watermark > fire
@@ -488,7 +489,12 @@ pub(crate) fn sdk_stage<'s>(
                 }
                 tracing::debug!(stage = %name, fired = fired.is_some(), hold = st.timer_hold.is_some(), "timer check");
                 if let (Some(timers), Some(cap)) = (fired, st.timer_hold.clone()) {
-                    st.timer_rounds += 1;
+                    // Rounds that did not shrink the pending timers: a key
+                    // with many timers takes a round per timestamp and drains.
+                    if pending_timers >= st.timers_at_last_round {
+                        st.timer_rounds += 1;
+                    }
+                    st.timers_at_last_round = pending_timers;
                     // In batch a timer that keeps re-arming would never let the
                     // job end; in streaming a looping timer is legitimate.
                     if st.timer_rounds > MAX_TIMER_ROUNDS && !ctx.graph.streaming {
