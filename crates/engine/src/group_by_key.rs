@@ -293,18 +293,18 @@ pub(crate) fn encode_pane(
     out.extend_from_slice(values);
 }
 
-/// The timestamp of a fired group's pane under `output_time`.
+/// The timestamp of a fired group's pane under `output_time`; a global
+/// window's pane at its end is `end_of_global_window` (see
+/// `Windowing::end_of_global_window`).
 pub(crate) fn pane_timestamp(
     output_time: &OutputTime,
+    end_of_global_window: Timestamp,
     w: &Window,
     min_ts: Timestamp,
     max_ts: Timestamp,
 ) -> Timestamp {
     match output_time {
-        // Beam Python stamps global-window panes 1 ms before the Runner
-        // API's GLOBAL_WINDOW_MAX_TIMESTAMP (its max is 1 µs before the end,
-        // rounded down); Weir matches those bytes.
-        OutputTime::EndOfWindow if *w == Window::Global => Timestamp::PYTHON_END_OF_GLOBAL_WINDOW,
+        OutputTime::EndOfWindow if *w == Window::Global => end_of_global_window,
         // A custom window's end is unknown to the runner: the pane takes its
         // latest element's timestamp, which lies inside the window.
         OutputTime::EndOfWindow if matches!(w, Window::Custom(_)) => max_ts,
@@ -464,6 +464,7 @@ impl GroupByKeyBuffer {
             return out;
         }
         let output_time = self.windowing.output_time.clone();
+        let end_of_global_window = self.windowing.end_of_global_window;
         let window_coder = self.window_coder.clone();
         let spill = self.spill.as_mut().expect("spilling");
         let mut bytes = 0usize;
@@ -493,7 +494,7 @@ impl GroupByKeyBuffer {
                     break;
                 }
             };
-            let ts = pane_timestamp(&output_time, &w, r.min_ts, r.max_ts);
+            let ts = pane_timestamp(&output_time, end_of_global_window, &w, r.min_ts, r.max_ts);
             let mut e = Vec::new();
             encode_pane(&r.key, &w, ts, r.count, &r.values, &mut e);
             bytes += e.len();
@@ -802,12 +803,13 @@ impl GroupByKeyBuffer {
         out: &mut Vec<Vec<u8>>,
     ) {
         let output_time = self.windowing.output_time.clone();
+        let end_of_global_window = self.windowing.end_of_global_window;
         let Some(slot) = self.slots.get_mut(id as usize).and_then(Option::as_mut) else {
             return;
         };
         let mut fired = 0usize;
         let mut emit = |key: &[u8], w: &Window, g: &Group| {
-            let ts = pane_timestamp(&output_time, w, g.min_ts, g.max_ts);
+            let ts = pane_timestamp(&output_time, end_of_global_window, w, g.min_ts, g.max_ts);
             let mut bytes = Vec::new();
             encode_pane(key, w, ts, g.count, &g.values, &mut bytes);
             out.push(bytes);

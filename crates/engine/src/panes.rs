@@ -353,9 +353,8 @@ pub(crate) fn pane_timestamp(
 ) -> Timestamp {
     let empty = min_ts > max_ts;
     match windowing.output_time {
-        // Beam Python stamps global-window panes 1 ms before the Runner
-        // API's GLOBAL_WINDOW_MAX_TIMESTAMP; Weir matches those bytes.
-        OutputTime::EndOfWindow if *w == Window::Global => Timestamp::PYTHON_END_OF_GLOBAL_WINDOW,
+        // Stamped as the strategy's SDK stamps it (Python 1 ms early).
+        OutputTime::EndOfWindow if *w == Window::Global => windowing.end_of_global_window,
         // A custom window's end is unknown to the runner: the pane takes its
         // latest element's timestamp, which lies inside the window.
         OutputTime::EndOfWindow if matches!(w, Window::Custom(_)) && !empty => max_ts,
@@ -480,6 +479,7 @@ mod tests {
             allowed_lateness_ms: lateness,
             on_time_fire_always: true,
             closing_emit_always: false,
+            end_of_global_window: Timestamp::PYTHON_END_OF_GLOBAL_WINDOW,
         }
     }
 

@@ -4,7 +4,7 @@
 //! a pipeline proto; `weir-engine` runs it. Depends on `weir-model` only, so
 //! the engine's dependency tree holds no proto or gRPC crate.
 
-use weir_model::Coder;
+use weir_model::{Coder, Timestamp};
 
 /// Index of a PCollection in [`StageGraph::pcollections`].
 pub type PCollectionIndex = usize;
@@ -84,11 +84,17 @@ pub struct Windowing {
     /// ACCUMULATING window that holds elements: its final pane repeats
     /// them, marked last, as Beam Java's and Prism's runners emit it).
     pub closing_emit_always: bool,
+    /// The timestamp of a global-window pane output at the end of the window,
+    /// as the strategy's SDK stamps it: the Runner API's
+    /// `GLOBAL_WINDOW_MAX_TIMESTAMP` (Java's and Go's `GlobalWindow` max,
+    /// [`Timestamp::END_OF_GLOBAL_WINDOW`]) or, for Python, one millisecond
+    /// less ([`Timestamp::PYTHON_END_OF_GLOBAL_WINDOW`]).
+    pub end_of_global_window: Timestamp,
 }
 
 impl Windowing {
     /// Global windows, default trigger, discarding, no lateness, output at
-    /// the end of the window.
+    /// the end of the window (stamped as Python does).
     pub fn global() -> Self {
         Windowing {
             window_fn: WindowFn::Global,
@@ -98,6 +104,7 @@ impl Windowing {
             allowed_lateness_ms: 0,
             on_time_fire_always: true,
             closing_emit_always: false,
+            end_of_global_window: Timestamp::PYTHON_END_OF_GLOBAL_WINDOW,
         }
     }
 }

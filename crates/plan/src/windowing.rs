@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use prost::Message;
+use weir_model::Timestamp;
 use weir_proto::{beam, urns};
 
 use crate::graph::{Accumulation, OutputTime, Trigger, WindowFn, Windowing};
@@ -79,27 +80,36 @@ pub(crate) fn parse(
         on_time_fire_always: ws.on_time_behavior
             != beam::on_time_behavior::Enum::FireIfNonempty as i32,
         closing_emit_always: closing_emit_always(ws, environments),
+        end_of_global_window: if is_python(ws, environments) {
+            Timestamp::PYTHON_END_OF_GLOBAL_WINDOW
+        } else {
+            Timestamp::END_OF_GLOBAL_WINDOW
+        },
+    })
+}
+
+/// Whether the strategy is a Python SDK's: its environment declares
+/// `beam:version:sdk_base:apache/beam_python…` or
+/// `beam:combinefn:packed_python:v1`.
+fn is_python(ws: &beam::WindowingStrategy, environments: &HashMap<String, beam::Environment>) -> bool {
+    environments.get(&ws.environment_id).is_some_and(|e| {
+        e.capabilities.iter().any(|c| {
+            c.starts_with("beam:version:sdk_base:apache/beam_python")
+                || c == "beam:combinefn:packed_python:v1"
+        })
     })
 }
 
 /// Whether `ClosingBehavior` EMIT_ALWAYS is meant: Beam Python writes
 /// EMIT_ALWAYS into every windowing strategy (its SDK has no
 /// EMIT_IF_NONEMPTY yet) while its runners emit no final pane without new
-/// elements, so a strategy of a Python environment (capability
-/// `beam:version:sdk_base:apache/beam_python…` or
-/// `beam:combinefn:packed_python:v1`) is read as EMIT_IF_NONEMPTY; Java's
-/// `ClosingBehavior.FIRE_ALWAYS` is honoured.
+/// elements, so a Python strategy ([`is_python`]) is read as
+/// EMIT_IF_NONEMPTY; Java's `ClosingBehavior.FIRE_ALWAYS` is honoured.
 fn closing_emit_always(
     ws: &beam::WindowingStrategy,
     environments: &HashMap<String, beam::Environment>,
 ) -> bool {
-    let python = environments.get(&ws.environment_id).is_some_and(|e| {
-        e.capabilities.iter().any(|c| {
-            c.starts_with("beam:version:sdk_base:apache/beam_python")
-                || c == "beam:combinefn:packed_python:v1"
-        })
-    });
-    ws.closing_behavior == beam::closing_behavior::Enum::EmitAlways as i32 && !python
+    ws.closing_behavior == beam::closing_behavior::Enum::EmitAlways as i32 && !is_python(ws, environments)
 }
 
 /// Converts a `Trigger` proto into the plan's tree; the error names what is
@@ -197,5 +207,31 @@ mod tests {
         assert!(!closing_emit_always(&ws("java", EmitIfNonempty), &envs));
         assert!(!closing_emit_always(&ws("py", EmitAlways), &envs));
         assert!(!closing_emit_always(&ws("py-packed", EmitAlways), &envs));
+    }
+
+    /// A global window's end-of-window pane is stamped as its SDK stamps it:
+    /// Python one millisecond before the Runner API's constant, Java and Go
+    /// (and an unknown SDK) at it.
+    #[test]
+    fn end_of_global_window_follows_the_sdk() {
+        let envs: HashMap<String, beam::Environment> = [
+            ("java".to_string(), env(&["beam:version:sdk_base:apache/beam_java17_sdk:2.73.0"])),
+            ("go".to_string(), env(&["beam:version:sdk_base:apache/beam_go_sdk:v2.77.0"])),
+            ("py".to_string(), env(&["beam:version:sdk_base:apache/beam_python3.11_sdk:2.77.0"])),
+        ]
+        .into();
+        let end = |env: &str| {
+            let ws = beam::WindowingStrategy {
+                environment_id: env.into(),
+                window_fn: Some(beam::FunctionSpec { urn: urns::window_fn::GLOBAL.into(), payload: vec![] }),
+                ..Default::default()
+            };
+            let strategies: HashMap<String, beam::WindowingStrategy> = [("ws".to_string(), ws)].into();
+            parse(&strategies, &envs, "ws", "pc").unwrap().end_of_global_window
+        };
+        assert_eq!(end("java"), Timestamp::END_OF_GLOBAL_WINDOW);
+        assert_eq!(end("go"), Timestamp::END_OF_GLOBAL_WINDOW);
+        assert_eq!(end("unknown"), Timestamp::END_OF_GLOBAL_WINDOW);
+        assert_eq!(end("py"), Timestamp::PYTHON_END_OF_GLOBAL_WINDOW);
     }
 }
