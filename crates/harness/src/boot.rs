@@ -144,6 +144,12 @@ fn value_to_json(v: &prost_types::Value) -> serde_json::Value {
     use prost_types::value::Kind;
     match &v.kind {
         None | Some(Kind::NullValue(_)) => serde_json::Value::Null,
+        // A whole number is written without a fraction, as protojson (Beam's
+        // own boot) writes it: Go sends `parallelism` as the number -1, and
+        // Python's argparse refuses "-1.0" for an int option.
+        Some(Kind::NumberValue(n)) if n.fract() == 0.0 && n.abs() < 9.007_199_254_740_992e15 => {
+            serde_json::Value::Number((*n as i64).into())
+        }
         Some(Kind::NumberValue(n)) => serde_json::Number::from_f64(*n)
             .map(serde_json::Value::Number)
             .unwrap_or(serde_json::Value::Null),
@@ -546,6 +552,26 @@ fn exec(mut cmd: std::process::Command) -> Result<std::convert::Infallible, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Options go to the SDK as protojson writes them: whole numbers without
+    /// a fraction (Go's `parallelism` -1 must read as an int in Python).
+    #[test]
+    fn options_json_writes_whole_numbers_as_integers() {
+        use prost_types::value::Kind;
+        let num = |n: f64| prost_types::Value { kind: Some(Kind::NumberValue(n)) };
+        let s = prost_types::Struct {
+            fields: [
+                ("parallelism".to_string(), num(-1.0)),
+                ("ratio".to_string(), num(0.25)),
+                ("big".to_string(), num(1e300)),
+            ]
+            .into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&struct_to_json(&s)).unwrap(),
+            r#"{"big":1e+300,"parallelism":-1,"ratio":0.25}"#
+        );
+    }
 
     /// The forked harness's pid is read from its folder's pid file, with
     /// or without a newline; none without a file or a number in it.
