@@ -1522,6 +1522,13 @@ impl SdkHarnesses {
     /// a bundle cut off mid-way (Java waits for its data forever) would
     /// never reach `@Teardown`.
     pub async fn stop(&self) {
+        self.stop_within(STOP_GRACE).await
+    }
+
+    /// [`Self::stop`] giving instructions already sent up to `grace` (zero
+    /// for a cancelled job: Beam promises its DoFns no teardown, and its
+    /// client waits in CANCELLING meanwhile).
+    pub async fn stop_within(&self, grace: Duration) {
         {
             let _pool = self.pool();
             // Under the lock: a launch that sees `stopping` false has
@@ -1530,7 +1537,7 @@ impl SdkHarnesses {
         }
         self.stopped.send_replace(true);
         self.changed.notify_waiters();
-        let deadline = Instant::now() + STOP_GRACE;
+        let deadline = Instant::now() + grace;
         while Instant::now() < deadline
             && self
                 .pool()
@@ -1825,6 +1832,11 @@ async fn spawn_harness(
             if let Some(p) = &pin {
                 cores::run_on(&mut command, p.cpu());
             }
+            // A process group of its own, killed whole: a boot program's
+            // worker outlives it otherwise (Go's worker sleeps after its
+            // work until killed; killing only `beam-go-boot` orphaned it).
+            #[cfg(unix)]
+            command.process_group(0);
             let mut child = command
                 .args(&args)
                 .envs(envs)
@@ -1860,10 +1872,13 @@ async fn spawn_harness(
                     biased;
                     s = child.wait() => (s, true),
                     _ = killed => {
+                        kill_group(pid);
                         let _ = child.start_kill();
                         (child.wait().await, false)
                     }
                 };
+                // What the boot program started and left behind goes too.
+                kill_group(pid);
                 // Its last lines belong with its exit status.
                 let _ = tokio::time::timeout(
                     Duration::from_secs(1),
@@ -1993,6 +2008,20 @@ fn clock_ticks_per_second() -> f64 {
     // SAFETY: sysconf reads a constant of the system.
     let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if n > 0 { n as f64 } else { 100.0 }
+}
+
+/// Kills process group `pid` (a PROCESS harness's boot program and what it
+/// started: see `process_group(0)` where it is spawned); nothing without a pid.
+fn kill_group(pid: Option<u32>) {
+    #[cfg(unix)]
+    if let Some(pid) = pid.and_then(|p| libc::pid_t::try_from(p).ok()).filter(|p| *p > 1) {
+        // SAFETY: kill(2) with a negative pid signals that process group only.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = pid;
 }
 
 #[cfg(test)]
