@@ -296,7 +296,7 @@ pub fn boot_python(
     weir_python: Option<&str>,
     path: Option<&str>,
 ) -> Option<String> {
-    let me = std::env::current_exe().ok()?.canonicalize().ok()?;
+    let me = crate::weir_exe()?.canonicalize().ok()?;
     if std::fs::canonicalize(on_path(program, path)).ok()? != me
         || args.first().map(String::as_str) != Some("boot")
     {

@@ -26,3 +26,21 @@ pub use bundle::JobWorkers;
 pub use error::{HarnessError, Result};
 pub use metrics::JobMetrics;
 pub use registry::{FnApi, LogSink, WorkerLog};
+
+/// This `weir` binary's path, as it was when first asked (`main` asks at
+/// start): a rebuild that replaces the file while a server runs turns
+/// `current_exe` into `<path> (deleted)`, and the server would refuse its
+/// own `weir boot` commands. `None` when the path is unknown.
+pub fn weir_exe() -> Option<std::path::PathBuf> {
+    static EXE: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| {
+        let exe = std::env::current_exe().ok()?;
+        // Asked only after the file went: the path it had.
+        let text = exe.to_string_lossy();
+        Some(match text.strip_suffix(" (deleted)") {
+            Some(path) => std::path::PathBuf::from(path),
+            None => exe,
+        })
+    })
+    .clone()
+}

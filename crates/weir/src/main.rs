@@ -365,6 +365,8 @@ struct BootArgs {
 }
 
 fn main() -> anyhow::Result<()> {
+    // This binary's path, before a rebuild can replace the file (weir_exe).
+    let _ = weir_harness::weir_exe();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -607,7 +609,7 @@ async fn supervise_local_worker(
     token: Option<String>,
     flags: Vec<String>,
 ) {
-    let Ok(exe) = std::env::current_exe() else {
+    let Some(exe) = weir_harness::weir_exe() else {
         tracing::error!("cannot start local workers: this binary's path is unknown");
         return;
     };
@@ -709,7 +711,7 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
         token: auth_token(&args)?.map(Into::into),
         process_commands: args.allow_process_command.clone(),
         docker_images: args.allow_docker_image.clone(),
-        weir_binary: std::env::current_exe().ok(),
+        weir_binary: weir_harness::weir_exe(),
     };
     let addr = format!("{}:{}", args.bind, args.job_port);
     // Before binding: a non-loopback address needs an access policy.
