@@ -22,6 +22,7 @@ pub(crate) async fn run(registry: Arc<JobRegistry>, job: Arc<Job>) {
         }
     };
     let failed = result.is_err();
+    let teardown = teardown.map(|t| t.cancelled(&result));
     Teardown::around(&job, teardown, failed, || match result {
         Ok(()) => {
             job.message(
@@ -61,6 +62,7 @@ pub(crate) async fn run_attempt(
     job.set_state(JobState::Starting);
     let (result, teardown) = execute(&registry, &job, Some(peers)).await;
     let failed = result.is_err();
+    let teardown = teardown.cancelled(&result);
     let ended = Teardown::around(&job, Some(teardown), failed, || match result {
         Ok(()) if job.drain.load(std::sync::atomic::Ordering::SeqCst) => {
             job.set_state(JobState::Drained);
@@ -98,9 +100,18 @@ struct Teardown {
     fn_api: Arc<weir_harness::FnApi>,
     job_id: String,
     harnesses: Option<Arc<environment::SdkHarnesses>>,
+    /// The job was cancelled: its harnesses stop without waiting for the
+    /// bundles they run, so the client sees CANCELLED at once.
+    cancelled: bool,
 }
 
 impl Teardown {
+    /// This teardown, told whether the job's `result` is a cancellation.
+    fn cancelled<T>(mut self, result: &Result<T, (JobState, String)>) -> Self {
+        self.cancelled = matches!(result, Err((JobState::Cancelled, _)));
+        self
+    }
+
     /// Reports a job's outcome (`report`, which sets its state) with
     /// `teardown` on the side of it this type's doc gives: before it when
     /// the job `failed` (or was cancelled) or has a worker pool, after it
@@ -131,7 +142,11 @@ impl Teardown {
 
     async fn run(self) {
         if let Some(harnesses) = self.harnesses {
-            harnesses.stop().await;
+            if self.cancelled {
+                harnesses.stop_within(std::time::Duration::ZERO).await;
+            } else {
+                harnesses.stop().await;
+            }
         }
         self.fn_api.remove_descriptors(&format!("{}/", self.job_id));
         self.fn_api.remove_sdk_log(&self.job_id);
@@ -243,6 +258,7 @@ async fn execute(
         fn_api: registry.fn_api.clone(),
         job_id: job.id.clone(),
         harnesses: None,
+        cancelled: false,
     };
     let result = execute_with(registry, job, peers, &mut teardown).await;
     (result, teardown)

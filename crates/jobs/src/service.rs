@@ -114,7 +114,7 @@ fn resolve_environments(
         return Ok(vec![]);
     };
     let subs = weir_harness::resolve::Substitutes {
-        weir: std::env::current_exe().unwrap_or_else(|_| "weir".into()),
+        weir: weir_harness::weir_exe().unwrap_or_else(|| "weir".into()),
         python: python_for_docker_images
             .or_else(|| std::env::var("WEIR_PYTHON").ok())
             .unwrap_or_else(|| "python3".into()),
@@ -195,6 +195,9 @@ pub fn stop_job(job: &Job, drain: bool) -> JobState {
 /// Asks `job` to stop (CancelJob, DrainJob): a job not started yet is
 /// cancelled, a finished one keeps its state, a running one gets `signal`
 /// set (its run watches it) and moves to `stopping`. Returns the job's state.
+/// How long Cancel waits for the job to end before it answers CANCELLING.
+const CANCEL_ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn stop(job: &Job, signal: &std::sync::atomic::AtomicBool, stopping: JobState) -> JobState {
     match job.state() {
         JobState::Stopped => {
@@ -498,8 +501,23 @@ impl beam::job_service_server::JobService for JobService {
         request: tonic::Request<beam::CancelJobRequest>,
     ) -> Result<tonic::Response<beam::CancelJobResponse>, tonic::Status> {
         let job = self.job(&request.get_ref().job_id)?;
+        // Subscribed first, so the end of the job cannot slip by unseen.
+        let (_, mut events) = job.subscribe(View::Stream);
+        stop(&job, &job.cancel, JobState::Cancelling);
+        // Answered once the job is CANCELLED (its harnesses stop without
+        // waiting for their bundles, well under a second), as Prism does:
+        // Beam's Python client, waiting right after a cancel, breaks on a
+        // job still CANCELLING. A job slower to stop is answered CANCELLING.
+        let deadline = tokio::time::sleep(CANCEL_ANSWER_WAIT);
+        tokio::pin!(deadline);
+        while !is_terminal(job.state()) {
+            tokio::select! {
+                _ = &mut deadline => break,
+                event = events.recv() => if event.is_none() { break },
+            }
+        }
         Ok(tonic::Response::new(beam::CancelJobResponse {
-            state: stop(&job, &job.cancel, JobState::Cancelling) as i32,
+            state: job.state() as i32,
         }))
     }
 
