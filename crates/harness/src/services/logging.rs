@@ -21,7 +21,12 @@ pub struct LoggingService(pub Arc<FnApi>);
 
 #[tonic::async_trait]
 impl beam::beam_fn_logging_server::BeamFnLogging for LoggingService {
-    type LoggingStream = futures::stream::Pending<Result<beam::LogControl, tonic::Status>>;
+    /// Sends nothing, and ends when the SDK ends its side: Java's harness
+    /// waits for that (up to 10 s) before it gives the process its logging
+    /// configuration back.
+    type LoggingStream = std::pin::Pin<
+        Box<dyn futures::Stream<Item = Result<beam::LogControl, tonic::Status>> + Send>,
+    >;
 
     async fn logging(
         &self,
@@ -31,7 +36,9 @@ impl beam::beam_fn_logging_server::BeamFnLogging for LoggingService {
         worker.logging.store(true, std::sync::atomic::Ordering::Relaxed);
         let mut inbound = request.into_inner();
         let fn_api = self.0.clone();
+        let (ended, on_end) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
+            let _ended = ended;
             while let Some(Ok(list)) = inbound.next().await {
                 for e in list.log_entries {
                     // Severity enum of LogEntry: TRACE=1 DEBUG=2 INFO=3 NOTICE=4 WARN=5 ERROR=6 CRITICAL=7.
@@ -61,6 +68,7 @@ impl beam::beam_fn_logging_server::BeamFnLogging for LoggingService {
                 }
             }
         });
-        Ok(tonic::Response::new(futures::stream::pending()))
+        let reply = futures::stream::once(on_end).filter_map(|_| async { None });
+        Ok(tonic::Response::new(Box::pin(reply)))
     }
 }
