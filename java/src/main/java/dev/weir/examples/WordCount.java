@@ -93,7 +93,13 @@ public final class WordCount {
     Pipeline p = Pipeline.create(options);
     build(p, options);
     PipelineResult result = p.run();
-    PipelineResult.State state = result.waitUntilFinish();
+    PipelineResult.State state;
+    try {
+      state = result.waitUntilFinish();
+    } catch (Pipeline.PipelineExecutionException e) {
+      // A FAILED job (WeirRunner's waitUntilFinish throws, with the job's errors).
+      state = result.getState();
+    }
     System.out.println("state " + state);
     result
         .metrics()

@@ -42,8 +42,9 @@ public class TestWeirRunner extends PipelineRunner<PipelineResult> {
     WeirPipelineResult result = (WeirPipelineResult) WeirRunner.fromOptions(options).run(pipeline);
     assertThat(result, test.getOnCreateMatcher());
     Long timeout = test.getTestTimeoutSeconds();
+    // Not waitUntilFinish, which throws for a FAILED job: the exception is chosen below.
     PipelineResult.State state =
-        result.waitUntilFinish(
+        result.awaitTerminal(
             timeout == null || timeout <= 0 ? Duration.ZERO : Duration.standardSeconds(timeout));
     if (state == null) {
       result.cancel();

@@ -28,31 +28,46 @@ import org.checkerframework.checker.nullness.qual.Nullable;
  * {@code MonitoringInfo} with a user-metric URN ({@code beam:metric:user:sum_int64:v1},
  * {@code distribution_int64}, {@code latest_int64}, {@code set_string}, {@code bounded_trie})
  * and the labels {@code PTRANSFORM}, {@code NAMESPACE}, {@code NAME} becomes one {@link
- * MetricResult} keyed by step and name. Attempted and committed values are matched by URN and
+ * MetricResult} keyed by step and name. The step is the transform's unique name in the submitted
+ * pipeline ({@code Outer/ParMultiDo(Fn)}, as DirectRunner names steps), not its id; a transform
+ * Weir added ({@code <id>/weir:...}) counts as the transform it stands for. Attempted and committed values are matched by URN and
  * labels; a metric without a committed value reports none. Other monitoring infos (element
  * counts, msecs) are not user metrics and are left out.
  */
 public final class WeirMetrics extends MetricResults {
   private final Map<Key, Entry> entries = new LinkedHashMap<>();
 
-  /** A metric's identity in the proto: URN plus (step, namespace, name). */
-  private record Key(String urn, MetricKey metricKey) {}
+  /**
+   * A metric's identity in the proto: URN, the PTRANSFORM label as sent (two transform ids may
+   * have one step name: their metrics stay apart) and the {@link MetricKey} reported (step name,
+   * namespace, name).
+   */
+  private record Key(String urn, String transformId, MetricKey metricKey) {}
 
   private static final class Entry {
     @Nullable MonitoringInfo attempted;
     @Nullable MonitoringInfo committed;
   }
 
-  /** Builds the results of one {@code GetJobMetricsResponse.metrics}. */
+  /** Builds the results of one {@code GetJobMetricsResponse.metrics}, steps named by their ids. */
   public WeirMetrics(JobApi.MetricResults proto) {
+    this(proto, Map.of());
+  }
+
+  /**
+   * Builds the results of one {@code GetJobMetricsResponse.metrics}.
+   *
+   * @param transformNames the unique name of each transform id of the submitted pipeline
+   */
+  public WeirMetrics(JobApi.MetricResults proto, Map<String, String> transformNames) {
     for (MonitoringInfo info : proto.getAttemptedList()) {
-      Key key = key(info);
+      Key key = key(info, transformNames);
       if (key != null) {
         entries.computeIfAbsent(key, k -> new Entry()).attempted = info;
       }
     }
     for (MonitoringInfo info : proto.getCommittedList()) {
-      Key key = key(info);
+      Key key = key(info, transformNames);
       if (key != null) {
         entries.computeIfAbsent(key, k -> new Entry()).committed = info;
       }
@@ -64,14 +79,36 @@ public final class WeirMetrics extends MetricResults {
     return new WeirMetrics(JobApi.MetricResults.getDefaultInstance());
   }
 
-  private static @Nullable Key key(MonitoringInfo info) {
+  /**
+   * The step name of transform {@code id}: its unique name, or for a transform Weir added to the
+   * pipeline ({@code <id>/weir:...}) the unique name of {@code <id>}; else {@code id} itself.
+   */
+  static String stepName(String id, Map<String, String> transformNames) {
+    String name = transformNames.get(id);
+    if (name != null) {
+      return name;
+    }
+    int weir = id.indexOf("/weir:");
+    if (weir > 0) {
+      name = transformNames.get(id.substring(0, weir));
+      if (name != null) {
+        return name;
+      }
+    }
+    return id;
+  }
+
+  private static @Nullable Key key(MonitoringInfo info, Map<String, String> transformNames) {
     String namespace = info.getLabelsMap().get(MonitoringInfoConstants.Labels.NAMESPACE);
     String name = info.getLabelsMap().get(MonitoringInfoConstants.Labels.NAME);
     if (namespace == null || name == null || !info.getUrn().startsWith("beam:metric:user:")) {
       return null;
     }
-    String step = info.getLabelsMap().getOrDefault(MonitoringInfoConstants.Labels.PTRANSFORM, "");
-    return new Key(info.getUrn(), MetricKey.create(step, MetricName.named(namespace, name)));
+    String id = info.getLabelsMap().getOrDefault(MonitoringInfoConstants.Labels.PTRANSFORM, "");
+    return new Key(
+        info.getUrn(),
+        id,
+        MetricKey.create(stepName(id, transformNames), MetricName.named(namespace, name)));
   }
 
   private <T> List<MetricResult<T>> select(

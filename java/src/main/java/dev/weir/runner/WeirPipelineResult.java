@@ -3,6 +3,7 @@ package dev.weir.runner;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
@@ -10,6 +11,7 @@ import java.util.concurrent.TimeoutException;
 import org.apache.beam.model.jobmanagement.v1.JobApi;
 import org.apache.beam.model.jobmanagement.v1.JobApi.JobMessage;
 import org.apache.beam.model.jobmanagement.v1.JobServiceGrpc;
+import org.apache.beam.sdk.Pipeline;
 import org.apache.beam.sdk.PipelineResult;
 import org.apache.beam.sdk.metrics.MetricResults;
 import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.Channel;
@@ -27,8 +29,16 @@ import org.slf4j.LoggerFactory;
  * ({@code GetJobMetrics}).
  *
  * <p>When the job reaches a terminal state the result fetches the job's metrics once, then
- * releases what the run held: the Job API channel, the LOOPBACK worker pool and a {@code weir
- * serve} the runner started. Later {@link #metrics()} calls answer from that copy.
+ * releases what the run held: the Job API channel, the LOOPBACK worker pool (which gives this
+ * JVM back the logging its SDK harnesses sent to Weir) and a {@code weir serve} the runner
+ * started, in that order. Later {@link #metrics()} calls answer from that copy.
+ *
+ * <p>{@link #waitUntilFinish()} throws a {@link Pipeline.PipelineExecutionException} when the job
+ * FAILED, as Beam's DirectRunner does; its message carries the job's error messages (the SDK's
+ * exception and stack trace). {@link #getState()} still answers FAILED.
+ *
+ * <p>Metric step names are the transforms' full names ({@code Outer/ParMultiDo(Fn)}), as on
+ * DirectRunner, so that {@code MetricsFilter} steps match them.
  */
 public final class WeirPipelineResult implements PipelineResult {
   private static final Logger LOG = LoggerFactory.getLogger(WeirPipelineResult.class);
@@ -38,18 +48,28 @@ public final class WeirPipelineResult implements PipelineResult {
   private final ManagedChannel channel;
   private final JobServiceGrpc.JobServiceBlockingStub jobService;
   private final List<AutoCloseable> resources;
+  private final Map<String, String> transformNames;
   private final CompletableFuture<State> terminal = new CompletableFuture<>();
   private final List<String> problems = new ArrayList<>();
   private volatile State state = State.RUNNING;
   private volatile @Nullable MetricResults finalMetrics;
   private boolean released;
 
+  /**
+   * @param transformNames each transform id of the submitted pipeline to its unique name: metric
+   *     steps are reported by these names
+   */
   WeirPipelineResult(
-      String jobId, ManagedChannel channel, Channel calls, List<AutoCloseable> resources) {
+      String jobId,
+      ManagedChannel channel,
+      Channel calls,
+      List<AutoCloseable> resources,
+      Map<String, String> transformNames) {
     this.jobId = jobId;
     this.channel = channel;
     this.jobService = JobServiceGrpc.newBlockingStub(calls);
     this.resources = resources;
+    this.transformNames = transformNames;
     Thread watcher = new Thread(this::watch, "weir-job-" + jobId);
     watcher.setDaemon(true);
     watcher.start();
@@ -174,8 +194,8 @@ public final class WeirPipelineResult implements PipelineResult {
     }
     release();
     if (s == State.FAILED) {
-      // Said again now that the job's LOOPBACK harnesses, which redirect this JVM's logging to
-      // Weir while they run, are gone.
+      // Said again now that this JVM's logging, which LOOPBACK harnesses redirect to Weir while
+      // they run, is restored (release() closed the worker pool).
       LOG.error("Job {} failed:\n{}", jobId, String.join("\n", getProblems()));
     }
     terminal.complete(s);
@@ -187,7 +207,8 @@ public final class WeirPipelineResult implements PipelineResult {
           jobService
               .withDeadlineAfter(60, TimeUnit.SECONDS)
               .getJobMetrics(JobApi.GetJobMetricsRequest.newBuilder().setJobId(jobId).build())
-              .getMetrics());
+              .getMetrics(),
+          transformNames);
     } catch (StatusRuntimeException e) {
       LOG.warn("GetJobMetrics for job {} failed: {}", jobId, e.getStatus());
       return null;
@@ -225,7 +246,7 @@ public final class WeirPipelineResult implements PipelineResult {
         }
       }
     }
-    State s = waitUntilFinish(Duration.standardMinutes(5));
+    State s = awaitTerminal(Duration.standardMinutes(5));
     return s == null ? state : s;
   }
 
@@ -233,9 +254,40 @@ public final class WeirPipelineResult implements PipelineResult {
    * Waits at most {@code duration} (forever when null or not positive) for a terminal state.
    *
    * @return the terminal state, or null if the job is still running after {@code duration}
+   * @throws Pipeline.PipelineExecutionException if the job FAILED, with the job's error messages
    */
   @Override
   public @Nullable State waitUntilFinish(@Nullable Duration duration) {
+    State s = awaitTerminal(duration);
+    if (s == State.FAILED) {
+      throw new Pipeline.PipelineExecutionException(new RuntimeException(failureMessage()));
+    }
+    return s;
+  }
+
+  /** The message of the exception {@link #waitUntilFinish} throws for a FAILED job. */
+  String failureMessage() {
+    List<String> errors = new ArrayList<>();
+    List<String> warnings = new ArrayList<>();
+    for (String p : getProblems()) {
+      (p.startsWith("JOB_MESSAGE_ERROR: ") ? errors : warnings).add(p.substring(p.indexOf(':') + 2));
+    }
+    StringBuilder m = new StringBuilder("Job ").append(jobId).append(" failed on Weir");
+    if (!errors.isEmpty()) {
+      m.append(": ").append(String.join("\n", errors));
+    } else if (!warnings.isEmpty()) {
+      // No error message: the last warnings (the SDK's failures) say what went wrong.
+      m.append("; its last warnings:\n")
+          .append(String.join("\n", warnings.subList(Math.max(0, warnings.size() - 3), warnings.size())));
+    } else {
+      m.append(" (Weir sent no error message)");
+    }
+    return m.toString();
+  }
+
+  /** {@link #waitUntilFinish(Duration)} without the exception for a FAILED job. */
+  @Nullable
+  State awaitTerminal(@Nullable Duration duration) {
     try {
       if (duration == null || duration.getMillis() <= 0) {
         return terminal.get();
@@ -251,6 +303,11 @@ public final class WeirPipelineResult implements PipelineResult {
     }
   }
 
+  /**
+   * Waits for a terminal state.
+   *
+   * @throws Pipeline.PipelineExecutionException if the job FAILED, with the job's error messages
+   */
   @Override
   public State waitUntilFinish() {
     State s = waitUntilFinish(Duration.ZERO);

@@ -4,6 +4,7 @@ import static org.junit.Assert.assertEquals;
 import static org.junit.Assert.assertNull;
 
 import java.util.List;
+import java.util.Map;
 import org.apache.beam.model.jobmanagement.v1.JobApi;
 import org.apache.beam.model.pipeline.v1.MetricsApi.MonitoringInfo;
 import org.apache.beam.sdk.metrics.DistributionResult;
@@ -90,5 +91,45 @@ public class WeirMetricsTest {
     assertEquals(Long.valueOf(2), byStep.get(0).getAttempted());
     // No committed value in the proto: none reported.
     assertNull(byStep.get(0).getCommittedOrNull());
+  }
+
+  @Test
+  public void stepsAreTheTransformsUniqueNames() {
+    Map<String, String> names =
+        Map.of(
+            "Analyze-ParMultiDo-Anonymous-", "Analyze/ParMultiDo(Anonymous)",
+            "Read-ParMultiDo-Sdf-", "Read/ParMultiDo(Sdf)");
+    JobApi.MetricResults proto =
+        JobApi.MetricResults.newBuilder()
+            .addAttempted(
+                info("beam:metric:user:sum_int64:v1", "Analyze-ParMultiDo-Anonymous-", "a", 5))
+            .addCommitted(
+                info("beam:metric:user:sum_int64:v1", "Analyze-ParMultiDo-Anonymous-", "a", 4))
+            // A transform Weir added counts as the one it stands for; its metric stays apart.
+            .addAttempted(
+                info("beam:metric:user:sum_int64:v1", "Read-ParMultiDo-Sdf-/weir:sdf-process", "r", 6))
+            .addAttempted(info("beam:metric:user:sum_int64:v1", "Read-ParMultiDo-Sdf-", "r", 1))
+            // Unknown to the pipeline: the id stays.
+            .addAttempted(info("beam:metric:user:sum_int64:v1", "other", "o", 2))
+            .build();
+    WeirMetrics metrics = new WeirMetrics(proto, names);
+    List<MetricResult<Long>> analyze =
+        (List<MetricResult<Long>>)
+            metrics.queryMetrics(MetricsFilter.builder().addStep("Analyze").build()).getCounters();
+    assertEquals(1, analyze.size());
+    assertEquals("Analyze/ParMultiDo(Anonymous)", analyze.get(0).getKey().stepName());
+    assertEquals(Long.valueOf(5), analyze.get(0).getAttempted());
+    assertEquals(Long.valueOf(4), analyze.get(0).getCommitted());
+    List<MetricResult<Long>> read =
+        (List<MetricResult<Long>>)
+            metrics.queryMetrics(MetricsFilter.builder().addStep("Read").build()).getCounters();
+    assertEquals(2, read.size());
+    assertEquals("Read/ParMultiDo(Sdf)", read.get(0).getKey().stepName());
+    assertEquals("Read/ParMultiDo(Sdf)", read.get(1).getKey().stepName());
+    assertEquals(7, read.get(0).getAttempted() + read.get(1).getAttempted());
+    List<MetricResult<Long>> other =
+        (List<MetricResult<Long>>)
+            metrics.queryMetrics(MetricsFilter.builder().addStep("other").build()).getCounters();
+    assertEquals("other", other.get(0).getKey().stepName());
   }
 }
