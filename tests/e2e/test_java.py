@@ -179,3 +179,35 @@ def test_failed_java_job_reports_the_users_error(classpath, weir_server, tmp_pat
   assert done.returncode == 1, done.stderr[-6000:]
   assert 'state FAILED' in done.stdout.splitlines(), done.stdout
   assert 'No files matched spec: %s' % missing in done.stderr, done.stderr[-6000:]
+
+
+def timer_order(classpath, tmp, label, runner_args):
+  """dev.weir.examples.TimerOrder's lines (a Counter) on one runner."""
+  prefix = tmp / label / 'out'
+  prefix.parent.mkdir(parents=True)
+  cmd = ['java', '-cp', classpath, 'dev.weir.examples.TimerOrder',
+         '--output=%s' % prefix] + runner_args
+  done = subprocess.run(
+      cmd, cwd=prefix.parent, stdin=subprocess.DEVNULL, capture_output=True,
+      text=True, timeout=PIPELINE_TIMEOUT)
+  assert done.returncode == 0, 'exit %s\n%s\n%s' % (
+      done.returncode, done.stdout[-3000:], done.stderr[-6000:])
+  _, lines = read_output(prefix)
+  return lines
+
+
+@pytest.mark.parametrize('env', ['LOOPBACK', 'PROCESS'])
+def test_java_timers_fire_in_order_and_global_panes_end_the_window(
+    classpath, weir_server, tmp_path, env):
+  """A key's timers fire in timestamp order across timer families (a timer
+  re-arming every 10 minutes fires 5 times before the window-end timer of a
+  family whose name sorts first), and a global-window GroupByKey's output is
+  stamped at Java's GlobalWindow max timestamp: the lines equal DirectRunner's."""
+  want = timer_order(classpath, tmp_path, 'direct', ['--runner=DirectRunner'])
+  assert sum(want.values()) == 6, want
+  got = timer_order(
+      classpath, tmp_path, env.lower(),
+      ['--runner=WeirRunner', '--jobEndpoint=%s' % weir_server.endpoint,
+       '--weirBinary=%s' % WEIR_BIN, '--defaultEnvironmentType=%s' % env])
+  assert got == want, 'weir: %s\ndirect: %s\n--- weir log\n%s' % (
+      sorted(got.elements()), sorted(want.elements()), weir_server.log_tail())
