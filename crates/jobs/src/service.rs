@@ -582,7 +582,12 @@ impl beam::job_service_server::JobService for JobService {
         }
         let mut infos = job.metrics.snapshot();
         infos.extend(job.resources.monitoring_infos());
-        infos.extend(crate::stage_metrics::monitoring_infos(&job));
+        // Per-stage figures only for Weir's own CLI: a Beam SDK keys
+        // metrics by step and name, not by STAGE, so it would fold a job's
+        // stages into one meaningless figure per URN.
+        if request.metadata().contains_key(crate::stage_metrics::REQUEST_HEADER) {
+            infos.extend(crate::stage_metrics::monitoring_infos(&job));
+        }
         // Batch bundles are committed when the runner accepts their outputs,
         // so attempted and committed agree.
         Ok(tonic::Response::new(beam::GetJobMetricsResponse {

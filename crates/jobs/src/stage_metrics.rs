@@ -1,10 +1,14 @@
 //! Each stage's progress as MonitoringInfos with Weir's own URNs, added to
-//! GetJobMetrics (what `weir jobs describe` and `weir jobs watch` show).
-//! Labels: `STAGE` (the stage id), `STAGE_NAME` (its fused transforms,
-//! joined with `+`, cut to [`MAX_NAME_CHARS`]) and `STAGE_KIND`. No
-//! PTRANSFORM label, so Beam SDKs' metric queries by step never match them
-//! (Beam Python lists each URN once, under namespace `weir`, with no step;
-//! Go's and Weir's Java runner's metric results skip them).
+//! GetJobMetrics (what `weir jobs describe` and `weir jobs watch` show) when
+//! the request carries the [`REQUEST_HEADER`] metadata key, as Weir's CLI
+//! sends it: Beam's SDKs key a job's metrics by step and name, so Python's
+//! `PipelineResult.metrics()` folded every stage's figure of one URN into
+//! one. Labels: `STAGE` (the stage id), `STAGE_NAME` (its fused transforms,
+//! joined with `+`, cut to [`MAX_NAME_CHARS`]) and `STAGE_KIND`.
+
+/// The GetJobMetrics request metadata key that asks for the per-stage
+/// MonitoringInfos.
+pub const REQUEST_HEADER: &str = "weir-stage-metrics";
 
 use weir_proto::beam;
 use weir_proto::urns::monitoring as m;

@@ -288,8 +288,12 @@ async fn job_info(client: &mut Client, job_id: &str) -> anyhow::Result<beam::Job
 
 /// The job's attempted MonitoringInfos (GetJobMetrics).
 async fn job_metrics(client: &mut Client, job_id: &str) -> anyhow::Result<Vec<beam::MonitoringInfo>> {
+    let mut request = tonic::Request::new(beam::GetJobMetricsRequest { job_id: job_id.to_string() });
+    request
+        .metadata_mut()
+        .insert(weir_jobs::stage_metrics::REQUEST_HEADER, tonic::metadata::MetadataValue::from_static("1"));
     Ok(client
-        .get_job_metrics(beam::GetJobMetricsRequest { job_id: job_id.to_string() })
+        .get_job_metrics(request)
         .await?
         .into_inner()
         .metrics
