@@ -214,18 +214,6 @@ pub struct Stage {
     pub kind: StageKind,
 }
 
-impl Stage {
-    /// The stage for messages a user reads: its id and its transforms,
-    /// `stage-3 (Create/Map(decode)+Map(use))`.
-    pub fn label(&self) -> String {
-        if self.name.is_empty() || self.name == self.id {
-            self.id.clone()
-        } else {
-            format!("{} ({})", self.id, self.name)
-        }
-    }
-}
-
 /// What a stage does.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum StageKind {

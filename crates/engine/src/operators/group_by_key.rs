@@ -135,7 +135,7 @@ pub(crate) fn group_by_key<'s>(
                             }
                         }
                         Err(message) => ctx.fail(EngineError::BundleFailed {
-                            stage: format!("{} (merging windows of its custom WindowFn)", ctx.graph.stages[stage_index].label()),
+                            stage: format!("{name} (merging windows of its custom WindowFn)"),
                             message,
                         }),
                     }

@@ -370,7 +370,7 @@ pub(crate) fn sdk_stage<'s>(
                             match OutputReader::new(spilled, bytes) {
                                 Ok(reader) => st.emitting.push_back(Emission { hold: cap.clone(), port, reader }),
                                 Err(e) => ctx.fail(EngineError::BundleFailed {
-                                    stage: ctx.graph.stages[stage_index].label(),
+                                    stage: ctx.graph.stages[stage_index].id.clone(),
                                     message: format!("cannot read a spilled bundle output back: {e}"),
                                 }),
                             }
@@ -395,7 +395,7 @@ pub(crate) fn sdk_stage<'s>(
                             }
                         }
                     }
-                    Err(message) => ctx.fail(EngineError::BundleFailed { stage: ctx.graph.stages[stage_index].label(), message }),
+                    Err(message) => ctx.fail(EngineError::BundleFailed { stage: ctx.graph.stages[stage_index].id.clone(), message }),
                 }
             }
             // Completed bundles' outputs, at most EMIT_BYTES_PER_ACTIVATION
@@ -499,7 +499,7 @@ pub(crate) fn sdk_stage<'s>(
                     // job end; in streaming a looping timer is legitimate.
                     if st.timer_rounds > MAX_TIMER_ROUNDS && !ctx.graph.streaming {
                         ctx.fail(EngineError::BundleFailed {
-                            stage: ctx.graph.stages[stage_index].label(),
+                            stage: ctx.graph.stages[stage_index].id.clone(),
                             message: format!("timers kept re-arming for {MAX_TIMER_ROUNDS} rounds; giving up"),
                         });
                         return;
