@@ -147,7 +147,8 @@ fn value_to_json(v: &prost_types::Value) -> serde_json::Value {
         // A whole number is written without a fraction, as protojson (Beam's
         // own boot) writes it: Go sends `parallelism` as the number -1, and
         // Python's argparse refuses "-1.0" for an int option.
-        Some(Kind::NumberValue(n)) if n.fract() == 0.0 && n.abs() < 9.007_199_254_740_992e15 => {
+        // (Every whole f64 in [-2^63, 2^63) converts to i64 exactly.)
+        Some(Kind::NumberValue(n)) if n.fract() == 0.0 && (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(n) => {
             serde_json::Value::Number((*n as i64).into())
         }
         Some(Kind::NumberValue(n)) => serde_json::Number::from_f64(*n)

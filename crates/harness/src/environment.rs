@@ -1866,7 +1866,13 @@ async fn spawn_harness(
             let (kill, killed) = tokio::sync::oneshot::channel::<()>();
             let (status_tx, status) = tokio::sync::watch::channel(None);
             let (worker_id, failed_tail) = (worker_id.to_string(), tail.clone());
+            // The group dies with the task below, also when the runtime drops
+            // it (a server stopping at once): kill_on_drop kills only the
+            // boot program.
+            let group = GroupKiller(pid);
             tokio::spawn(async move {
+                // Moved in whole (a field alone would not carry the Drop).
+                let mut group = group;
                 // A dropped `kill` sender kills the process too.
                 let (status, on_its_own) = tokio::select! {
                     biased;
@@ -1877,8 +1883,10 @@ async fn spawn_harness(
                         (child.wait().await, false)
                     }
                 };
-                // What the boot program started and left behind goes too.
+                // What the boot program started and left behind goes too,
+                // now: the group id may be reused once it is empty.
                 kill_group(pid);
+                group.0 = None;
                 // Its last lines belong with its exit status.
                 let _ = tokio::time::timeout(
                     Duration::from_secs(1),
@@ -2008,6 +2016,15 @@ fn clock_ticks_per_second() -> f64 {
     // SAFETY: sysconf reads a constant of the system.
     let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if n > 0 { n as f64 } else { 100.0 }
+}
+
+/// Kills process group `.0` ([`kill_group`]) when dropped.
+struct GroupKiller(Option<u32>);
+
+impl Drop for GroupKiller {
+    fn drop(&mut self) {
+        kill_group(self.0);
+    }
 }
 
 /// Kills process group `pid` (a PROCESS harness's boot program and what it

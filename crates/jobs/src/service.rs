@@ -192,11 +192,12 @@ pub fn stop_job(job: &Job, drain: bool) -> JobState {
     }
 }
 
+/// How long Cancel waits for the job to end before it answers CANCELLING.
+const CANCEL_ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Asks `job` to stop (CancelJob, DrainJob): a job not started yet is
 /// cancelled, a finished one keeps its state, a running one gets `signal`
 /// set (its run watches it) and moves to `stopping`. Returns the job's state.
-/// How long Cancel waits for the job to end before it answers CANCELLING.
-const CANCEL_ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn stop(job: &Job, signal: &std::sync::atomic::AtomicBool, stopping: JobState) -> JobState {
     match job.state() {

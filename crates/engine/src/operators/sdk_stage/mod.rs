@@ -489,12 +489,14 @@ pub(crate) fn sdk_stage<'s>(
                 }
                 tracing::debug!(stage = %name, fired = fired.is_some(), hold = st.timer_hold.is_some(), "timer check");
                 if let (Some(timers), Some(cap)) = (fired, st.timer_hold.clone()) {
-                    // Rounds that did not shrink the pending timers: a key
-                    // with many timers takes a round per timestamp and drains.
-                    if pending_timers >= st.timers_at_last_round {
+                    // Rounds that did not bring the pending timers to a new
+                    // low: a key with many timers takes a round per
+                    // timestamp and drains; a re-arming loop never does.
+                    if pending_timers < st.fewest_pending_timers {
+                        st.fewest_pending_timers = pending_timers;
+                    } else {
                         st.timer_rounds += 1;
                     }
-                    st.timers_at_last_round = pending_timers;
                     // In batch a timer that keeps re-arming would never let the
                     // job end; in streaming a looping timer is legitimate.
                     if st.timer_rounds > MAX_TIMER_ROUNDS && !ctx.graph.streaming {

@@ -48,10 +48,10 @@ pub(super) struct SdkState<H> {
     /// alive while any are pending.
     pub(super) timers: TimerStore,
     pub(super) timer_hold: Option<H>,
-    /// Rounds of timer firings so far that did not shrink the pending
-    /// timers (a re-arming loop), and how many were pending at the last round.
+    /// Rounds of timer firings so far that did not bring the pending timers
+    /// to a new low (a re-arming loop), and that low.
     pub(super) timer_rounds: u64,
-    pub(super) timers_at_last_round: usize,
+    pub(super) fewest_pending_timers: usize,
     /// The watermark user state was last garbage-collected at.
     pub(super) state_expired_to: Timestamp,
     /// Outputs of completed bundles not yet given downstream, in order.
@@ -98,7 +98,7 @@ impl<H> SdkState<H> {
             timers,
             timer_hold: None,
             timer_rounds: 0,
-            timers_at_last_round: 0,
+            fewest_pending_timers: usize::MAX,
             state_expired_to: Timestamp(i64::MIN),
             emitting: VecDeque::new(),
         }

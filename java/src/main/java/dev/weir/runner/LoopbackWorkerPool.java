@@ -65,8 +65,11 @@ final class LoopbackWorkerPool extends BeamFnExternalWorkerPoolGrpc.BeamFnExtern
     implements FnService {
   private static final Logger LOG = LoggerFactory.getLogger(LoopbackWorkerPool.class);
 
-  /** Delay between a harness's half-close of its logging stream and its cancellation. */
-  private static final long LOGGING_CANCEL_DELAY_MILLIS = 200;
+  /**
+   * Delay between a harness's half-close of its logging stream and its cancellation: long enough
+   * for its last entries to reach a loaded server (Weir ends the stream itself once they have).
+   */
+  private static final long LOGGING_CANCEL_DELAY_MILLIS = 2000;
 
   private static final String LOGGING_METHOD =
       BeamFnLoggingGrpc.getLoggingMethod().getFullMethodName();
