@@ -15,6 +15,12 @@ use weir_graph::TimerFamily;
 /// Identity of a timer: (family index, key bytes, windows bytes, tag bytes).
 type TimerId = (usize, Vec<u8>, Vec<u8>, Vec<u8>);
 
+/// What a round orders a timer by: (its family's time domain is event
+/// time, key bytes, windows bytes).
+fn timer_group<'a>(families: &[(Coder, Coder, bool)], id: &'a TimerId) -> (bool, &'a [u8], &'a [u8]) {
+    (families[id.0].2, id.1.as_slice(), id.2.as_slice())
+}
+
 /// Pending timers of one stateful stage on one worker.
 pub struct TimerStore {
     families: Vec<(Coder, Coder, bool)>,
@@ -206,17 +212,14 @@ impl TimerStore {
         // The earliest due timestamp of each (time domain, key, windows).
         let mut earliest: HashMap<(bool, &[u8], &[u8]), Timestamp> = HashMap::new();
         for (fire, id) in &due {
-            let group = (self.families[id.0].2, id.1.as_slice(), id.2.as_slice());
             earliest
-                .entry(group)
+                .entry(timer_group(&self.families, id))
                 .and_modify(|t| *t = (*t).min(*fire))
                 .or_insert(*fire);
         }
         let mut due: Vec<(Timestamp, TimerId)> = due
             .iter()
-            .filter(|(fire, id)| {
-                earliest[&(self.families[id.0].2, id.1.as_slice(), id.2.as_slice())] == *fire
-            })
+            .filter(|(fire, id)| earliest[&timer_group(&self.families, id)] == *fire)
             .map(|(fire, id)| (*fire, (*id).clone()))
             .collect();
         due.sort();

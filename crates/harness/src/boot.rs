@@ -114,7 +114,7 @@ pub fn find_java_harness_classpath(explicit: Option<PathBuf>) -> Result<Option<P
             dir.display()
         ));
     }
-    let exe = std::env::current_exe().ok();
+    let exe = crate::weir_exe();
     let exe_dir = exe.as_deref().and_then(Path::parent);
     let candidates = exe_dir.into_iter().flat_map(|d| {
         [

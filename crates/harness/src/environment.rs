@@ -1878,7 +1878,6 @@ async fn spawn_harness(
                     biased;
                     s = child.wait() => (s, true),
                     _ = killed => {
-                        kill_group(pid);
                         let _ = child.start_kill();
                         (child.wait().await, false)
                     }

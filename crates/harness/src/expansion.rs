@@ -271,7 +271,7 @@ pub fn find_java_expansion_classpath(explicit: Option<PathBuf>) -> Result<Vec<Pa
             dir
         }
         None => {
-            let exe = std::env::current_exe().ok();
+            let exe = crate::weir_exe();
             let exe_dir = exe.as_deref().and_then(Path::parent);
             exe_dir
                 .into_iter()

@@ -198,7 +198,6 @@ const CANCEL_ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(1
 /// Asks `job` to stop (CancelJob, DrainJob): a job not started yet is
 /// cancelled, a finished one keeps its state, a running one gets `signal`
 /// set (its run watches it) and moves to `stopping`. Returns the job's state.
-
 fn stop(job: &Job, signal: &std::sync::atomic::AtomicBool, stopping: JobState) -> JobState {
     match job.state() {
         JobState::Stopped => {

@@ -6,14 +6,14 @@
 //! one. Labels: `STAGE` (the stage id), `STAGE_NAME` (its fused transforms,
 //! joined with `+`, cut to [`MAX_NAME_CHARS`]) and `STAGE_KIND`.
 
-/// The GetJobMetrics request metadata key that asks for the per-stage
-/// MonitoringInfos.
-pub const REQUEST_HEADER: &str = "weir-stage-metrics";
-
 use weir_proto::beam;
 use weir_proto::urns::monitoring as m;
 
 use crate::Job;
+
+/// The GetJobMetrics request metadata key that asks for the per-stage
+/// MonitoringInfos.
+pub const REQUEST_HEADER: &str = "weir-stage-metrics";
 
 /// Main-input elements a stage took (`sum_int64`).
 pub const ELEMENTS_IN: &str = "weir:metric:stage:elements_in:v1";

@@ -186,16 +186,23 @@ mod tests {
         }
     }
 
+    /// Environments as each SDK declares itself: by id java, go, py, and
+    /// py-packed (Python known only by its packed combiner capability).
+    fn sdk_environments() -> HashMap<String, beam::Environment> {
+        [
+            ("java".to_string(), env(&["beam:version:sdk_base:apache/beam_java17_sdk:2.73.0"])),
+            ("go".to_string(), env(&["beam:version:sdk_base:apache/beam_go_sdk:v2.77.0"])),
+            ("py".to_string(), env(&["beam:version:sdk_base:apache/beam_python3.11_sdk:2.77.0"])),
+            ("py-packed".to_string(), env(&["beam:combinefn:packed_python:v1"])),
+        ]
+        .into()
+    }
+
     /// EMIT_ALWAYS holds for Java's strategies and not for Python's (which
     /// always send it); EMIT_IF_NONEMPTY never emits an empty final pane.
     #[test]
     fn closing_emit_always_is_honoured_except_for_python() {
-        let envs: HashMap<String, beam::Environment> = [
-            ("java".to_string(), env(&["beam:version:sdk_base:apache/beam_java17_sdk:2.73.0"])),
-            ("py".to_string(), env(&["beam:version:sdk_base:apache/beam_python3.11_sdk:2.77.0"])),
-            ("py-packed".to_string(), env(&["beam:combinefn:packed_python:v1"])),
-        ]
-        .into();
+        let envs = sdk_environments();
         let ws = |env: &str, closing: beam::closing_behavior::Enum| beam::WindowingStrategy {
             environment_id: env.into(),
             closing_behavior: closing as i32,
@@ -214,12 +221,7 @@ mod tests {
     /// (and an unknown SDK) at it.
     #[test]
     fn end_of_global_window_follows_the_sdk() {
-        let envs: HashMap<String, beam::Environment> = [
-            ("java".to_string(), env(&["beam:version:sdk_base:apache/beam_java17_sdk:2.73.0"])),
-            ("go".to_string(), env(&["beam:version:sdk_base:apache/beam_go_sdk:v2.77.0"])),
-            ("py".to_string(), env(&["beam:version:sdk_base:apache/beam_python3.11_sdk:2.77.0"])),
-        ]
-        .into();
+        let envs = sdk_environments();
         let end = |env: &str| {
             let ws = beam::WindowingStrategy {
                 environment_id: env.into(),
@@ -233,5 +235,6 @@ mod tests {
         assert_eq!(end("go"), Timestamp::END_OF_GLOBAL_WINDOW);
         assert_eq!(end("unknown"), Timestamp::END_OF_GLOBAL_WINDOW);
         assert_eq!(end("py"), Timestamp::PYTHON_END_OF_GLOBAL_WINDOW);
+        assert_eq!(end("py-packed"), Timestamp::PYTHON_END_OF_GLOBAL_WINDOW);
     }
 }

@@ -494,7 +494,7 @@ async fn expansion_service(args: ExpansionArgs) -> anyhow::Result<()> {
         environment: args.environment,
         port,
         worker_pool_port,
-        weir_bin: std::env::current_exe().context("cannot find the weir binary")?,
+        weir_bin: weir_harness::weir_exe().context("cannot find the weir binary")?,
     };
     let launches = ex::plan(&cfg).map_err(|e| anyhow::anyhow!("weir expansion-service: {e}"))?;
     let mut children = Vec::new();

@@ -84,8 +84,12 @@ pub struct OptionSpec {
     pub rule: &'static str,
 }
 
+/// What Weir does with an option naming Python packages to install on the
+/// workers (`setup_file`, `requirements_file`, `extra_packages`).
+const NOT_INSTALLED_BY_WEIR: &str = "is not installed by Weir: Beam's container boot pip-installs it, `weir boot --python` (PROCESS, and the substitute for Beam's Python image) does not, so its harness imports what its interpreter's environment holds (install the package there); LOOPBACK and EXTERNAL workers use their own environment. The SDK stages it and Weir serves it to SDK workers; recorded, and a note goes to the job's messages";
+
 macro_rules! spec {
-    ($name:literal, py $py:literal, java $java:literal, go $go:literal, [$($alias:literal),*], $ty:ident, $group:ident, $handling:ident, $desc:literal, $weir:literal) => {
+    ($name:literal, py $py:literal, java $java:literal, go $go:literal, [$($alias:literal),*], $ty:ident, $group:ident, $handling:ident, $desc:literal, $weir:expr) => {
         OptionSpec {
             name: $name,
             python: $py,
@@ -152,13 +156,13 @@ pub static CATALOG: &[OptionSpec] = &[
         "Used by the SDK and its harness."),
     spec!("setup_file", py "setup_file", java "", go "", [], String, Basic, Recorded,
         "setup.py of a package to install on the workers.",
-        "is not installed by Weir: Beam's container boot pip-installs it, `weir boot --python` (PROCESS, and the substitute for Beam's Python image) does not, so its harness imports what its interpreter's environment holds (install the package there); LOOPBACK and EXTERNAL workers use their own environment. The SDK stages it and Weir serves it to SDK workers; recorded, and a note goes to the job's messages"),
+        NOT_INSTALLED_BY_WEIR),
     spec!("requirements_file", py "requirements_file", java "", go "", [], String, Basic, Recorded,
         "requirements.txt to install on the workers.",
-        "is not installed by Weir: Beam's container boot pip-installs it, `weir boot --python` (PROCESS, and the substitute for Beam's Python image) does not, so its harness imports what its interpreter's environment holds (install the package there); LOOPBACK and EXTERNAL workers use their own environment. The SDK stages it and Weir serves it to SDK workers; recorded, and a note goes to the job's messages"),
+        NOT_INSTALLED_BY_WEIR),
     spec!("extra_packages", py "extra_packages", java "", go "", ["extra_package"], Array, Basic, Recorded,
         "Extra packages to install on the workers.",
-        "is not installed by Weir: Beam's container boot pip-installs it, `weir boot --python` (PROCESS, and the substitute for Beam's Python image) does not, so its harness imports what its interpreter's environment holds (install the package there); LOOPBACK and EXTERNAL workers use their own environment. The SDK stages it and Weir serves it to SDK workers; recorded, and a note goes to the job's messages"),
+        NOT_INSTALLED_BY_WEIR),
     spec!("files_to_stage", py "files_to_stage", java "filesToStage", go "", ["file_to_stage"], Array, WorkerLevel, Sdk,
         "Files to make available to each worker.",
         "The SDK stages them; Weir serves them to SDK workers."),

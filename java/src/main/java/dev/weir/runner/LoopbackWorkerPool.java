@@ -3,7 +3,6 @@ package dev.weir.runner;
 import java.util.Collections;
 import java.util.List;
 import java.util.Set;
-import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.logging.Handler;
@@ -16,7 +15,6 @@ import org.apache.beam.model.fnexecution.v1.BeamFnApi.StartWorkerResponse;
 import org.apache.beam.model.fnexecution.v1.BeamFnApi.StopWorkerRequest;
 import org.apache.beam.model.fnexecution.v1.BeamFnApi.StopWorkerResponse;
 import org.apache.beam.model.fnexecution.v1.BeamFnExternalWorkerPoolGrpc;
-import org.apache.beam.model.fnexecution.v1.BeamFnLoggingGrpc;
 import org.apache.beam.model.fnexecution.v1.ProvisionApi;
 import org.apache.beam.model.fnexecution.v1.ProvisionServiceGrpc;
 import org.apache.beam.model.pipeline.v1.Endpoints.ApiServiceDescriptor;
@@ -29,13 +27,7 @@ import org.apache.beam.sdk.options.ExperimentalOptions;
 import org.apache.beam.sdk.options.PipelineOptions;
 import org.apache.beam.sdk.util.construction.PipelineOptionsTranslation;
 import org.apache.beam.vendor.grpc.v1p69p0.com.google.protobuf.Struct;
-import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.CallOptions;
-import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.Channel;
-import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.ClientCall;
-import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.ClientInterceptor;
-import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.ForwardingClientCall;
 import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.ManagedChannel;
-import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.MethodDescriptor;
 import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.stub.StreamObserver;
 import org.checkerframework.checker.nullness.qual.Nullable;
 import org.slf4j.Logger;
@@ -56,23 +48,11 @@ import org.slf4j.LoggerFactory;
  *       returns) restores this JVM's logging, which a harness redirects to Weir while it runs
  *       ({@code BeamFnLoggingClient} replaces the root {@code java.util.logging} handlers and
  *       restores the configuration only when it ends).
- *   <li>A harness's logging stream is cancelled shortly after the harness half-closes it: the
- *       harness waits (up to 10 s) for the server to end that stream before it exits, and a
- *       server that does not would keep it (and its redirection of this JVM's logging) that long.
  * </ul>
  */
 final class LoopbackWorkerPool extends BeamFnExternalWorkerPoolGrpc.BeamFnExternalWorkerPoolImplBase
     implements FnService {
   private static final Logger LOG = LoggerFactory.getLogger(LoopbackWorkerPool.class);
-
-  /**
-   * Delay between a harness's half-close of its logging stream and its cancellation: long enough
-   * for its last entries to reach a loaded server (Weir ends the stream itself once they have).
-   */
-  private static final long LOGGING_CANCEL_DELAY_MILLIS = 2000;
-
-  private static final String LOGGING_METHOD =
-      BeamFnLoggingGrpc.getLoggingMethod().getFullMethodName();
 
   /** The pools of this JVM not closed yet (their jobs are not terminal). */
   private static final Set<LoopbackWorkerPool> OPEN = ConcurrentHashMap.newKeySet();
@@ -174,7 +154,7 @@ final class LoopbackWorkerPool extends BeamFnExternalWorkerPoolGrpc.BeamFnExtern
     }
   }
 
-  /** {@link FnHarness#main} as Beam's ExternalWorkerService calls it, plus {@link #endLogging}. */
+  /** {@link FnHarness#main} as Beam's ExternalWorkerService calls it. */
   private static void runHarness(
       String id,
       PipelineOptions options,
@@ -193,38 +173,9 @@ final class LoopbackWorkerPool extends BeamFnExternalWorkerPoolGrpc.BeamFnExtern
         logging,
         control,
         null,
-        channels.withInterceptors(List.of(endLogging())),
+        channels,
         HarnessStreamObserverFactories.fromOptions(options),
         Caches.fromOptions(options));
-  }
-
-  /**
-   * Cancels a {@code BeamFnLogging/Logging} call {@value #LOGGING_CANCEL_DELAY_MILLIS} ms after the
-   * harness half-closed it (when it has sent its last entries and shuts down): the harness then
-   * waits up to 10 s for the server to end the stream before it restores this JVM's logging. A
-   * call the server has ended by then is not affected.
-   */
-  static ClientInterceptor endLogging() {
-    return new ClientInterceptor() {
-      @Override
-      public <ReqT, RespT> ClientCall<ReqT, RespT> interceptCall(
-          MethodDescriptor<ReqT, RespT> method, CallOptions callOptions, Channel next) {
-        ClientCall<ReqT, RespT> call = next.newCall(method, callOptions);
-        if (!LOGGING_METHOD.equals(method.getFullMethodName())) {
-          return call;
-        }
-        return new ForwardingClientCall.SimpleForwardingClientCall<ReqT, RespT>(call) {
-          @Override
-          public void halfClose() {
-            super.halfClose();
-            CompletableFuture.runAsync(
-                () -> delegate().cancel("the SDK harness closed its logging stream", null),
-                CompletableFuture.delayedExecutor(
-                    LOGGING_CANCEL_DELAY_MILLIS, TimeUnit.MILLISECONDS));
-          }
-        };
-      }
-    };
   }
 
   @Override
