@@ -120,7 +120,7 @@ pub(crate) fn sdk_stage<'s>(
         let completions: Arc<Mutex<Vec<(u64, BundleEvent)>>> = Arc::default();
         let state = Rc::new(RefCell::new(State::new(
             sdk.side_inputs.len(),
-            TimerStore::new(&sdk.timer_families),
+            TimerStore::new(&sdk.timer_families, sdk.window_expiration_family),
         )));
         // A DoFn that requires time-sorted input: its elements wait here for
         // the watermark (see sorted.rs).
@@ -473,7 +473,7 @@ pub(crate) fn sdk_stage<'s>(
                 let now = ctx.clock.now();
                 let streaming = ctx.graph.streaming;
                 let pending_timers = st.timers.len();
-                let fired = st.timers.take_ready(sdk.window_expiration_family, |event_time, fire| {
+                let fired = st.timers.take_ready(|event_time, fire| {
                     if event_time {
                         watermark > fire
                     } else {

@@ -163,7 +163,7 @@ mod tests {
     }
 
     fn state(held_back: Vec<(Time, Vec<WindowedElement>)>) -> SdkState<Time> {
-        let mut st = SdkState::new(1, TimerStore::new(&[]));
+        let mut st = SdkState::new(1, TimerStore::new(&[], None));
         st.side_inputs = Some(Arc::new(SideInputs::new(&[spec().0])));
         st.held_back = held_back;
         st
