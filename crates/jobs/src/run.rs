@@ -27,7 +27,7 @@ pub(crate) async fn run(registry: Arc<JobRegistry>, job: Arc<Job>) {
         Ok(()) => {
             job.message(
                 Importance::JobMessageBasic,
-                format!("job {} finished", job.name),
+                format!("job '{}' finished", job.name),
             );
             if job.drain.load(std::sync::atomic::Ordering::SeqCst) {
                 job.set_state(JobState::Drained);
@@ -423,7 +423,7 @@ async fn execute_with(
         // The harnesses stopped the job (e.g. its worker pool is gone).
         Err(weir_engine::EngineError::Cancelled) if started.failure().is_some() => {
             Err(fail(format!(
-                "job {} failed: {}",
+                "job '{}' failed: {}",
                 job.name,
                 started.failure().unwrap_or_default()
             )))
@@ -431,7 +431,7 @@ async fn execute_with(
         Err(weir_engine::EngineError::Cancelled) => {
             Err((JobState::Cancelled, "job cancelled".into()))
         }
-        Err(e) => Err(fail(format!("job {} failed: {e}", job.name))),
+        Err(e) => Err(fail(format!("job '{}' failed: {e}", job.name))),
     }
 }
 

@@ -234,7 +234,7 @@ impl Coordinator {
                     return Err((
                         JobState::Failed,
                         format!(
-                            "job {} needs {min} worker process(es) (--num_workers), but after {} s the coordinator has {} registered; start more with `weir worker --coordinator`",
+                            "job '{}' needs {min} worker process(es) (--num_workers), but after {} s the coordinator has {} registered; start more with `weir worker --coordinator`",
                             job.name,
                             self.wait.as_secs(),
                             workers.len()
@@ -362,7 +362,7 @@ pub(crate) async fn run_job(
                 };
                 return Err((
                     JobState::Failed,
-                    format!("job {} failed: {why}; {what}", job.name),
+                    format!("job '{}' failed: {why}; {what}", job.name),
                 ));
             }
         }
@@ -455,7 +455,7 @@ async fn run_attempt(
                 return Outcome::Failed(
                     JobState::Failed,
                     format!(
-                        "job {} failed on worker {}: {error}",
+                        "job '{}' failed on worker {}: {error}",
                         job.name,
                         lost_name(i)
                     ),
