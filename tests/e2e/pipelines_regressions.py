@@ -241,12 +241,44 @@ def batch_processing_time_trigger(p):
       | 'Both' >> beam.Flatten())
 
 
+# --- A processing-time timer's output timestamp -------------------------------
+
+
+class ProcessingTimeEcho(beam.DoFn):
+  """Keeps each key's value and sets a processing-time timer 0.2 s ahead;
+  the timer outputs the value (Python sends the element's timestamp as the
+  timer's hold, its output timestamp)."""
+  TIMER = userstate.TimerSpec('echo', TimeDomain.REAL_TIME)
+  VALUE = userstate.ReadModifyWriteStateSpec('value', beam.coders.VarIntCoder())
+
+  def process(self, kv, timer=beam.DoFn.TimerParam(TIMER), value=beam.DoFn.StateParam(VALUE)):
+    from apache_beam.utils.timestamp import Timestamp
+    value.write(kv[1])
+    timer.set(Timestamp.now() + 0.2)
+
+  @userstate.on_timer(TIMER)
+  def echo(self, key=beam.DoFn.KeyParam, value=beam.DoFn.StateParam(VALUE)):
+    yield '%s:%d' % (key, value.read())
+
+
+def processing_time_timer_output(p):
+  """A processing-time timer's output carries its element's event time (the
+  timer's hold) and window, not the wall clock it fired at."""
+  return (
+      p
+      | beam.Create([('a', 10), ('b', 20), ('c', 70)])
+      | beam.Map(lambda kv: bw.TimestampedValue(kv, kv[1]))
+      | beam.WindowInto(bw.FixedWindows(60))
+      | beam.ParDo(ProcessingTimeEcho())
+      | beam.ParDo(FormatElement('fired')))
+
+
 PIPELINES = {
     f.__name__: f
     for f in (
         test_stream_str_coder, timer_at_watermark, reshuffle_panes,
         reshuffle_streaming_panes, multi_triggered_side_input,
-        batch_processing_time_trigger)
+        batch_processing_time_trigger, processing_time_timer_output)
 }
 
 if __name__ == '__main__':

@@ -10,6 +10,8 @@ that failed:
 * Reshuffle: every element keeps its input's timestamp, window and pane;
 * a processing-time trigger in batch fired once, at the end of the input,
   where Java's DirectRunner (and Beam's model) fire it on the wall clock;
+* a Python processing-time timer's output carried the wall clock it fired
+  at, not its element's event time (the timer's hold), as Prism gives;
 * a side input from a GroupByKey with an early trigger, fed by a
   multi-output TestStream whose outputs advance their watermarks on their
   own, was seen empty by the main input (its elements arrived behind the
@@ -97,9 +99,18 @@ EXPECTED = {
         'first 42 %s @9223371950454.773 %s' % (G, pane('EARLY', 0, -1, True, False)),
         'second 42 %s @9223371950454.773 %s' % (G, pane('EARLY', 0, -1, True, False)),
     ]),
+    # Each timer's output at its element's timestamp, in its window.
+    'processing_time_timer_output': (['--streaming'], [
+        "fired 'a:10' [0.0, 60.0) @10.000 %s" % NO_FIRING,
+        "fired 'b:20' [0.0, 60.0) @20.000 %s" % NO_FIRING,
+        "fired 'c:70' [60.0, 120.0) @70.000 %s" % NO_FIRING,
+    ]),
 }
 
 DIRECT_DIFFERS = {
+    'processing_time_timer_output':
+        'ends without a line: no processing-time timer of this streaming '
+        'run fires (Prism gives the lines Weir gives)',
     'batch_processing_time_trigger':
         'fails the pipeline: its batch trigger driver has no clock for a '
         'processing-time trigger (AttributeError: \'NoneType\' object has no '

@@ -62,6 +62,8 @@ impl GroupTimers {
 pub struct TimerStore {
     /// Per family: key coder, window coder, lane.
     families: Vec<(Coder, Coder, Lane)>,
+    /// Per family: [`TimerFamily::fire_at_hold`].
+    fire_at_hold: Vec<bool>,
     groups: FastMap<Arc<Group>, GroupTimers>,
     /// Per lane, each group with pending timers at its earliest fire time.
     queues: [BTreeSet<(Timestamp, Arc<Group>)>; 3],
@@ -76,6 +78,8 @@ struct Parsed {
     tag: Vec<u8>,
     /// Fire and hold (output) timestamps, unless the timer is cleared.
     fire: Option<(Timestamp, Timestamp)>,
+    /// Where the fire timestamp's bytes start and end.
+    fire_bytes: (usize, usize),
     len: usize,
 }
 
@@ -105,11 +109,14 @@ fn parse(key_coder: &Coder, window_coder: &Coder, bytes: &[u8]) -> Result<Parsed
     let windows = bytes[windows_start..pos].to_vec();
     let clear = *bytes.get(pos).ok_or("truncated timer clear bit")? != 0;
     pos += 1;
+    let fire_start = pos;
+    let mut fire_end = pos;
     let fire = if clear {
         None
     } else {
         let (fire, used) = Timestamp::decode(&bytes[pos..]).map_err(err)?;
         pos += used;
+        fire_end = pos;
         let (hold, used) = Timestamp::decode(&bytes[pos..]).map_err(err)?;
         pos += used;
         let (_pane, used) = PaneInfo::decode(&bytes[pos..]).map_err(err)?;
@@ -121,6 +128,7 @@ fn parse(key_coder: &Coder, window_coder: &Coder, bytes: &[u8]) -> Result<Parsed
         windows,
         tag,
         fire,
+        fire_bytes: (fire_start, fire_end),
         len: pos,
     })
 }
@@ -145,6 +153,7 @@ impl TimerStore {
                     (f.key_coder.clone(), f.window_coder.clone(), lane)
                 })
                 .collect(),
+            fire_at_hold: families.iter().map(|f| f.fire_at_hold).collect(),
             groups: FastMap::default(),
             queues: Default::default(),
             holds: BTreeMap::new(),
@@ -153,13 +162,23 @@ impl TimerStore {
     }
 
     /// Applies the timers a bundle wrote for family `family` (set or clear).
+    /// A timer of a [`TimerFamily::fire_at_hold`] family still fires at its
+    /// fire timestamp, but goes to the SDK with its hold in that place.
     pub fn apply(&mut self, family: usize, mut bytes: &[u8]) -> Result<(), String> {
         let (key_coder, window_coder, lane) =
             self.families.get(family).ok_or("unknown timer family")?.clone();
         while !bytes.is_empty() {
             let p = parse(&key_coder, &window_coder, bytes)?;
             let group = Group { lane, key: p.id_key, windows: p.windows };
-            let pending = p.fire.map(|(fire, hold)| Pending { fire, hold, bytes: bytes[..p.len].to_vec() });
+            let pending = p.fire.map(|(fire, hold)| {
+                let mut delivered = bytes[..p.len].to_vec();
+                if self.fire_at_hold[family] {
+                    let mut at_hold = Vec::with_capacity(8);
+                    hold.encode(&mut at_hold);
+                    delivered.splice(p.fire_bytes.0..p.fire_bytes.1, at_hold);
+                }
+                Pending { fire, hold, bytes: delivered }
+            });
             self.put(group, family, p.tag, pending);
             bytes = &bytes[p.len..];
         }
@@ -371,6 +390,7 @@ mod tests {
             key_coder: Coder::StringUtf8,
             window_coder: Coder::GlobalWindow,
             event_time: true,
+            fire_at_hold: false,
         }
     }
 
@@ -587,5 +607,29 @@ mod tests {
                 reference.timers.iter().filter(|(id, _)| id.0 == 2).map(|(_, v)| v.0).min()
             );
         }
+    }
+
+    #[test]
+    fn a_fire_at_hold_family_fires_on_time_and_is_delivered_at_its_hold() {
+        let mut f = family();
+        f.event_time = false;
+        f.fire_at_hold = true;
+        let mut s = TimerStore::new(&[f], None);
+        let timer = |fire: i64, hold: i64| {
+            let mut b = vec![1, b'a', 0];
+            b.extend_from_slice(&1i32.to_be_bytes());
+            Window::Global.encode(&mut b);
+            b.push(0);
+            Timestamp(fire).encode(&mut b);
+            Timestamp(hold).encode(&mut b);
+            PaneInfo::NO_FIRING.encode(&mut b);
+            b
+        };
+        // Set at wall-clock time 1000 for an element at event time 10.
+        s.apply(0, &timer(1000, 10)).unwrap();
+        assert_eq!(s.next_processing_time(), Some(Timestamp(1000)));
+        assert_eq!(s.min_hold(), Some(Timestamp(10)));
+        assert!(s.take_ready(|_, t| t < Timestamp(1000)).is_none());
+        assert_eq!(s.take_ready(|_, t| t <= Timestamp(1000)).unwrap(), vec![timer(10, 10)]);
     }
 }

@@ -1530,6 +1530,7 @@ fn user_state_expires_after_its_windows_timers() {
             key_coder: Coder::StringUtf8,
             window_coder: Coder::IntervalWindow,
             event_time: true,
+            fire_at_hold: false,
         }];
     }
     let mut graph = (*g.build()).clone();
@@ -1756,6 +1757,7 @@ fn timers_under_test_stream(events: Vec<weir_plan::TestStreamEvent>, offset_ms: 
             key_coder: Coder::StringUtf8,
             window_coder: Coder::GlobalWindow,
             event_time: true,
+            fire_at_hold: false,
         }];
     }
     let mut graph = (*g.build()).clone();
@@ -1837,6 +1839,7 @@ fn test_stream_outputs_advance_their_watermarks_on_their_own() {
             key_coder: Coder::StringUtf8,
             window_coder: Coder::IntervalWindow,
             event_time: true,
+            fire_at_hold: false,
         }];
     }
     let mut graph = (*g.build()).clone();

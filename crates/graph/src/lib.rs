@@ -310,6 +310,12 @@ pub struct TimerFamily {
     /// Event-time timers fire with the watermark; processing-time timers fire
     /// as soon as the stage's input is done (batch).
     pub event_time: bool,
+    /// Its timers go to the SDK with the hold (output) timestamp as their
+    /// fire timestamp: Beam Python stamps a timer callback's output with the
+    /// fire timestamp, where Java and Go use the hold, so a Python
+    /// processing-time timer's output would carry the wall clock instead of
+    /// its element's event time (Prism rewrites it the same way).
+    pub fire_at_hold: bool,
 }
 
 /// How a side input is read (`beam:side_input:iterable:v1` / `beam:side_input:multimap:v1`).

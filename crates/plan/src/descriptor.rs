@@ -319,6 +319,12 @@ pub(crate) fn build(
                                     window_coder: *window,
                                     event_time: spec.time_domain
                                         != beam::time_domain::Enum::ProcessingTime as i32,
+                                    fire_at_hold: spec.time_domain
+                                        == beam::time_domain::Enum::ProcessingTime as i32
+                                        && crate::windowing::is_python_environment(
+                                            &t.environment_id,
+                                            &c.environments,
+                                        ),
                                 });
                                 spec.timer_family_coder_id = wire;
                             }

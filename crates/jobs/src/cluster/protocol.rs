@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// This protocol's version, part of what a worker's Hello must match (with
 /// the Weir version): raised with every change of the frames or bodies.
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 4;
 
 /// The version string of a Hello: Weir's version and [`PROTOCOL`].
 pub fn version() -> String {
