@@ -333,6 +333,23 @@ pub(crate) fn build(
                             }
                         }
                         if main.first() == Some(input) && crate::leaves::is_stateful(tid, &t)? {
+                            // As Beam's Java runners (runners-core's StatefulDoFnRunner)
+                            // refuse it: state and timers are kept per window, and a
+                            // merging WindowFn's elements come in unmerged windows.
+                            let input_index = b.index_of(input)?;
+                            if matches!(
+                                b.pcollections[input_index].windowing.window_fn,
+                                WindowFn::Sessions { .. } | WindowFn::CustomMerging
+                            ) {
+                                return Err(PlanError::Invalid(format!(
+                                    "transform {tid} ({}): a stateful DoFn (state or timers) is not supported on a PCollection with a merging WindowFn (here {}); state is kept per window, and merging windows are only merged by a GroupByKey. Re-window the input into non-merging windows first",
+                                    t.unique_name,
+                                    match b.pcollections[input_index].windowing.window_fn {
+                                        WindowFn::Sessions { .. } => "session windows",
+                                        _ => "a custom merging WindowFn",
+                                    }
+                                )));
+                            }
                             stateful = true;
                             time_sorted = payload.requires_time_sorted_input;
                             let family = &payload.on_window_expiration_timer_family_spec;

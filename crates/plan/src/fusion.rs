@@ -61,7 +61,13 @@ fn topo_order(c: &beam::Components, leaves: &[String]) -> Result<Vec<String>> {
     let mut producer: HashMap<&str, usize> = HashMap::new();
     for (i, id) in leaves.iter().enumerate() {
         for pc in c.transforms[id].outputs.values() {
-            producer.insert(pc, i);
+            if let Some(other) = producer.insert(pc, i) {
+                let other = &leaves[other];
+                return Err(PlanError::Invalid(format!(
+                    "PCollection {pc} is the output of two transforms, {other} ({}) and {id} ({}); a PCollection has one producer",
+                    c.transforms[other].unique_name, c.transforms[id].unique_name
+                )));
+            }
         }
     }
     let mut indegree = vec![0usize; leaves.len()];

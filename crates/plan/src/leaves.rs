@@ -290,7 +290,27 @@ pub(crate) fn collect(pipeline: &beam::Pipeline, c: &mut beam::Components) -> Re
             // A composite whose expansion returned its input unchanged (e.g.
             // Python's Create/MaybeReshuffle of one element in streaming):
             // it has no subtransforms and nothing to run.
-            continue;
+            // A primitive can't read what it writes; another URN (Python's
+            // composites come as beam:transform:pickled_python:v1) is such
+            // a composite.
+            let t_urn = urn_of(t);
+            if ![
+                urns::transform::PAR_DO,
+                urns::transform::GROUP_BY_KEY,
+                urns::transform::FLATTEN,
+                urns::transform::IMPULSE,
+                urns::transform::WINDOW_INTO,
+            ]
+            .contains(&t_urn)
+            {
+                continue;
+            }
+            return Err(PlanError::Invalid(format!(
+                "transform {id} ({}, {}) reads its own output PCollection {}: the pipeline's transforms form a cycle",
+                t.unique_name,
+                urn_of(t),
+                t.outputs.values().next().map(String::as_str).unwrap_or_default()
+            )));
         }
         classify(id, t)?;
         out.push(id.clone());

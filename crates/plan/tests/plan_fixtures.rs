@@ -1923,3 +1923,57 @@ fn a_truncated_shipped_plan_is_refused_naming_its_part() {
         other => panic!("trailing byte: {:?}", other.map(|p| p.graph.stages.len())),
     }
 }
+
+/// A stateful DoFn whose input has session windows: its elements come in
+/// their own unmerged windows, so each would see fresh state. Refused, as
+/// Beam's Java runners refuse it, naming the transform and the WindowFn.
+#[test]
+fn a_stateful_dofn_on_merging_windows_is_refused_naming_it() {
+    let mut pipeline = load("stateful_dofn");
+    let sessions = load("sessions");
+    let from = sessions.components.as_ref().unwrap();
+    let (_, ws) = from
+        .windowing_strategies
+        .iter()
+        .find(|(_, ws)| ws.window_fn.as_ref().unwrap().urn == "beam:window_fn:session_windows:v1")
+        .expect("the sessions fixture has a sessions strategy");
+    let comps = pipeline.components.as_mut().unwrap();
+    comps.windowing_strategies.insert("sessions_ws".into(), ws.clone());
+    for (id, coder) in &from.coders {
+        comps.coders.entry(id.clone()).or_insert_with(|| coder.clone());
+    }
+    let buffer = comps.transforms.values().find(|t| t.unique_name == "Buffer").unwrap().clone();
+    let input = buffer.inputs.values().next().unwrap();
+    comps.pcollections.get_mut(input).unwrap().windowing_strategy_id = "sessions_ws".into();
+    let message = plan_err(&pipeline).to_string();
+    assert!(message.contains("(Buffer)"), "{message}");
+    assert!(message.contains("stateful DoFn") && message.contains("session windows"), "{message}");
+}
+
+/// A ParDo that reads its own output, and two transforms that write one
+/// PCollection: both refused by name (the first had vanished from the plan,
+/// its input's data with it).
+#[test]
+fn a_self_loop_and_a_second_producer_are_refused_by_name() {
+    let mut looped = load("stateful_dofn");
+    let comps = looped.components.as_mut().unwrap();
+    let buffer = comps.transforms.values_mut().find(|t| t.unique_name == "Buffer").unwrap();
+    let output = buffer.outputs.values().next().unwrap().clone();
+    for input in buffer.inputs.values_mut() {
+        *input = output.clone();
+    }
+    let message = plan_err(&looped).to_string();
+    assert!(message.contains("(Buffer, beam:transform:pardo:v1) reads its own output PCollection"), "{message}");
+
+    let mut doubled = load("stateful_dofn");
+    let comps = doubled.components.as_mut().unwrap();
+    let output = comps.transforms.values().find(|t| t.unique_name == "Buffer").unwrap().outputs.values().next().unwrap().clone();
+    let (other_id, other) =
+        comps.transforms.iter_mut().find(|(_, t)| t.unique_name == "Create/Map(decode)").unwrap();
+    let other_id = other_id.clone();
+    let key = other.outputs.keys().next().unwrap().clone();
+    other.outputs.insert(key, output.clone());
+    let message = plan_err(&doubled).to_string();
+    assert!(message.contains(&format!("PCollection {output} is the output of two transforms")), "{message}");
+    assert!(message.contains(&other_id) && message.contains("(Buffer)"), "{message}");
+}
