@@ -391,12 +391,16 @@ fn merge_panes(
             max_ts: Timestamp::MIN,
             new_elements: 0,
             trigger: trigger.merge(&states),
-            // Pane indices restart in a merged window, as in Beam.
+            // Pane indices go on from the merged windows' (the highest), as
+            // Java's ReduceFnRunner reads them from a merged window's state:
+            // a late element merged into a fired session gives pane 1, not 0.
             pane_index: 0,
             non_speculative_index: 0,
             closed: false,
         };
         for part in parts {
+            p.pane_index = p.pane_index.max(part.pane_index);
+            p.non_speculative_index = p.non_speculative_index.max(part.non_speculative_index);
             p.values.extend(part.values);
             p.min_ts = p.min_ts.min(part.min_ts);
             p.max_ts = p.max_ts.max(part.max_ts);
@@ -581,6 +585,43 @@ mod tests {
                     false,
                     false
                 ),
+            ]
+        );
+    }
+
+    /// A late element merged into a session that already fired: its pane
+    /// goes on from the session's (index 1, not first), as in Java's
+    /// DirectRunner.
+    #[test]
+    fn a_late_merge_into_a_fired_session_goes_on_with_its_pane_index() {
+        let trigger = Trigger::AfterEndOfWindow {
+            early: None,
+            late: Some(Box::new(Trigger::ElementCount(1))),
+        };
+        let mut w = windowing(trigger, Accumulation::Accumulating, 100);
+        w.window_fn = WindowFn::Sessions { gap_ms: 10 };
+        let mut b = PaneBuffer::new(coder(), Coder::IntervalWindow, w);
+        let session = |v: u8, ts: i64| {
+            let mut out = Vec::new();
+            WindowedValue {
+                timestamp: Timestamp(ts),
+                windows: vec![Window::Interval { start: Timestamp(ts), end: Timestamp(ts + 10) }],
+                pane: PaneInfo::NO_FIRING,
+                value: vec![1, b'k', v],
+            }
+            .encode(&mut out);
+            out
+        };
+        let mut out = vec![];
+        out.extend(b.insert(&session(1, 1), Timestamp(0), 0).unwrap());
+        out.extend(b.insert(&session(5, 5), Timestamp(0), 0).unwrap());
+        out.extend(b.advance(Timestamp(20), 0)); // [1, 15) on time
+        out.extend(b.insert(&session(8, 8), Timestamp(20), 0).unwrap()); // late: [1, 18)
+        assert_eq!(
+            decode(out),
+            vec![
+                ("k".into(), vec![1, 5], PaneTiming::OnTime, 0, 0, true, false),
+                ("k".into(), vec![1, 5, 8], PaneTiming::Late, 1, 1, false, false),
             ]
         );
     }
