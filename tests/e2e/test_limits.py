@@ -208,7 +208,7 @@ def test_pipeline_size_and_prepared_jobs_are_capped_and_expire(small_server):
   code, details, _ = refused(small_server, pipeline_with())
   assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
   assert details.startswith('the number of prepared jobs not yet run'), details
-  assert 'is 2, over this server\'s limit of 2 (weir serve --max_prepared_jobs raises it)' in details, details
+  assert 'is 3, over this server\'s limit of 2 (weir serve --max_prepared_jobs raises it)' in details, details
   time.sleep(3.5)
   # Expired: room again, and the old jobs are gone.
   prepare(small_server, pipeline_with())
@@ -290,3 +290,25 @@ def test_a_request_nested_past_the_decoders_limit_is_invalid_argument(weir_serve
   assert details.startswith('failed to decode Protobuf message: '), details
   assert details.endswith('recursion limit reached'), details
   assert weir_server.alive()
+
+
+def test_the_bytes_of_prepared_pipelines_are_capped(tmp_path):
+  """Prepared jobs not yet run hold their pipelines: past
+  --max_held_pipeline_bytes in all, Prepare is RESOURCE_EXHAUSTED (one
+  client could otherwise pin max_prepared_jobs x max_pipeline_bytes)."""
+  size = len(pipeline_with().SerializeToString())
+  server = start_weir_serve(
+      tmp_path / 'weir-held.log',
+      ['--staging_dir', tmp_path / 'staging', '--max_held_pipeline_bytes', str(2 * size + size // 2)])
+  try:
+    _wait_for_job_api(server)
+    prepare(server, pipeline_with())
+    prepare(server, pipeline_with())
+    code, details, _ = refused(server, pipeline_with())
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
+    assert details.startswith('the serialized pipelines of the prepared jobs not yet run'), details
+    assert 'is %d bytes, over this server\'s limit of %d bytes (weir serve --max_held_pipeline_bytes raises it)' % (
+        3 * size, 2 * size + size // 2) in details, details
+  finally:
+    server.proc.terminate()
+    server.proc.wait(timeout=10)

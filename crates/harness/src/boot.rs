@@ -293,7 +293,10 @@ async fn stage_artifacts(
         } else {
             String::new()
         };
-        let name = if name.is_empty() || name.contains('/') || !taken.insert(name.clone()) {
+        // A name that is no plain file name (empty, `.`, `..`, a path) gets
+        // one of Weir's.
+        let plain = !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0']);
+        let name = if !plain || !taken.insert(name.clone()) {
             format!("artifact-{i}")
         } else {
             name

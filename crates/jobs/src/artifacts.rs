@@ -181,8 +181,8 @@ async fn stage(
                     total = total.saturating_add(r.data.len() as u64);
                     if total > max_bytes {
                         return Err(crate::limits::over(
-                            &format!("the artifacts staged by job {}", job.id),
-                            format!("over {max_bytes} bytes"),
+                            &format!("the artifacts staged by job {} (so far)", job.id),
+                            format!("{total} bytes"),
                             format!("{max_bytes} bytes"),
                             crate::limits::flag::MAX_ARTIFACT_BYTES_PER_JOB,
                         ));

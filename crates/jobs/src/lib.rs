@@ -9,6 +9,7 @@
 
 pub mod artifacts;
 pub mod cluster;
+pub mod connections;
 pub mod limits;
 pub mod locations;
 pub mod options;
@@ -354,19 +355,6 @@ pub async fn serve_with(
         );
     let router = weir_harness::services::add_to(router, &fn_api);
     let _keep: Arc<JobRegistry> = registry;
-    // TCP_NODELAY on every connection: SDK harnesses wait for each state
-    // response before their next request, and with Nagle's algorithm
-    // against the client's delayed ACKs every small response waited ~40 ms
-    // (Beam Go's timer tests, one state read and write per element, took
-    // 30-60 s instead of 1-2).
-    let incoming = tokio_stream::StreamExt::map(
-        tokio_stream::wrappers::TcpListenerStream::new(listener),
-        |conn| {
-            if let Ok(c) = &conn {
-                let _ = c.set_nodelay(true);
-            }
-            conn
-        },
-    );
+    let incoming = connections::incoming(listener);
     router.serve_with_incoming(incoming).await
 }

@@ -26,6 +26,12 @@ pub struct Limits {
     /// How many prepared, not yet run jobs the server keeps
     /// (`--max_prepared_jobs`); Prepare beyond it is RESOURCE_EXHAUSTED.
     pub max_prepared_jobs: usize,
+    /// Bytes of serialized pipelines the server holds, in prepared jobs not
+    /// yet run and again in finished jobs (`--max_held_pipeline_bytes`):
+    /// Prepare past it is RESOURCE_EXHAUSTED, and the oldest finished jobs
+    /// are forgotten past it. A job in memory costs about twice its
+    /// pipeline (the proto and its plan).
+    pub max_held_pipeline_bytes: usize,
     /// SDK harnesses one job may start: `num_workers` (or
     /// `max_num_workers` when autoscaling) times the harnesses per worker
     /// (`--max_sdk_harnesses_per_job`).
@@ -48,6 +54,7 @@ pub mod flag {
     pub const MAX_ARTIFACT_BYTES_PER_JOB: &str = "--max_artifact_bytes_per_job";
     pub const PREPARED_JOB_TTL_SECS: &str = "--prepared_job_ttl_secs";
     pub const MAX_PREPARED_JOBS: &str = "--max_prepared_jobs";
+    pub const MAX_HELD_PIPELINE_BYTES: &str = "--max_held_pipeline_bytes";
     pub const MAX_SDK_HARNESSES_PER_JOB: &str = "--max_sdk_harnesses_per_job";
     pub const ALLOW_CLIENT_STAGING_LOCATIONS: &str = "--allow_client_staging_locations";
 }
@@ -60,6 +67,7 @@ impl Default for Limits {
             max_artifact_bytes_per_job: 8 << 30,
             prepared_job_ttl: Duration::from_secs(3600),
             max_prepared_jobs: 100,
+            max_held_pipeline_bytes: 1 << 30,
             // A job with default options starts one harness per core of
             // each Python environment (one of a Java or Go one): the
             // default leaves room for a few environments.

@@ -12,7 +12,10 @@
 //!   else (Python) `temp_location`; else Weir's staging folder (`weir serve
 //!   --staging_dir`, `<tmp>/weir-staging` by default).
 //! * temp: `temp_location`; else `gcp_temp_location`; else (Go)
-//!   `staging_location` + `/tmp`; else `<tmp>/weir-temp`.
+//!   `staging_location` + `/tmp`; else `<tmp>/weir-temp`. A local temp
+//!   location outside Weir's folders is the SDK's alone: the server makes
+//!   no folder there and keeps its own in `<tmp>/weir-temp` (unless
+//!   `weir serve --allow_client_staging_locations`).
 //!
 //! Each job works in its own folder `<location>/<job id>/`.
 //!
@@ -502,6 +505,21 @@ pub fn resolve(
         Some(s) if outside(&s) => None,
         s => s,
     };
+    // Nor where the server makes folders: a client's local temp location
+    // outside Weir's folders is left to the SDK (which writes its temp
+    // files there itself), and the server's own temp folder for the job is
+    // Weir's, unless allowed.
+    let temp = match temp {
+        Some(t)
+            if !defaults.client_staging_anywhere
+                && local_path(&t.1).is_some()
+                && !under_root(&t.1, &defaults.staging)
+                && !under_root(&t.1, &defaults.temp) =>
+        {
+            None
+        }
+        t => t,
+    };
     let open_or = |given: Option<(String, String)>, default: &FsPath, what: &str| match given {
         Some((option, location)) => open(&option, &location, env),
         None => default_folder(default).map_err(|reason| OptionError {
@@ -708,6 +726,11 @@ mod tests {
                 )
             );
         }
+        assert!(!outside.exists());
+        // A local temp location outside Weir's folders: the server makes no
+        // folder there and keeps its own temp files in Weir's folder.
+        let l = with(&|o| o.temp_location = Some(outside.display().to_string()), &defaults).unwrap();
+        assert_eq!((l.temp.option.as_deref(), l.temp.local.as_deref()), (None, Some(defaults.temp.as_path())));
         assert!(!outside.exists());
         // Derived from temp_location (Python): staging stays in Weir's folder.
         let l = with(&|o| o.temp_location = Some("gs://b/t".into()), &defaults).unwrap();

@@ -620,6 +620,15 @@ pub fn validate(options: &Struct) -> Result<JobOptions, OptionError> {
     }
 
     // Notes: what Weir does not act on.
+    if let Some(max) = o.max_num_workers {
+        if o.autoscaling_algorithm != Some(AutoscalingAlgorithm::ThroughputBased) {
+            o.notes.push(format!(
+                "--{}={max}: has no effect without --{}=THROUGHPUT_BASED (Weir's default is NONE: a fixed count of num_workers)",
+                spelled("max_num_workers"),
+                spelled("autoscaling_algorithm"),
+            ));
+        }
+    }
     if let Some(name) = &o.job_name {
         static RE: OnceLock<regex::Regex> = OnceLock::new();
         if !RE

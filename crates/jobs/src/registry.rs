@@ -160,6 +160,9 @@ pub struct Job {
     pub name: String,
     /// The pipeline; after staging, environment dependencies point at Weir's copies.
     pub pipeline: Mutex<beam::Pipeline>,
+    /// The pipeline's serialized size as sent, in bytes (what it counts
+    /// against [`crate::limits::Limits::max_held_pipeline_bytes`]).
+    pub pipeline_bytes: usize,
     /// The pipeline planned once, at Prepare (None only for jobs made by
     /// [`JobRegistry::create`], which fail if run); Run takes it with the
     /// environments as staging left them ([`Job::plan_to_run`]).
@@ -665,6 +668,7 @@ impl JobRegistry {
             staging_dir: self.config.staging_root.join(&id),
             id: id.clone(),
             name,
+            pipeline_bytes: prost::Message::encoded_len(&pipeline),
             pipeline: Mutex::new(pipeline),
             plan,
             options,
@@ -711,20 +715,29 @@ impl JobRegistry {
     /// with their staged-artifact entries. Returns the ids forgotten.
     pub fn evict_finished(&self) -> Vec<String> {
         let max = self.max_finished.load(Ordering::Relaxed);
+        let max_bytes = self.config.limits.max_held_pipeline_bytes;
         let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        let mut finished: Vec<(SystemTime, String)> = jobs
+        let mut finished: Vec<(SystemTime, String, usize)> = jobs
             .values()
             .filter(|j| is_terminal(j.state()))
-            .map(|j| (j.times().1.unwrap_or(j.created), j.id.clone()))
+            .map(|j| (j.times().1.unwrap_or(j.created), j.id.clone(), j.pipeline_bytes))
             .collect();
-        if finished.len() <= max {
+        let mut bytes: usize = finished.iter().map(|f| f.2).sum();
+        if finished.len() <= max && bytes <= max_bytes {
             return vec![];
         }
         finished.sort();
-        let gone: Vec<String> = finished[..finished.len() - max]
-            .iter()
-            .map(|(_, id)| id.clone())
-            .collect();
+        // The oldest go first, until both the count and the bytes fit.
+        let mut kept = finished.len();
+        let mut gone: Vec<String> = Vec::new();
+        for (_, id, b) in &finished {
+            if kept <= max && bytes <= max_bytes {
+                break;
+            }
+            gone.push(id.clone());
+            kept -= 1;
+            bytes -= b;
+        }
         for id in &gone {
             jobs.remove(id);
         }
@@ -774,6 +787,17 @@ impl JobRegistry {
         ids
     }
 
+    /// Serialized bytes of the pipelines of the jobs prepared and not run yet.
+    pub fn prepared_pipeline_bytes(&self) -> usize {
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|j| j.state() == JobState::Stopped)
+            .map(|j| j.pipeline_bytes)
+            .sum()
+    }
+
     /// How many jobs are prepared and not run yet.
     pub fn prepared_count(&self) -> usize {
         self.jobs
@@ -812,6 +836,10 @@ mod tests {
     use super::*;
 
     fn registry(name: &str) -> Arc<JobRegistry> {
+        registry_with(name, Default::default())
+    }
+
+    fn registry_with(name: &str, limits: crate::limits::Limits) -> Arc<JobRegistry> {
         let url = "127.0.0.1:1".to_string();
         JobRegistry::new(
             FnApi::new(url.clone()),
@@ -820,7 +848,7 @@ mod tests {
                 staging_root: std::env::temp_dir()
                     .join(format!("weir-registry-test-{}-{name}", std::process::id())),
                 engine_workers: 1,
-                limits: Default::default(),
+                limits,
                 capture_prepare_dir: None,
                 security: Default::default(),
                 gbk_memory_budget: None,
@@ -923,6 +951,31 @@ mod tests {
         running.set_state(JobState::Cancelled);
         assert_eq!(r.evict_finished(), vec![finished[2].id.clone()]);
         assert!(r.get(&running.id).is_some());
+    }
+
+    /// Finished jobs' pipelines count against the held bytes too: past
+    /// them the oldest finished jobs go, whatever their number.
+    #[test]
+    fn finished_jobs_are_forgotten_past_the_held_pipeline_bytes() {
+        let r = registry_with(
+            "held-bytes",
+            crate::limits::Limits { max_held_pipeline_bytes: 250, ..Default::default() },
+        );
+        let big = beam::Pipeline { requirements: vec!["x".repeat(100)], ..Default::default() };
+        let jobs: Vec<_> = (0..3)
+            .map(|i| {
+                let j = r.create(format!("b{i}"), big.clone(), Default::default());
+                assert_eq!(j.pipeline_bytes, 102);
+                j.set_state(JobState::Starting);
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                j.set_state(JobState::Done);
+                j
+            })
+            .collect();
+        // 3 x 102 bytes is over 250: the oldest goes, two fit.
+        assert_eq!(r.evict_finished(), vec![jobs[0].id.clone()]);
+        assert_eq!(r.evict_finished(), Vec::<String>::new());
+        assert_eq!(r.all().len(), 2);
     }
 
     #[test]

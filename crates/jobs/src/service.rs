@@ -301,12 +301,23 @@ impl beam::job_service_server::JobService for JobService {
         if prepared >= limits.max_prepared_jobs {
             return Err(tonic::Status::resource_exhausted(crate::limits::over(
                 &format!(
-                    "the number of prepared jobs not yet run (each forgotten {} s after its Prepare)",
+                    "the number of prepared jobs not yet run, with this one (each is forgotten {} s after its Prepare),",
                     limits.prepared_job_ttl.as_secs()
                 ),
-                prepared,
+                prepared + 1,
                 limits.max_prepared_jobs,
                 crate::limits::flag::MAX_PREPARED_JOBS,
+            )));
+        }
+        let held = self.0.prepared_pipeline_bytes();
+        if held.saturating_add(pipeline_bytes) > limits.max_held_pipeline_bytes {
+            return Err(tonic::Status::resource_exhausted(crate::limits::over(
+                &format!(
+                    "the serialized pipelines of the prepared jobs not yet run, with this one ({pipeline_bytes} bytes),"
+                ),
+                format!("{} bytes", held + pipeline_bytes),
+                format!("{} bytes", limits.max_held_pipeline_bytes),
+                crate::limits::flag::MAX_HELD_PIPELINE_BYTES,
             )));
         }
         // DOCKER images against the operator's allowlist before any
@@ -325,8 +336,9 @@ impl beam::job_service_server::JobService for JobService {
                 }
             }
         }
-        let validated = crate::options::validate(&options)
+        let mut validated = crate::options::validate(&options)
             .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+        validated.notes.extend(container_image_note(&options, &pipeline));
         let plan_options = weir_plan::PlanOptions {
             fn_api_url: self.0.url.clone(),
             streaming: validated.streaming,
@@ -373,6 +385,8 @@ impl beam::job_service_server::JobService for JobService {
         // Python always sends the placeholder name "job"; --job_name says more.
         let name = match validated.job_name.clone() {
             Some(name) if req.job_name.is_empty() || req.job_name == "job" => name,
+            // Then the job id (create_job names an unnamed job by it).
+            None if req.job_name == "job" => String::new(),
             _ => req.job_name,
         };
         let id = JobRegistry::new_job_id();
@@ -394,7 +408,13 @@ impl beam::job_service_server::JobService for JobService {
         let job = self
             .0
             .create_job(id, name, pipeline, Some(plan), options, locations);
-        for note in validated.notes.iter().chain(&env_notes) {
+        // Each option note says what Weir does not do of what the client
+        // asked: a warning, which Beam's clients show at their default log
+        // level (Python's PortableRunner logs BASIC messages at INFO).
+        for note in &validated.notes {
+            job.message(MessageImportance::JobMessageWarning, note.clone());
+        }
+        for note in &env_notes {
             job.message(MessageImportance::JobMessageBasic, note.clone());
         }
         // After the token, limit and environment checks (no policy limits
@@ -422,11 +442,20 @@ impl beam::job_service_server::JobService for JobService {
         request: tonic::Request<beam::RunJobRequest>,
     ) -> Result<tonic::Response<beam::RunJobResponse>, tonic::Status> {
         let job = self.job(&request.get_ref().preparation_id)?;
-        if job.state() != JobState::Stopped {
-            return Err(tonic::Status::failed_precondition(format!(
-                "job {} was already run",
-                job.id
-            )));
+        match job.state() {
+            JobState::Stopped => {}
+            JobState::Cancelled | JobState::Cancelling if job.times().0.is_none() => {
+                return Err(tonic::Status::failed_precondition(format!(
+                    "job {} was cancelled before it was run",
+                    job.id
+                )))
+            }
+            _ => {
+                return Err(tonic::Status::failed_precondition(format!(
+                    "job {} was already run",
+                    job.id
+                )))
+            }
         }
         job.set_state(JobState::Starting);
         job.message(
@@ -610,6 +639,43 @@ impl beam::job_service_server::JobService for JobService {
     }
 }
 
+/// A note when `--sdk_container_image` (or its deprecated name) asks for an
+/// image no environment of the pipeline uses: the SDK writes the option
+/// into its DOCKER environments or not at all (Beam Python's PortableRunner
+/// takes the image from --environment_config), and Weir runs the
+/// environments as sent.
+fn container_image_note(options: &prost_types::Struct, pipeline: &beam::Pipeline) -> Option<String> {
+    use prost::Message;
+    use prost_types::value::Kind;
+    let (key, image) = ["sdk_container_image", "worker_harness_container_image"].iter().find_map(|name| {
+        match options.fields.get(&format!("beam:option:{name}:v1")).and_then(|v| v.kind.as_ref()) {
+            Some(Kind::StringValue(s)) if !s.is_empty() => Some((*name, s.clone())),
+            _ => None,
+        }
+    })?;
+    let mut images: Vec<String> = pipeline
+        .components
+        .iter()
+        .flat_map(|c| c.environments.values())
+        .filter(|e| e.urn == weir_proto::urns::env::DOCKER)
+        .filter_map(|e| beam::DockerPayload::decode(e.payload.as_slice()).ok())
+        .map(|p| p.container_image)
+        .collect();
+    if images.iter().any(|i| *i == image) {
+        return None;
+    }
+    images.sort();
+    images.dedup();
+    Some(if images.is_empty() {
+        format!("--{key}={image}: has no effect on this job: none of its environments is DOCKER")
+    } else {
+        format!(
+            "--{key}={image}: not applied: the pipeline's DOCKER environments ask for {} (the SDK did not write the option into them; Beam Python takes the image from --environment_config), and Weir runs them as sent",
+            images.join(", ")
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -659,5 +725,43 @@ mod tests {
             "{}",
             refused.message()
         );
+    }
+
+    /// `--sdk_container_image` the pipeline's DOCKER environments do not
+    /// use, or with no DOCKER environment, gets a note naming both.
+    #[test]
+    fn an_unapplied_container_image_is_noted() {
+        use prost::Message;
+        let options = |image: &str| Struct {
+            fields: [(
+                "beam:option:sdk_container_image:v1".to_string(),
+                Value { kind: Some(Kind::StringValue(image.into())) },
+            )]
+            .into(),
+        };
+        let docker = |image: &str| beam::Pipeline {
+            components: Some(beam::Components {
+                environments: [(
+                    "py".to_string(),
+                    beam::Environment {
+                        urn: weir_proto::urns::env::DOCKER.into(),
+                        payload: beam::DockerPayload { container_image: image.into() }.encode_to_vec(),
+                        ..Default::default()
+                    },
+                )]
+                .into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(container_image_note(&options("my/image:1"), &docker("my/image:1")), None);
+        assert_eq!(container_image_note(&Struct::default(), &docker("apache/beam:1")), None);
+        let note = container_image_note(&options("my/image:1"), &docker("apache/beam:1")).unwrap();
+        assert!(
+            note.starts_with("--sdk_container_image=my/image:1: not applied: the pipeline's DOCKER environments ask for apache/beam:1"),
+            "{note}"
+        );
+        let note = container_image_note(&options("my/image:1"), &beam::Pipeline::default()).unwrap();
+        assert_eq!(note, "--sdk_container_image=my/image:1: has no effect on this job: none of its environments is DOCKER");
     }
 }

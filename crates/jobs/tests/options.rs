@@ -141,7 +141,6 @@ fn python_dataflow_options_are_typed_and_noted() {
         "--update=true: ",
         "--service_account_email=x@y.iam.gserviceaccount.com: ",
         "--dataflow_kms_key=k: ",
-        "--streaming=true: ",
         "--enable_streaming_engine=true: ",
     ] {
         assert!(
@@ -163,6 +162,7 @@ fn python_dataflow_options_are_typed_and_noted() {
         "--autoscaling_algorithm",
         "--number_of_worker_harness_threads",
         "--element_processing_timeout_minutes",
+        "--streaming",
     ] {
         assert!(!has_note(&o, quiet), "{quiet} noted: {:#?}", o.notes);
     }
@@ -889,8 +889,8 @@ fn notes_only_for_options_that_are_set() {
         py("create_from_snapshot"): "snap-1",
         py("sdk_harness_container_image_overrides"): [".*java.*,my/java:1"],
     }));
+    assert!(!has_note(&o, "--streaming"), "{:#?}", o.notes);
     for start in [
-        "--streaming=true: ",
         "--enable_streaming_engine=true: ",
         "--dataflow_endpoint=https://dataflow.example.test: ",
         "--template_location=gs://b/template: is not supported",
@@ -1190,7 +1190,10 @@ async fn prepare_records_options_and_reports_notes() {
     );
     assert_eq!(job.options, options, "options are kept as sent");
     let texts = messages(&registry, &id);
-    assert_eq!(texts, options::validate(&options).unwrap().notes);
+    let mut notes = options::validate(&options).unwrap().notes;
+    // The image no environment of the pipeline (it has no DOCKER one) uses.
+    notes.push("--sdk_container_image=img: has no effect on this job: none of its environments is DOCKER".into());
+    assert_eq!(texts, notes);
     assert!(
         texts.iter().any(|t| t.starts_with("--project=proj: ")),
         "{texts:#?}"
@@ -1520,4 +1523,19 @@ fn only_a_python_clients_loopback_is_the_clients_in_process_pool() {
     }));
     assert_eq!(options::string(&go, "environment_type").as_deref(), Some("LOOPBACK"));
     assert!(!options::in_process_pool(&go));
+}
+
+#[test]
+fn max_num_workers_without_autoscaling_gets_a_note() {
+    let o = ok(one("max_num_workers", serde_json::json!(4)));
+    assert!(
+        has_note(&o, "--max_num_workers=4: has no effect without --autoscaling_algorithm=THROUGHPUT_BASED"),
+        "{:?}",
+        o.notes
+    );
+    let o = ok(serde_json::json!({
+        py("max_num_workers"): 4,
+        py("autoscaling_algorithm"): "THROUGHPUT_BASED",
+    }));
+    assert!(!has_note(&o, "--max_num_workers"), "{:?}", o.notes);
 }

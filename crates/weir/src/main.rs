@@ -269,6 +269,10 @@ struct ServeArgs {
     /// Prepared, not yet run jobs the server keeps; Prepare beyond it is refused.
     #[arg(long = "max_prepared_jobs", default_value_t = weir_jobs::limits::Limits::default().max_prepared_jobs)]
     max_prepared_jobs: usize,
+    /// Bytes of serialized pipelines held in prepared jobs not yet run (Prepare
+    /// past it is refused), and again in finished jobs (the oldest are forgotten past it).
+    #[arg(long = "max_held_pipeline_bytes", default_value_t = weir_jobs::limits::Limits::default().max_held_pipeline_bytes)]
+    max_held_pipeline_bytes: usize,
     /// SDK harnesses one job may start (num_workers or max_num_workers x
     /// harnesses per worker x environments; default: the larger of 256 and 4 x cores).
     #[arg(long = "max_sdk_harnesses_per_job", default_value_t = weir_jobs::limits::Limits::default().max_sdk_harnesses_per_job)]
@@ -364,9 +368,35 @@ struct BootArgs {
     control_endpoint: Option<String>,
 }
 
-fn main() -> anyhow::Result<()> {
+/// Raises this process's soft limit of open files to its hard limit, as Go
+/// programs (Prism) do at start: a server holds sockets for every client and
+/// SDK harness, and the usual soft default (1024) is soon reached.
+fn raise_open_files_limit() {
+    // SAFETY: getrlimit and setrlimit only read and write the struct given.
+    unsafe {
+        let mut limit = std::mem::zeroed::<libc::rlimit>();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
+/// Runs the command; an error ends the process with status 1 and one line,
+/// `Error: what: why`, with no backtrace even under RUST_BACKTRACE (a
+/// harness's start-up error reaches the job's messages through the last
+/// lines of its output, which frames would push out).
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("Error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     // This binary's path, before a rebuild can replace the file (weir_exe).
     let _ = weir_harness::weir_exe();
+    raise_open_files_limit();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -407,7 +437,16 @@ fn main() -> anyhow::Result<()> {
         }
         Some(Command::Serve(s)) => stop_after(runtime, serve(s, None)),
         Some(Command::Worker(w)) => stop_after(runtime, worker(w)),
-        Some(Command::Jobs(j)) => runtime.block_on(jobs::run(j)),
+        Some(Command::Jobs(j)) => {
+            // A command-line tool whose reader went away (`weir jobs list |
+            // head`) ends quietly, as Unix tools do, instead of panicking on
+            // a broken pipe.
+            // SAFETY: restores the default action of one signal at start.
+            unsafe {
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            }
+            runtime.block_on(jobs::run(j))
+        }
         Some(Command::ExpansionService(e)) => runtime.block_on(expansion_service(e)),
         None => stop_after(runtime, serve(cli.serve, None)),
     }
@@ -771,6 +810,7 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
             max_artifact_bytes_per_job: args.max_artifact_bytes_per_job,
             prepared_job_ttl: std::time::Duration::from_secs(args.prepared_job_ttl_secs),
             max_prepared_jobs: args.max_prepared_jobs,
+            max_held_pipeline_bytes: args.max_held_pipeline_bytes,
             max_sdk_harnesses_per_job: args.max_sdk_harnesses_per_job,
             allow_client_staging_locations: args.allow_client_staging_locations,
         },

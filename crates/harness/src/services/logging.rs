@@ -6,7 +6,8 @@
 //! job's message stream carries is the job's choice (warnings and errors
 //! only; see `weir_jobs::registry::Job::sdk_log`). The text is `[<worker
 //! id>] <message>`, plus ` (<transform id>)` when the SDK names the
-//! transform, plus the traceback.
+//! transform, plus the traceback. Weir's own log takes each harness's
+//! entries at a bounded rate ([`SERVER_LOG_PER_SECOND`]).
 
 use std::sync::Arc;
 
@@ -15,6 +16,13 @@ use weir_proto::beam;
 
 use super::known_worker;
 use crate::registry::{FnApi, WorkerLog};
+
+/// SDK log entries of one harness that Weir's own log takes in a burst.
+pub const SERVER_LOG_BURST: f64 = 1000.0;
+/// SDK log entries of one harness that Weir's own log takes per second
+/// after a burst; the rest reach the job's logs only, so that one chatty
+/// DoFn cannot fill the operator's disk.
+pub const SERVER_LOG_PER_SECOND: f64 = 100.0;
 
 /// The logging service.
 pub struct LoggingService(pub Arc<FnApi>);
@@ -39,6 +47,10 @@ impl beam::beam_fn_logging_server::BeamFnLogging for LoggingService {
         let (ended, on_end) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
             let _ended = ended;
+            // Weir's own log: a token bucket per harness (see SERVER_LOG_BURST).
+            let mut allowance = SERVER_LOG_BURST;
+            let mut refilled = std::time::Instant::now();
+            let mut held_back = 0u64;
             while let Some(Ok(list)) = inbound.next().await {
                 for e in list.log_entries {
                     // Severity enum of LogEntry: TRACE=1 DEBUG=2 INFO=3 NOTICE=4 WARN=5 ERROR=6 CRITICAL=7.
@@ -56,16 +68,33 @@ impl beam::beam_fn_logging_server::BeamFnLogging for LoggingService {
                         text.push('\n');
                         text.push_str(&e.trace);
                     }
-                    match level {
-                        WorkerLog::Error => tracing::error!(worker = %worker.id, "{text}"),
-                        WorkerLog::Warning => tracing::warn!(worker = %worker.id, "{text}"),
-                        WorkerLog::Info => tracing::info!(worker = %worker.id, "{text}"),
-                        WorkerLog::Debug => tracing::debug!(worker = %worker.id, "{text}"),
+                    let now = std::time::Instant::now();
+                    allowance = (allowance
+                        + now.duration_since(refilled).as_secs_f64() * SERVER_LOG_PER_SECOND)
+                        .min(SERVER_LOG_BURST);
+                    refilled = now;
+                    if allowance >= 1.0 {
+                        allowance -= 1.0;
+                        if held_back > 0 {
+                            tracing::warn!(worker = %worker.id, "{held_back} SDK log entries kept off this log (over {SERVER_LOG_PER_SECOND} a second); the job's logs have them");
+                            held_back = 0;
+                        }
+                        match level {
+                            WorkerLog::Error => tracing::error!(worker = %worker.id, "{text}"),
+                            WorkerLog::Warning => tracing::warn!(worker = %worker.id, "{text}"),
+                            WorkerLog::Info => tracing::info!(worker = %worker.id, "{text}"),
+                            WorkerLog::Debug => tracing::debug!(worker = %worker.id, "{text}"),
+                        }
+                    } else {
+                        held_back += 1;
                     }
                     if let Some(sink) = fn_api.sdk_log(&worker.job_id) {
                         sink(level, format!("[{}] {text}", worker.id));
                     }
                 }
+            }
+            if held_back > 0 {
+                tracing::warn!(worker = %worker.id, "{held_back} SDK log entries kept off this log (over {SERVER_LOG_PER_SECOND} a second); the job's logs have them");
             }
         });
         let reply = futures::stream::once(on_end).filter_map(|_| async { None });
