@@ -179,6 +179,8 @@ def test_failed_java_job_reports_the_users_error(classpath, weir_server, tmp_pat
   assert done.returncode == 1, done.stderr[-6000:]
   assert 'state FAILED' in done.stdout.splitlines(), done.stdout
   assert 'No files matched spec: %s' % missing in done.stderr, done.stderr[-6000:]
+  # Java's error names no transform: Weir's names the failed stage's.
+  assert re.search(r"stage stage-\d+ \([^)]*ReadLines", done.stderr), done.stderr[-6000:]
 
 
 def timer_order(classpath, tmp, label, runner_args):

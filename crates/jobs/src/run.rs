@@ -431,8 +431,31 @@ async fn execute_with(
         Err(weir_engine::EngineError::Cancelled) => {
             Err((JobState::Cancelled, "job cancelled".into()))
         }
-        Err(e) => Err(fail(format!("job '{}' failed: {e}", job.name))),
+        Err(e) => Err(fail(format!("job '{}' failed: {}", job.name, for_the_user(&e, job.plan.as_ref())))),
     }
+}
+
+/// The engine's error as the job's message: a failed stage of a Java or Go
+/// environment is named by its transforms too (`stage stage-2
+/// (ParDo(Parse)+ParDo(Count)) failed: ...`), as those SDKs' errors name
+/// none. A Python stage's is not: Python's error names the failing
+/// transform itself (`[while running 'Map(use)']`), and Beam's
+/// test_error_message_includes_stage wants the transforms fused with it
+/// left out.
+fn for_the_user(e: &weir_engine::EngineError, plan: Option<&weir_plan::Plan>) -> String {
+    if let (weir_engine::EngineError::BundleFailed { stage, message }, Some(plan)) = (e, plan) {
+        if let Some(s) = plan.graph.stages.iter().find(|s| s.id == *stage) {
+            if let weir_plan::StageKind::Sdk(sdk) = &s.kind {
+                if !weir_plan::is_python_environment(&sdk.environment_id, &plan.environments)
+                    && !s.name.is_empty()
+                    && s.name != s.id
+                {
+                    return format!("stage {} ({}) failed: {message}", s.id, s.name);
+                }
+            }
+        }
+    }
+    e.to_string()
 }
 
 /// How many SDK harnesses each environment starts with, for the job's

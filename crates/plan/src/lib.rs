@@ -22,6 +22,7 @@ mod wire;
 use std::collections::HashMap;
 
 pub use error::{PlanError, Result};
+pub use windowing::is_python_environment;
 /// The stage graph types (`weir-graph`), where the plan puts its result.
 pub use weir_graph as graph;
 pub use graph::*;

@@ -95,8 +95,10 @@ fn is_python(ws: &beam::WindowingStrategy, environments: &HashMap<String, beam::
     is_python_environment(&ws.environment_id, environments)
 }
 
-/// Whether environment `id` is a Python SDK's (see [`is_python`]).
-pub(crate) fn is_python_environment(id: &str, environments: &HashMap<String, beam::Environment>) -> bool {
+/// Whether environment `id` of `environments` is a Python SDK's: it
+/// declares `beam:version:sdk_base:apache/beam_python…` or
+/// `beam:combinefn:packed_python:v1`.
+pub fn is_python_environment(id: &str, environments: &HashMap<String, beam::Environment>) -> bool {
     environments.get(id).is_some_and(|e| {
         e.capabilities.iter().any(|c| {
             c.starts_with("beam:version:sdk_base:apache/beam_python")
