@@ -42,6 +42,7 @@ pub(crate) fn check(pipeline: &beam::Pipeline) -> Result<()> {
     let empty = beam::Components::default();
     let c = pipeline.components.as_ref().unwrap_or(&empty);
     transforms(&pipeline.root_transform_ids, &c.transforms)?;
+    references(c)?;
     coders(&c.coders)?;
     for (id, ws) in sorted(&c.windowing_strategies) {
         if let Some(t) = &ws.trigger {
@@ -127,6 +128,28 @@ fn transforms(roots: &[String], transforms: &HashMap<String, beam::PTransform>) 
         parent.insert(id, from);
         for s in t.subtransforms.iter().rev() {
             stack.push((s.as_str(), Some(id), depth + 1));
+        }
+    }
+    Ok(())
+}
+
+/// Checks that every coder a PCollection or a coder names is in the
+/// components, so that no such pipeline runs to a late failure (or, for a
+/// PCollection the runner never reads, to DONE).
+fn references(c: &beam::Components) -> Result<()> {
+    for (id, pc) in sorted(&c.pcollections) {
+        if !c.coders.contains_key(&pc.coder_id) {
+            return Err(PlanError::Invalid(format!(
+                "PCollection {id} ({}): unknown coder id {:?}",
+                pc.unique_name, pc.coder_id
+            )));
+        }
+    }
+    for (id, coder) in sorted(&c.coders) {
+        if let Some(missing) = coder.component_coder_ids.iter().find(|comp| !c.coders.contains_key(*comp)) {
+            return Err(PlanError::Invalid(format!(
+                "coder {id:?}: unknown component coder id {missing:?}"
+            )));
         }
     }
     Ok(())
@@ -382,6 +405,23 @@ mod tests {
             invalid(coders(&cs)),
             "coder \"a\" is its own component (coder cycle a -> b -> a)"
         );
+    }
+
+    #[test]
+    fn dangling_coder_ids_are_refused_by_name() {
+        let mut c = beam::Components {
+            coders: coders_of(vec![("x".into(), coder(&[])), ("kv".into(), coder(&["x", "gone"]))]),
+            ..Default::default()
+        };
+        assert_eq!(invalid(references(&c)), "coder \"kv\": unknown component coder id \"gone\"");
+        c.coders.insert("gone".into(), coder(&[]));
+        c.pcollections.insert(
+            "pc".into(),
+            beam::PCollection { unique_name: "Out".into(), coder_id: "nowhere".into(), ..Default::default() },
+        );
+        assert_eq!(invalid(references(&c)), "PCollection pc (Out): unknown coder id \"nowhere\"");
+        c.pcollections.get_mut("pc").unwrap().coder_id = "kv".into();
+        assert!(references(&c).is_ok());
     }
 
     #[test]
