@@ -492,11 +492,13 @@ impl beam::job_service_server::JobService for JobService {
 
     async fn get_jobs(
         &self,
-        _: tonic::Request<beam::GetJobsRequest>,
+        request: tonic::Request<beam::GetJobsRequest>,
     ) -> Result<tonic::Response<beam::GetJobsResponse>, tonic::Status> {
-        Ok(tonic::Response::new(beam::GetJobsResponse {
-            job_info: self.0.all().iter().map(|j| j.info()).collect(),
-        }))
+        let mut job_info: Vec<beam::JobInfo> = self.0.all().iter().map(|j| j.info()).collect();
+        if request.metadata().get(FULL_OPTIONS_HEADER).is_none() {
+            fit_reply(&mut job_info, GET_JOBS_REPLY_BYTES);
+        }
+        Ok(tonic::Response::new(beam::GetJobsResponse { job_info }))
     }
 
     async fn get_state(
@@ -676,6 +678,48 @@ fn container_image_note(options: &prost_types::Struct, pipeline: &beam::Pipeline
     })
 }
 
+/// The largest GetJobs reply sent without [`FULL_OPTIONS_HEADER`]: under
+/// gRPC's default 4 MiB limit of received messages, which Beam's clients keep.
+pub const GET_JOBS_REPLY_BYTES: usize = 3 << 20;
+
+/// Metadata key asking GetJobs for every job's options whatever the reply's
+/// size (Weir's CLI sends it, with a larger limit of its own).
+pub const FULL_OPTIONS_HEADER: &str = "weir-full-options";
+
+/// Leaves out the options of the jobs with the largest ones until the reply
+/// fits in `limit` bytes, each replaced by one field saying so
+/// (`weir:options_omitted:v1`): one job with megabytes of options must not
+/// make GetJobs fail for every client.
+fn fit_reply(jobs: &mut [beam::JobInfo], limit: usize) {
+    use prost::Message;
+    let mut total: usize = jobs.iter().map(|j| j.encoded_len() + 8).sum();
+    if total <= limit {
+        return;
+    }
+    let mut by_size: Vec<(usize, usize)> =
+        jobs.iter().enumerate().map(|(i, j)| (j.pipeline_options.as_ref().map_or(0, |o| o.encoded_len()), i)).collect();
+    by_size.sort_unstable_by(|a, b| b.cmp(a));
+    for (size, i) in by_size {
+        if total <= limit {
+            break;
+        }
+        let job = &mut jobs[i];
+        let before = job.encoded_len();
+        let note = format!(
+            "{size} bytes of options left out of GetJobs to keep its reply under {limit} bytes; `weir jobs describe {}` shows them",
+            job.job_id
+        );
+        job.pipeline_options = Some(prost_types::Struct {
+            fields: [(
+                "weir:options_omitted:v1".to_string(),
+                prost_types::Value { kind: Some(prost_types::value::Kind::StringValue(note)) },
+            )]
+            .into(),
+        });
+        total = total.saturating_sub(before.saturating_sub(job.encoded_len()));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -763,5 +807,32 @@ mod tests {
         );
         let note = container_image_note(&options("my/image:1"), &beam::Pipeline::default()).unwrap();
         assert_eq!(note, "--sdk_container_image=my/image:1: has no effect on this job: none of its environments is DOCKER");
+    }
+
+    /// Past the reply limit the largest options go first, each replaced by
+    /// a note; the rest stay as sent.
+    #[test]
+    fn get_jobs_leaves_out_the_largest_options_to_fit() {
+        use prost::Message;
+        let job = |id: &str, bytes: usize| beam::JobInfo {
+            job_id: id.into(),
+            pipeline_options: Some(Struct {
+                fields: [("beam:option:x:v1".to_string(), Value { kind: Some(Kind::StringValue("x".repeat(bytes))) })]
+                    .into(),
+            }),
+            ..Default::default()
+        };
+        let mut jobs = vec![job("small", 10), job("big", 5000), job("medium", 2000)];
+        let kept = jobs.clone();
+        fit_reply(&mut jobs, 10_000);
+        assert_eq!(jobs, kept, "under the limit nothing changes");
+        fit_reply(&mut jobs, 3000);
+        assert_eq!((&jobs[0], &jobs[2]), (&kept[0], &kept[2]));
+        let note = &jobs[1].pipeline_options.as_ref().unwrap().fields["weir:options_omitted:v1"];
+        assert!(
+            matches!(&note.kind, Some(Kind::StringValue(t)) if t.contains("`weir jobs describe big` shows them")),
+            "{note:?}"
+        );
+        assert!(jobs.iter().map(|j| j.encoded_len() + 8).sum::<usize>() <= 3000);
     }
 }

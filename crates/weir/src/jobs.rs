@@ -274,10 +274,21 @@ fn clip(text: &str, n: usize) -> String {
     }
 }
 
+/// A GetJobs request for every job's options, whatever the reply's size
+/// (this client takes up to `weir_proto::MAX_GRPC_MESSAGE_BYTES`).
+fn all_options() -> tonic::Request<beam::GetJobsRequest> {
+    let mut request = tonic::Request::new(beam::GetJobsRequest {});
+    request.metadata_mut().insert(
+        weir_jobs::service::FULL_OPTIONS_HEADER,
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
+    request
+}
+
 /// The job `job_id` as GetJobs lists it.
 async fn job_info(client: &mut Client, job_id: &str) -> anyhow::Result<beam::JobInfo> {
     client
-        .get_jobs(beam::GetJobsRequest {})
+        .get_jobs(all_options())
         .await?
         .into_inner()
         .job_info
@@ -376,7 +387,7 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
     match args.action {
         JobsAction::List => {
             let jobs = client
-                .get_jobs(beam::GetJobsRequest {})
+                .get_jobs(all_options())
                 .await?
                 .into_inner()
                 .job_info;
