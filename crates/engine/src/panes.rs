@@ -53,6 +53,9 @@ struct WindowPanes {
     /// The trigger finished after the end of the window: no more panes,
     /// late data is dropped until the window expires.
     closed: bool,
+    /// Timestamp range of the elements that came since the last pane and
+    /// not behind the watermark ([`Windowing::pane_timestamp_from_holds`]).
+    held: Option<(Timestamp, Timestamp)>,
 }
 
 /// Streaming GroupByKey state on one worker: every (key, window) with data
@@ -148,6 +151,7 @@ impl PaneBuffer {
                 pane_index: 0,
                 non_speculative_index: 0,
                 closed: false,
+                held: None,
             });
             if p.closed {
                 self.dropped_late += 1;
@@ -156,6 +160,11 @@ impl PaneBuffer {
             p.values.push(v.to_vec());
             p.min_ts = p.min_ts.min(wv.timestamp);
             p.max_ts = p.max_ts.max(wv.timestamp);
+            if wv.timestamp >= watermark && w.max_timestamp() >= watermark {
+                p.held = Some(p.held.map_or((wv.timestamp, wv.timestamp), |(lo, hi)| {
+                    (lo.min(wv.timestamp), hi.max(wv.timestamp))
+                }));
+            }
             p.new_elements += 1;
             let cx = TriggerContext {
                 watermark,
@@ -316,7 +325,18 @@ impl PaneBuffer {
             if past_end {
                 p.non_speculative_index += 1;
             }
-            let timestamp = pane_timestamp(&self.windowing, w, p.min_ts, p.max_ts);
+            let timestamp = if self.windowing.pane_timestamp_from_holds
+                && !matches!(w, Window::Custom(_))
+                && self.windowing.output_time != OutputTime::EndOfWindow
+            {
+                match p.held {
+                    Some((lo, hi)) => pane_timestamp(&self.windowing, w, lo, hi),
+                    None => w.max_timestamp(),
+                }
+            } else {
+                pane_timestamp(&self.windowing, w, p.min_ts, p.max_ts)
+            };
+            p.held = None;
             let mut value = key.to_vec();
             encode_iterable(p.values.iter().map(|v| v.as_slice()), &mut value);
             let wv = WindowedValue {
@@ -376,10 +396,19 @@ fn merge_panes(
         if members == [target.clone()] {
             continue;
         }
-        let mut parts: Vec<WindowPanes> =
-            members.iter().filter_map(|m| by_window.remove(m)).collect();
-        if let Some(existing) = by_window.remove(&target) {
-            parts.push(existing);
+        // The pane indices of the merged window itself, when it was one of
+        // the windows merged (elements that fell inside a session):
+        // Java's DirectRunner goes on from them there, and starts a new
+        // window's (a session the merge grew) at pane 0.
+        let mut carried = (0, 0);
+        let mut parts: Vec<WindowPanes> = Vec::new();
+        for m in members.iter().chain(std::iter::once(&target)) {
+            if let Some(part) = by_window.remove(m) {
+                if *m == target {
+                    carried = (part.pane_index, part.non_speculative_index);
+                }
+                parts.push(part);
+            }
         }
         if parts.is_empty() {
             continue;
@@ -391,16 +420,16 @@ fn merge_panes(
             max_ts: Timestamp::MIN,
             new_elements: 0,
             trigger: trigger.merge(&states),
-            // Pane indices go on from the merged windows' (the highest), as
-            // Java's ReduceFnRunner reads them from a merged window's state:
-            // a late element merged into a fired session gives pane 1, not 0.
-            pane_index: 0,
-            non_speculative_index: 0,
+            pane_index: carried.0,
+            non_speculative_index: carried.1,
             closed: false,
+            held: None,
         };
         for part in parts {
-            p.pane_index = p.pane_index.max(part.pane_index);
-            p.non_speculative_index = p.non_speculative_index.max(part.non_speculative_index);
+            p.held = match (p.held, part.held) {
+                (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
+                (x, y) => x.or(y),
+            };
             p.values.extend(part.values);
             p.min_ts = p.min_ts.min(part.min_ts);
             p.max_ts = p.max_ts.max(part.max_ts);
@@ -484,6 +513,7 @@ mod tests {
             on_time_fire_always: true,
             closing_emit_always: false,
             end_of_global_window: Timestamp::PYTHON_END_OF_GLOBAL_WINDOW,
+            pane_timestamp_from_holds: false,
         }
     }
 
@@ -589,11 +619,44 @@ mod tests {
         );
     }
 
-    /// A late element merged into a session that already fired: its pane
-    /// goes on from the session's (index 1, not first), as in Java's
-    /// DirectRunner.
+    /// Java's timestamps of EARLIEST panes: the on-time pane at its earliest
+    /// element; a late pane, whose element came behind the watermark, at
+    /// the window's end (Java's DirectRunner); Prism's rule combines every
+    /// element of the (accumulating) pane.
     #[test]
-    fn a_late_merge_into_a_fired_session_goes_on_with_its_pane_index() {
+    fn java_stamps_a_late_pane_at_the_window_end() {
+        let stamps = |from_holds: bool| {
+            let trigger = Trigger::AfterEndOfWindow {
+                early: None,
+                late: Some(Box::new(Trigger::ElementCount(1))),
+            };
+            let mut w = windowing(trigger, Accumulation::Accumulating, 100);
+            w.output_time = OutputTime::EarliestInPane;
+            w.pane_timestamp_from_holds = from_holds;
+            let mut b = PaneBuffer::new(coder(), Coder::IntervalWindow, w);
+            let mut out = vec![];
+            out.extend(b.insert(&element("k", 3, 3), Timestamp(0), 0).unwrap());
+            out.extend(b.insert(&element("k", 1, 1), Timestamp(0), 0).unwrap());
+            out.extend(b.advance(Timestamp(10), 0)); // on time
+            out.extend(b.insert(&element("k", 5, 5), Timestamp(20), 0).unwrap()); // late
+            let out_coder = Coder::Kv(
+                Box::new(Coder::StringUtf8),
+                Box::new(Coder::Iterable(Box::new(Coder::VarInt))),
+            );
+            out.iter()
+                .map(|e| WindowedValue::decode(&out_coder, &Coder::IntervalWindow, e).unwrap().0.timestamp)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(stamps(true), vec![Timestamp(1), Timestamp(9)]);
+        assert_eq!(stamps(false), vec![Timestamp(1), Timestamp(1)]);
+    }
+
+    /// A late element inside a session that already fired: its pane goes
+    /// on from the session's (index 1, not first); one that grows the
+    /// session makes a new window, whose panes start at 0 (both as Java's
+    /// and Python's DirectRunners give).
+    #[test]
+    fn a_late_element_inside_a_fired_session_goes_on_with_its_pane_index() {
         let trigger = Trigger::AfterEndOfWindow {
             early: None,
             late: Some(Box::new(Trigger::ElementCount(1))),
@@ -616,12 +679,14 @@ mod tests {
         out.extend(b.insert(&session(1, 1), Timestamp(0), 0).unwrap());
         out.extend(b.insert(&session(5, 5), Timestamp(0), 0).unwrap());
         out.extend(b.advance(Timestamp(20), 0)); // [1, 15) on time
-        out.extend(b.insert(&session(8, 8), Timestamp(20), 0).unwrap()); // late: [1, 18)
+        out.extend(b.insert(&session(2, 2), Timestamp(20), 0).unwrap()); // late, inside [1, 15)
+        out.extend(b.insert(&session(8, 8), Timestamp(20), 0).unwrap()); // late: grows it to [1, 18)
         assert_eq!(
             decode(out),
             vec![
                 ("k".into(), vec![1, 5], PaneTiming::OnTime, 0, 0, true, false),
-                ("k".into(), vec![1, 5, 8], PaneTiming::Late, 1, 1, false, false),
+                ("k".into(), vec![1, 5, 2], PaneTiming::Late, 1, 1, false, false),
+                ("k".into(), vec![1, 5, 2, 8], PaneTiming::Late, 0, 0, true, false),
             ]
         );
     }

@@ -90,6 +90,13 @@ pub struct Windowing {
     /// [`Timestamp::END_OF_GLOBAL_WINDOW`]) or, for Python, one millisecond
     /// less ([`Timestamp::PYTHON_END_OF_GLOBAL_WINDOW`]).
     pub end_of_global_window: Timestamp,
+    /// A streaming pane's timestamp (EARLIEST or LATEST in pane) combines
+    /// only the elements that came since the window's last pane and not
+    /// behind the watermark, or is the window's end when there are none,
+    /// as Java's ReduceFnRunner holds the watermark (its late panes are
+    /// stamped at the window's end). Set for Java strategies; Python's and
+    /// Go's runners (Prism) combine every element of the pane.
+    pub pane_timestamp_from_holds: bool,
 }
 
 impl Windowing {
@@ -105,6 +112,7 @@ impl Windowing {
             on_time_fire_always: true,
             closing_emit_always: false,
             end_of_global_window: Timestamp::PYTHON_END_OF_GLOBAL_WINDOW,
+            pane_timestamp_from_holds: false,
         }
     }
 }

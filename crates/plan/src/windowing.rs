@@ -85,6 +85,9 @@ pub(crate) fn parse(
         } else {
             Timestamp::END_OF_GLOBAL_WINDOW
         },
+        pane_timestamp_from_holds: environments.get(&ws.environment_id).is_some_and(|e| {
+            e.capabilities.iter().any(|c| c.starts_with("beam:version:sdk_base:apache/beam_java"))
+        }),
     })
 }
 
