@@ -1,6 +1,6 @@
 //! The job server's TCP connections, guarded: a connection that sends
 //! nothing within [`FIRST_BYTES_WAIT`] is closed, and at most
-//! [`MAX_CONNECTIONS`] are open at once (past that, new ones are closed at
+//! [`connection_cap`] are open at once (past that, new ones are closed at
 //! once), so idle sockets cannot use up the server's file descriptors and
 //! freeze the Job API, artifact staging and the Fn API for every job.
 
@@ -20,8 +20,25 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 pub const FIRST_BYTES_WAIT: Duration = Duration::from_secs(10);
 
 /// Connections open at once: each SDK harness holds a few (control, data,
-/// state, logging), each client one or two.
+/// state, logging), each client one or two. Lower when the process may
+/// open fewer files ([`connection_cap`]).
 pub const MAX_CONNECTIONS: usize = 4096;
+
+/// [`MAX_CONNECTIONS`], or half of this process's open-files limit when
+/// that is lower (at least 64), so that a flood of connections leaves files
+/// for staging, spilling and the harnesses' pipes.
+pub fn connection_cap() -> usize {
+    // SAFETY: getrlimit only writes the struct given.
+    let soft = unsafe {
+        let mut limit = std::mem::zeroed::<libc::rlimit>();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur as u64
+        } else {
+            u64::MAX
+        }
+    };
+    MAX_CONNECTIONS.min(usize::try_from(soft / 2).unwrap_or(usize::MAX).max(64))
+}
 
 /// A connection holding one of the [`MAX_CONNECTIONS`] places until it closes.
 pub struct Guarded {
@@ -74,7 +91,7 @@ impl AsyncWrite for Guarded {
 /// next request, and with Nagle's algorithm against the client's delayed
 /// ACKs every small response waited ~40 ms.
 pub fn incoming(listener: TcpListener) -> impl tokio_stream::Stream<Item = io::Result<Guarded>> {
-    incoming_with(listener, MAX_CONNECTIONS, FIRST_BYTES_WAIT)
+    incoming_with(listener, connection_cap(), FIRST_BYTES_WAIT)
 }
 
 /// [`incoming`] with its bounds given.

@@ -11,6 +11,21 @@
 
 use std::collections::BTreeMap;
 
+/// `println!` for a command-line tool: when its reader has gone (`weir jobs
+/// list | head`) the command ends quietly with status 0 instead of
+/// panicking on the broken pipe (SIGPIPE stays ignored, so a socket the
+/// server closes cannot kill the process).
+macro_rules! println {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }};
+}
+
 use anyhow::Context;
 use futures::StreamExt;
 use tonic::transport::Channel;

@@ -437,16 +437,7 @@ fn run() -> anyhow::Result<()> {
         }
         Some(Command::Serve(s)) => stop_after(runtime, serve(s, None)),
         Some(Command::Worker(w)) => stop_after(runtime, worker(w)),
-        Some(Command::Jobs(j)) => {
-            // A command-line tool whose reader went away (`weir jobs list |
-            // head`) ends quietly, as Unix tools do, instead of panicking on
-            // a broken pipe.
-            // SAFETY: restores the default action of one signal at start.
-            unsafe {
-                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-            }
-            runtime.block_on(jobs::run(j))
-        }
+        Some(Command::Jobs(j)) => runtime.block_on(jobs::run(j)),
         Some(Command::ExpansionService(e)) => runtime.block_on(expansion_service(e)),
         None => stop_after(runtime, serve(cli.serve, None)),
     }

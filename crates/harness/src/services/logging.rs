@@ -24,6 +24,9 @@ pub const SERVER_LOG_BURST: f64 = 1000.0;
 /// DoFn cannot fill the operator's disk.
 pub const SERVER_LOG_PER_SECOND: f64 = 100.0;
 
+/// How often Weir's own log says how many entries of a harness it left out.
+const SUMMARY_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The logging service.
 pub struct LoggingService(pub Arc<FnApi>);
 
@@ -51,6 +54,7 @@ impl beam::beam_fn_logging_server::BeamFnLogging for LoggingService {
             let mut allowance = SERVER_LOG_BURST;
             let mut refilled = std::time::Instant::now();
             let mut held_back = 0u64;
+            let mut last_summary = std::time::Instant::now();
             while let Some(Ok(list)) = inbound.next().await {
                 for e in list.log_entries {
                     // Severity enum of LogEntry: TRACE=1 DEBUG=2 INFO=3 NOTICE=4 WARN=5 ERROR=6 CRITICAL=7.
@@ -73,12 +77,13 @@ impl beam::beam_fn_logging_server::BeamFnLogging for LoggingService {
                         + now.duration_since(refilled).as_secs_f64() * SERVER_LOG_PER_SECOND)
                         .min(SERVER_LOG_BURST);
                     refilled = now;
+                    if held_back > 0 && now.duration_since(last_summary) >= SUMMARY_EVERY {
+                        tracing::warn!(worker = %worker.id, "{held_back} SDK log entries kept off this log (over {SERVER_LOG_PER_SECOND} a second); `weir jobs logs` shows the job's most recent entries");
+                        held_back = 0;
+                        last_summary = now;
+                    }
                     if allowance >= 1.0 {
                         allowance -= 1.0;
-                        if held_back > 0 {
-                            tracing::warn!(worker = %worker.id, "{held_back} SDK log entries kept off this log (over {SERVER_LOG_PER_SECOND} a second); the job's logs have them");
-                            held_back = 0;
-                        }
                         match level {
                             WorkerLog::Error => tracing::error!(worker = %worker.id, "{text}"),
                             WorkerLog::Warning => tracing::warn!(worker = %worker.id, "{text}"),
@@ -94,7 +99,7 @@ impl beam::beam_fn_logging_server::BeamFnLogging for LoggingService {
                 }
             }
             if held_back > 0 {
-                tracing::warn!(worker = %worker.id, "{held_back} SDK log entries kept off this log (over {SERVER_LOG_PER_SECOND} a second); the job's logs have them");
+                tracing::warn!(worker = %worker.id, "{held_back} SDK log entries kept off this log (over {SERVER_LOG_PER_SECOND} a second); `weir jobs logs` shows the job's most recent entries");
             }
         });
         let reply = futures::stream::once(on_end).filter_map(|_| async { None });

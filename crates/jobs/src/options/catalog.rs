@@ -123,7 +123,7 @@ pub static CATALOG: &[OptionSpec] = &[
         "has no local meaning (jobs run on this machine); recorded"),
     spec!("temp_location", py "temp_location", java "tempLocation", go "temp_location", [], String, Basic, Validated,
         "Path for temporary files.",
-        "Opened and probed at Prepare (local folder, gs:// or s3://, through object_store) and passed to SDK harnesses, which write temporary files there; the staging location when staging_location is not set.", rule "A local path or a file://, gs:// or s3:// URL; a gs:// URL follows Dataflow's rule gs://BUCKET/OBJECT with a valid bucket name (3 or more lowercase letters, digits, -, _ or ., starting and ending with a letter or digit)."),
+        "Opened and probed at Prepare (local folder, gs:// or s3://, through object_store) and passed to SDK harnesses, which write temporary files there; the staging location when staging_location is not set. A local folder outside Weir's own folders is the SDK's alone: the server neither makes nor probes it (unless weir serve --allow_client_staging_locations).", rule "A local path or a file://, gs:// or s3:// URL; a gs:// URL follows Dataflow's rule gs://BUCKET/OBJECT with a valid bucket name (3 or more lowercase letters, digits, -, _ or ., starting and ending with a letter or digit)."),
     spec!("gcp_temp_location", py "", java "gcpTempLocation", go "", [], String, Basic, Validated,
         "Cloud Storage path for temporary files (Java).",
         "Passed to SDK harnesses.", rule "A local path or a file://, gs:// or s3:// URL; a gs:// URL follows Dataflow's rule gs://BUCKET/OBJECT with a valid bucket name (3 or more lowercase letters, digits, -, _ or ., starting and ending with a letter or digit)."),
