@@ -305,8 +305,10 @@ fn option_name(key: &str) -> &str {
 
 /// The Dataflow options present, by catalog index: the spelling used and
 /// the value. `beam:option:` keys win over plain keys, which win over Go's
-/// flags; null values count as absent.
-fn present(options: &Struct) -> HashMap<usize, (String, &Value)> {
+/// flags; null values count as absent. Also a note for each spelling given
+/// besides the one taken, with another value (`beam:option:num_workers:v1`
+/// and Go's `num_workers`, say).
+fn present_and_dropped(options: &Struct) -> (HashMap<usize, (String, &Value)>, Vec<String>) {
     let mut top: Vec<(&String, &Value)> = options.fields.iter().collect();
     top.sort_by(|a, b| a.0.cmp(b.0));
     let mut go: Vec<(&String, &Value)> = go_options(options)
@@ -324,6 +326,7 @@ fn present(options: &Struct) -> HashMap<usize, (String, &Value)> {
         })
         .chain(go.into_iter().map(|(k, v)| (2, k, v)));
     let mut found: HashMap<usize, (u8, String, &Value)> = HashMap::new();
+    let mut others: Vec<(usize, u8, String, &Value)> = Vec::new();
     for (rank, key, value) in ranked {
         if matches!(value.kind, None | Some(Kind::NullValue(_))) {
             continue;
@@ -332,14 +335,37 @@ fn present(options: &Struct) -> HashMap<usize, (String, &Value)> {
         let Some(&i) = index().get(&normalize(name)) else {
             continue;
         };
-        if found.get(&i).map_or(true, |(r, _, _)| rank < *r) {
-            found.insert(i, (rank, name.to_string(), value));
+        match found.get(&i) {
+            Some((r, _, _)) if *r <= rank => others.push((i, rank, name.to_string(), value)),
+            _ => {
+                if let Some((r, n, v)) = found.insert(i, (rank, name.to_string(), value)) {
+                    others.push((i, r, n, v));
+                }
+            }
         }
     }
-    found
+    let mut dropped: Vec<String> = others
+        .into_iter()
+        .filter_map(|(i, _, name, value)| {
+            let (_, kept, taken) = &found[&i];
+            let differ = values::is_set(value)
+                && values::is_set(taken)
+                && values::display(value) != values::display(taken);
+            differ.then(|| {
+                format!(
+                    "--{name}={}: also given as --{kept}={}, which Weir takes",
+                    values::display(value),
+                    values::display(taken)
+                )
+            })
+        })
+        .collect();
+    dropped.sort();
+    let found = found
         .into_iter()
         .map(|(i, (_, name, value))| (i, (name, value)))
-        .collect()
+        .collect();
+    (found, dropped)
 }
 
 fn catalog_index(name: &str) -> usize {
@@ -365,7 +391,7 @@ fn err(option: &str, reason: impl Into<String>) -> OptionError {
 /// # Errors
 /// The first option that breaks a rule, named as spelled in `options`.
 pub fn validate(options: &Struct) -> Result<JobOptions, OptionError> {
-    let given = present(options);
+    let (given, dropped) = present_and_dropped(options);
     let at = |name: &str| {
         given
             .get(&catalog_index(name))
@@ -620,6 +646,7 @@ pub fn validate(options: &Struct) -> Result<JobOptions, OptionError> {
     }
 
     // Notes: what Weir does not act on.
+    o.notes.extend(dropped);
     if let Some(max) = o.max_num_workers {
         if o.autoscaling_algorithm != Some(AutoscalingAlgorithm::ThroughputBased) {
             o.notes.push(format!(

@@ -545,6 +545,10 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
         }
         JobsAction::Watch { job_id } => watch(&mut client, &job_id).await?,
         JobsAction::Drain { job_id } => {
+            let before = job_info(&mut client, &job_id).await.ok().map(|j| j.state);
+            if let Some(before) = before.filter(|&s| is_terminal(s)) {
+                eprintln!("job {job_id} had already finished ({}): nothing to drain", state_name(before));
+            }
             let state = client
                 .drain(beam::DrainJobRequest {
                     job_id: job_id.clone(),
@@ -555,6 +559,7 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
             println!("{job_id}\t{}", state_name(state));
         }
         JobsAction::Cancel { job_id } => {
+            let before = job_info(&mut client, &job_id).await.ok().map(|j| j.state);
             let state = client
                 .cancel(beam::CancelJobRequest {
                     job_id: job_id.clone(),
@@ -562,6 +567,9 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
                 .await?
                 .into_inner()
                 .state;
+            if let Some(before) = before.filter(|&s| is_terminal(s)) {
+                eprintln!("job {job_id} had already finished ({}): nothing to cancel", state_name(before));
+            }
             println!("{job_id}\t{}", state_name(state));
         }
     }

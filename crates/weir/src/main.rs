@@ -256,8 +256,9 @@ struct ServeArgs {
     /// Largest pipeline proto Prepare takes, in bytes.
     #[arg(long = "max_pipeline_bytes", default_value_t = weir_jobs::limits::Limits::default().max_pipeline_bytes)]
     max_pipeline_bytes: usize,
-    /// Largest value of one pipeline option, in bytes (SDK harnesses get
-    /// options on their command line, where Linux takes 128 KiB per argument).
+    /// Largest serialized value of one pipeline option, in bytes (options
+    /// reach SDK harnesses through the provision service and `weir boot`'s
+    /// options file).
     #[arg(long = "max_option_bytes", default_value_t = weir_jobs::limits::Limits::default().max_option_bytes)]
     max_option_bytes: usize,
     /// Bytes of artifacts one job may stage.
@@ -329,7 +330,7 @@ struct ServeArgs {
     #[arg(long = "ui_port", alias = "ui-port")]
     ui_port: Option<u16>,
     /// `--serve_http=false` (as Beam's Prism launcher passes it) serves no web UI.
-    #[arg(long = "serve_http", hide = true)]
+    #[arg(long = "serve_http")]
     serve_http: Option<String>,
 }
 
