@@ -60,10 +60,8 @@ impl GroupTimers {
 
 /// Pending timers of one stateful stage on one worker.
 pub struct TimerStore {
-    /// Per family: key coder, window coder, lane.
-    families: Vec<(Coder, Coder, Lane)>,
-    /// Per family: [`TimerFamily::fire_at_hold`].
-    fire_at_hold: Vec<bool>,
+    /// Per family: key coder, window coder, lane, [`TimerFamily::fire_at_hold`].
+    families: Vec<(Coder, Coder, Lane, bool)>,
     groups: FastMap<Arc<Group>, GroupTimers>,
     /// Per lane, each group with pending timers at its earliest fire time.
     queues: [BTreeSet<(Timestamp, Arc<Group>)>; 3],
@@ -150,10 +148,9 @@ impl TimerStore {
                     } else {
                         Lane::Processing
                     };
-                    (f.key_coder.clone(), f.window_coder.clone(), lane)
+                    (f.key_coder.clone(), f.window_coder.clone(), lane, f.fire_at_hold)
                 })
                 .collect(),
-            fire_at_hold: families.iter().map(|f| f.fire_at_hold).collect(),
             groups: FastMap::default(),
             queues: Default::default(),
             holds: BTreeMap::new(),
@@ -165,14 +162,14 @@ impl TimerStore {
     /// A timer of a [`TimerFamily::fire_at_hold`] family still fires at its
     /// fire timestamp, but goes to the SDK with its hold in that place.
     pub fn apply(&mut self, family: usize, mut bytes: &[u8]) -> Result<(), String> {
-        let (key_coder, window_coder, lane) =
+        let (key_coder, window_coder, lane, fire_at_hold) =
             self.families.get(family).ok_or("unknown timer family")?.clone();
         while !bytes.is_empty() {
             let p = parse(&key_coder, &window_coder, bytes)?;
             let group = Group { lane, key: p.id_key, windows: p.windows };
             let pending = p.fire.map(|(fire, hold)| {
                 let mut delivered = bytes[..p.len].to_vec();
-                if self.fire_at_hold[family] {
+                if fire_at_hold {
                     let mut at_hold = Vec::with_capacity(8);
                     hold.encode(&mut at_hold);
                     delivered.splice(p.fire_bytes.0..p.fire_bytes.1, at_hold);
@@ -246,7 +243,7 @@ impl TimerStore {
         window: &Window,
         allowed_lateness_ms: i64,
     ) {
-        let Some((_, _, lane)) = self.families.get(family) else {
+        let Some((_, _, lane, _)) = self.families.get(family) else {
             return;
         };
         if matches!(window, Window::Custom(_)) {

@@ -28,16 +28,28 @@ pub const MAX_CONNECTIONS: usize = 4096;
 /// that is lower (at least 64), so that a flood of connections leaves files
 /// for staging, spilling and the harnesses' pipes.
 pub fn connection_cap() -> usize {
-    // SAFETY: getrlimit only writes the struct given.
-    let soft = unsafe {
-        let mut limit = std::mem::zeroed::<libc::rlimit>();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-            limit.rlim_cur as u64
-        } else {
-            u64::MAX
-        }
-    };
+    let soft = open_files_limit().map_or(u64::MAX, |l| l.rlim_cur as u64);
     MAX_CONNECTIONS.min(usize::try_from(soft / 2).unwrap_or(usize::MAX).max(64))
+}
+
+/// This process's limits of open files (soft and hard), if it can read them.
+fn open_files_limit() -> Option<libc::rlimit> {
+    // SAFETY: getrlimit only writes the struct given.
+    unsafe {
+        let mut limit = std::mem::zeroed::<libc::rlimit>();
+        (libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0).then_some(limit)
+    }
+}
+
+/// Raises this process's soft limit of open files to its hard limit, as Go
+/// programs (Prism) do at start: a server holds sockets for every client and
+/// SDK harness, and the usual soft default (1024) is soon reached.
+pub fn raise_open_files_limit() {
+    if let Some(mut limit) = open_files_limit().filter(|l| l.rlim_cur < l.rlim_max) {
+        limit.rlim_cur = limit.rlim_max;
+        // SAFETY: setrlimit only reads the struct given.
+        let _ = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+    }
 }
 
 /// A connection holding one of the [`MAX_CONNECTIONS`] places until it closes.

@@ -160,8 +160,8 @@ pub struct Job {
     pub name: String,
     /// The pipeline; after staging, environment dependencies point at Weir's copies.
     pub pipeline: Mutex<beam::Pipeline>,
-    /// The pipeline's serialized size as sent, in bytes (what it counts
-    /// against [`crate::limits::Limits::max_held_pipeline_bytes`]).
+    /// The serialized size of the pipeline the job was made with, in bytes
+    /// (what it counts against [`crate::limits::Limits::max_held_pipeline_bytes`]).
     pub pipeline_bytes: usize,
     /// The pipeline planned once, at Prepare (None only for jobs made by
     /// [`JobRegistry::create`], which fail if run); Run takes it with the
@@ -787,25 +787,15 @@ impl JobRegistry {
         ids
     }
 
-    /// Serialized bytes of the pipelines of the jobs prepared and not run yet.
-    pub fn prepared_pipeline_bytes(&self) -> usize {
+    /// How many jobs are prepared and not run yet, and the serialized bytes
+    /// of their pipelines.
+    pub fn prepared(&self) -> (usize, usize) {
         self.jobs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .values()
             .filter(|j| j.state() == JobState::Stopped)
-            .map(|j| j.pipeline_bytes)
-            .sum()
-    }
-
-    /// How many jobs are prepared and not run yet.
-    pub fn prepared_count(&self) -> usize {
-        self.jobs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter(|j| j.state() == JobState::Stopped)
-            .count()
+            .fold((0, 0), |(n, bytes), j| (n + 1, bytes + j.pipeline_bytes))
     }
 
     /// The job with this id.

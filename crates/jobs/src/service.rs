@@ -297,7 +297,7 @@ impl beam::job_service_server::JobService for JobService {
         crate::limits::check_request(limits, pipeline_bytes, &options)
             .map_err(tonic::Status::invalid_argument)?;
         self.0.expire_prepared();
-        let prepared = self.0.prepared_count();
+        let (prepared, held) = self.0.prepared();
         if prepared >= limits.max_prepared_jobs {
             return Err(tonic::Status::resource_exhausted(crate::limits::over(
                 &format!(
@@ -309,7 +309,6 @@ impl beam::job_service_server::JobService for JobService {
                 crate::limits::flag::MAX_PREPARED_JOBS,
             )));
         }
-        let held = self.0.prepared_pipeline_bytes();
         if held.saturating_add(pipeline_bytes) > limits.max_held_pipeline_bytes {
             return Err(tonic::Status::resource_exhausted(crate::limits::over(
                 &format!(

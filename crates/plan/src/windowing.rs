@@ -85,8 +85,8 @@ pub(crate) fn parse(
         } else {
             Timestamp::END_OF_GLOBAL_WINDOW
         },
-        pane_timestamp_from_holds: environments.get(&ws.environment_id).is_some_and(|e| {
-            e.capabilities.iter().any(|c| c.starts_with("beam:version:sdk_base:apache/beam_java"))
+        pane_timestamp_from_holds: declares(&ws.environment_id, environments, |c| {
+            c.starts_with("beam:version:sdk_base:apache/beam_java")
         }),
     })
 }
@@ -102,12 +102,15 @@ fn is_python(ws: &beam::WindowingStrategy, environments: &HashMap<String, beam::
 /// declares `beam:version:sdk_base:apache/beam_python…` or
 /// `beam:combinefn:packed_python:v1`.
 pub fn is_python_environment(id: &str, environments: &HashMap<String, beam::Environment>) -> bool {
-    environments.get(id).is_some_and(|e| {
-        e.capabilities.iter().any(|c| {
-            c.starts_with("beam:version:sdk_base:apache/beam_python")
-                || c == "beam:combinefn:packed_python:v1"
-        })
+    declares(id, environments, |c| {
+        c.starts_with("beam:version:sdk_base:apache/beam_python") || c == "beam:combinefn:packed_python:v1"
     })
+}
+
+/// Whether environment `id` of `environments` declares a capability
+/// `capability` accepts (an SDK says which it is by its `sdk_base`).
+fn declares(id: &str, environments: &HashMap<String, beam::Environment>, capability: impl Fn(&str) -> bool) -> bool {
+    environments.get(id).is_some_and(|e| e.capabilities.iter().any(|c| capability(c)))
 }
 
 /// Whether `ClosingBehavior` EMIT_ALWAYS is meant: Beam Python writes
@@ -226,25 +229,36 @@ mod tests {
         assert!(!closing_emit_always(&ws("py-packed", EmitAlways), &envs));
     }
 
+    /// The windowing a global-window strategy of SDK environment `env` parses to.
+    fn global_of(env: &str) -> Windowing {
+        let ws = beam::WindowingStrategy {
+            environment_id: env.into(),
+            window_fn: Some(beam::FunctionSpec { urn: urns::window_fn::GLOBAL.into(), payload: vec![] }),
+            ..Default::default()
+        };
+        let strategies: HashMap<String, beam::WindowingStrategy> = [("ws".to_string(), ws)].into();
+        parse(&strategies, &sdk_environments(), "ws", "pc").unwrap()
+    }
+
     /// A global window's end-of-window pane is stamped as its SDK stamps it:
     /// Python one millisecond before the Runner API's constant, Java and Go
     /// (and an unknown SDK) at it.
     #[test]
     fn end_of_global_window_follows_the_sdk() {
-        let envs = sdk_environments();
-        let end = |env: &str| {
-            let ws = beam::WindowingStrategy {
-                environment_id: env.into(),
-                window_fn: Some(beam::FunctionSpec { urn: urns::window_fn::GLOBAL.into(), payload: vec![] }),
-                ..Default::default()
-            };
-            let strategies: HashMap<String, beam::WindowingStrategy> = [("ws".to_string(), ws)].into();
-            parse(&strategies, &envs, "ws", "pc").unwrap().end_of_global_window
-        };
+        let end = |env: &str| global_of(env).end_of_global_window;
         assert_eq!(end("java"), Timestamp::END_OF_GLOBAL_WINDOW);
         assert_eq!(end("go"), Timestamp::END_OF_GLOBAL_WINDOW);
         assert_eq!(end("unknown"), Timestamp::END_OF_GLOBAL_WINDOW);
         assert_eq!(end("py"), Timestamp::PYTHON_END_OF_GLOBAL_WINDOW);
         assert_eq!(end("py-packed"), Timestamp::PYTHON_END_OF_GLOBAL_WINDOW);
+    }
+
+    /// Only Java's strategies stamp panes from their watermark holds.
+    #[test]
+    fn pane_timestamps_from_holds_are_javas() {
+        assert!(global_of("java").pane_timestamp_from_holds);
+        for env in ["go", "py", "py-packed", "unknown"] {
+            assert!(!global_of(env).pane_timestamp_from_holds, "{env}");
+        }
     }
 }

@@ -300,6 +300,14 @@ fn all_options() -> tonic::Request<beam::GetJobsRequest> {
     request
 }
 
+/// Says on stderr when job `job_id` had already finished, so that `what`
+/// (cancel, drain) has nothing to do.
+async fn note_if_finished(client: &mut Client, job_id: &str, what: &str) {
+    if let Some(state) = job_info(client, job_id).await.ok().map(|j| j.state).filter(|&s| is_terminal(s)) {
+        eprintln!("job {job_id} had already finished ({}): nothing to {what}", state_name(state));
+    }
+}
+
 /// The job `job_id` as GetJobs lists it.
 async fn job_info(client: &mut Client, job_id: &str) -> anyhow::Result<beam::JobInfo> {
     client
@@ -545,10 +553,7 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
         }
         JobsAction::Watch { job_id } => watch(&mut client, &job_id).await?,
         JobsAction::Drain { job_id } => {
-            let before = job_info(&mut client, &job_id).await.ok().map(|j| j.state);
-            if let Some(before) = before.filter(|&s| is_terminal(s)) {
-                eprintln!("job {job_id} had already finished ({}): nothing to drain", state_name(before));
-            }
+            note_if_finished(&mut client, &job_id, "drain").await;
             let state = client
                 .drain(beam::DrainJobRequest {
                     job_id: job_id.clone(),
@@ -559,7 +564,7 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
             println!("{job_id}\t{}", state_name(state));
         }
         JobsAction::Cancel { job_id } => {
-            let before = job_info(&mut client, &job_id).await.ok().map(|j| j.state);
+            note_if_finished(&mut client, &job_id, "cancel").await;
             let state = client
                 .cancel(beam::CancelJobRequest {
                     job_id: job_id.clone(),
@@ -567,9 +572,6 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
                 .await?
                 .into_inner()
                 .state;
-            if let Some(before) = before.filter(|&s| is_terminal(s)) {
-                eprintln!("job {job_id} had already finished ({}): nothing to cancel", state_name(before));
-            }
             println!("{job_id}\t{}", state_name(state));
         }
     }

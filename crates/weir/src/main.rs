@@ -369,20 +369,6 @@ struct BootArgs {
     control_endpoint: Option<String>,
 }
 
-/// Raises this process's soft limit of open files to its hard limit, as Go
-/// programs (Prism) do at start: a server holds sockets for every client and
-/// SDK harness, and the usual soft default (1024) is soon reached.
-fn raise_open_files_limit() {
-    // SAFETY: getrlimit and setrlimit only read and write the struct given.
-    unsafe {
-        let mut limit = std::mem::zeroed::<libc::rlimit>();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
-            limit.rlim_cur = limit.rlim_max;
-            let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
-    }
-}
-
 /// Runs the command; an error ends the process with status 1 and one line,
 /// `Error: what: why`, with no backtrace even under RUST_BACKTRACE (a
 /// harness's start-up error reaches the job's messages through the last
@@ -397,7 +383,7 @@ fn main() {
 fn run() -> anyhow::Result<()> {
     // This binary's path, before a rebuild can replace the file (weir_exe).
     let _ = weir_harness::weir_exe();
-    raise_open_files_limit();
+    weir_jobs::connections::raise_open_files_limit();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
