@@ -9,7 +9,11 @@
 //! - **Python**: `python -m apache_beam.runners.worker.sdk_worker_main`, with
 //!   the environment that module reads (`WORKER_ID`, `PIPELINE_OPTIONS`,
 //!   `CONTROL_API_SERVICE_DESCRIPTOR`, `LOGGING_API_SERVICE_DESCRIPTOR`,
-//!   `SEMI_PERSISTENT_DIRECTORY`, `RUNNER_CAPABILITIES`).
+//!   `SEMI_PERSISTENT_DIRECTORY`, `RUNNER_CAPABILITIES`). The packages the
+//!   job staged for its workers (`--requirements_file`, `--extra_package`,
+//!   `--setup_file`) are pip-installed first, as Beam's Python container
+//!   boot does, but into the worker's own folder rather than the
+//!   interpreter's environment ([`install_python_packages`]).
 //! - **Java** (`weir boot --java`, the contract of Beam's Java container boot):
 //!   `java` with `org.apache.beam.fn.harness.FnHarness` as main class, the
 //!   options written as JSON to `<semi>/pipeline_options.json`
@@ -178,7 +182,8 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
         .semi_persistent_directory
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join(format!("weir-{}", cfg.worker_id)));
-    let staged = stage_artifacts(&cfg, &info, &semi.join("staged")).await?;
+    let staged_dir = semi.join("staged");
+    let staged = stage_artifacts(&cfg, &info, &staged_dir).await?;
     let cmd = match &cfg.sdk {
         Sdk::Python { python } => {
             // In a file, not the PIPELINE_OPTIONS variable: one environment
@@ -189,8 +194,20 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
             if let Some(dir) = std::env::var_os(HARNESS_CWD_ENV).filter(|d| Path::new(d).is_dir()) {
                 cmd.current_dir(dir);
             }
-            if let Some(socket) = std::env::var_os(crate::fork_server::SOCKET_ENV) {
-                cmd.env_remove(crate::fork_server::SOCKET_ENV);
+            let installs = python_installs(&staged, &staged_dir)?;
+            let installed = !installs.is_empty();
+            if installed {
+                let prefix = semi.join("packages");
+                let sites = install_python_packages(python, &installs, &staged_dir, &prefix)?;
+                prepend_paths(&mut cmd, "PYTHONPATH", &sites);
+                prepend_paths(&mut cmd, "PATH", &[prefix.join("bin")]);
+            }
+            // The fork server's interpreter has imported Beam and its
+            // dependencies already: a job that installs packages of its own
+            // (perhaps other versions of those) gets a fresh interpreter.
+            let socket = std::env::var_os(crate::fork_server::SOCKET_ENV);
+            cmd.env_remove(crate::fork_server::SOCKET_ENV);
+            if let Some(socket) = socket.filter(|_| !installed) {
                 // Returns only when the fork server cannot take it.
                 let why = crate::fork_server::run_forked(
                     Path::new(&socket),
@@ -209,6 +226,7 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
                 Some(dir) => list_jars(dir)?,
                 None => Vec::new(),
             };
+            let staged: Vec<PathBuf> = staged.into_iter().map(|a| a.path).collect();
             let harness = harness_jars_beside(harness, &staged);
             let has_harness = harness
                 .iter()
@@ -259,13 +277,22 @@ async fn provision(cfg: &BootConfig) -> Result<beam::ProvisionInfo, String> {
         .ok_or_else(|| "provision response has no info".to_string())
 }
 
+/// An artifact `weir boot` fetched.
+#[derive(Clone, Debug, PartialEq)]
+struct Staged {
+    /// Where it is: `<staged folder>/<staged name>`.
+    path: PathBuf,
+    /// Its role is `beam:artifact:role:pip_requirements_file:v1`.
+    pip_requirements: bool,
+}
+
 /// Fetches every dependency of the provision info into `staged`; returns
-/// their paths in the provision info's order.
+/// them in the provision info's order.
 async fn stage_artifacts(
     cfg: &BootConfig,
     info: &beam::ProvisionInfo,
     staged: &Path,
-) -> Result<Vec<PathBuf>, String> {
+) -> Result<Vec<Staged>, String> {
     std::fs::create_dir_all(staged)
         .map_err(|e| format!("cannot create {}: {e}", staged.display()))?;
     let mut paths = Vec::new();
@@ -321,9 +348,146 @@ async fn stage_artifacts(
         }
         let path = staged.join(&name);
         std::fs::write(&path, bytes).map_err(|e| format!("cannot write artifact {name}: {e}"))?;
-        paths.push(path);
+        paths.push(Staged {
+            path,
+            pip_requirements: dep.role_urn == urns::artifact::ROLE_PIP_REQUIREMENTS_FILE,
+        });
     }
     Ok(paths)
+}
+
+/// Staged names the Python SDK gives what its workers install
+/// (`apache_beam/runners/portability/stager.py`): the requirements file, the
+/// list of extra packages (one staged name a line) and the `--setup_file`
+/// package.
+const PYTHON_REQUIREMENTS_FILE: &str = "requirements.txt";
+const PYTHON_EXTRA_PACKAGES_FILE: &str = "extra_packages.txt";
+const PYTHON_WORKFLOW_TARBALL: &str = "workflow.tar.gz";
+
+/// What a Python job's workers install, in the order Beam's container boot
+/// installs it: requirements files, then extra packages, then the
+/// `--setup_file` package.
+#[derive(Debug, Default, PartialEq)]
+struct PythonInstalls {
+    requirements: Vec<PathBuf>,
+    packages: Vec<PathBuf>,
+}
+
+impl PythonInstalls {
+    fn is_empty(&self) -> bool {
+        self.requirements.is_empty() && self.packages.is_empty()
+    }
+}
+
+/// Reads what to install from the staged artifacts (in `dir`). Errors name
+/// an extra package that `extra_packages.txt` lists but the job did not
+/// stage.
+fn python_installs(staged: &[Staged], dir: &Path) -> Result<PythonInstalls, String> {
+    let named = |name: &str| staged.iter().find(|a| a.path == dir.join(name)).map(|a| a.path.clone());
+    let mut out = PythonInstalls::default();
+    out.requirements.extend(named(PYTHON_REQUIREMENTS_FILE));
+    out.requirements
+        .extend(staged.iter().filter(|a| a.pip_requirements).map(|a| a.path.clone()));
+    if let Some(list) = named(PYTHON_EXTRA_PACKAGES_FILE) {
+        let text = std::fs::read_to_string(&list)
+            .map_err(|e| format!("cannot read the staged {PYTHON_EXTRA_PACKAGES_FILE}: {e}"))?;
+        for name in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            let path = named(name).ok_or_else(|| {
+                format!("{PYTHON_EXTRA_PACKAGES_FILE} lists the extra package {name}, which the job did not stage")
+            })?;
+            out.packages.push(path);
+        }
+    }
+    out.packages.extend(named(PYTHON_WORKFLOW_TARBALL));
+    Ok(out)
+}
+
+/// The `pip install` of `installs` into `prefix` (`--prefix`: packages the
+/// interpreter already has count as installed, and nothing is written into
+/// its environment). `offline`: from the staged files only, building with
+/// the interpreter's own setuptools (`--no-index --no-build-isolation`).
+fn pip_install_command(python: &str, installs: &PythonInstalls, find_links: &Path, prefix: &Path, offline: bool) -> std::process::Command {
+    let mut cmd = std::process::Command::new(python);
+    cmd.args(["-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check", "--no-warn-script-location"])
+        .arg("--prefix")
+        .arg(prefix)
+        .arg("--find-links")
+        .arg(find_links);
+    if offline {
+        cmd.args(["--no-index", "--no-build-isolation"]);
+    }
+    for r in &installs.requirements {
+        cmd.arg("-r").arg(r);
+    }
+    cmd.args(&installs.packages);
+    // pip's own output goes where the harness's does (the worker's log).
+    cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::inherit());
+    cmd
+}
+
+/// Installs a Python job's packages into `prefix`, as Beam's container boot
+/// does into the container: from the staged files first and, when that
+/// fails, with the package index too (Beam's SDK stages requirements without
+/// their dependencies). Returns the prefix's `site-packages` folders, for
+/// `PYTHONPATH`. Errors say pip's exit status; its output is in the log.
+fn install_python_packages(
+    python: &str,
+    installs: &PythonInstalls,
+    find_links: &Path,
+    prefix: &Path,
+) -> Result<Vec<PathBuf>, String> {
+    let run = |offline: bool| {
+        pip_install_command(python, installs, find_links, prefix, offline)
+            .status()
+            .map_err(|e| format!("cannot run {python} -m pip: {e}"))
+    };
+    let status = run(true)?;
+    if !status.success() {
+        eprintln!("weir boot: the staged packages alone did not install ({status}); trying again with the package index");
+        let status = run(false)?;
+        if !status.success() {
+            let what: Vec<&str> = installs.requirements.iter().chain(&installs.packages).map(|p| file_name(p)).collect();
+            return Err(format!(
+                "pip could not install the job's Python packages ({}): pip {status}; pip's output is above",
+                what.join(", ")
+            ));
+        }
+    }
+    Ok(site_packages(prefix))
+}
+
+/// The `site-packages` folders pip made under `prefix`
+/// (`lib*/python*/site-packages`), sorted.
+fn site_packages(prefix: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for lib in std::fs::read_dir(prefix).into_iter().flatten().flatten() {
+        if !file_name(&lib.path()).starts_with("lib") {
+            continue;
+        }
+        for py in std::fs::read_dir(lib.path()).into_iter().flatten().flatten() {
+            let site = py.path().join("site-packages");
+            if file_name(&py.path()).starts_with("python") && site.is_dir() {
+                out.push(site);
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Puts `paths` before what the variable `var` holds (in `cmd`, else in
+/// this process's environment).
+fn prepend_paths(cmd: &mut std::process::Command, var: &str, paths: &[PathBuf]) {
+    let current = cmd
+        .get_envs()
+        .find(|(k, _)| *k == std::ffi::OsStr::new(var))
+        .and_then(|(_, v)| v.map(|v| v.to_os_string()))
+        .or_else(|| std::env::var_os(var));
+    let all = paths.iter().cloned().chain(current.iter().flat_map(std::env::split_paths));
+    if let Ok(joined) = std::env::join_paths(all) {
+        cmd.env(var, joined);
+    }
 }
 
 /// `url: "host:port"` of a descriptor (protobuf text format, as the SDK
@@ -588,6 +752,76 @@ mod tests {
         assert_eq!(forked_harness_pid(&dir), Some(4242));
         std::fs::write(dir.join(HARNESS_PID_FILE), "").unwrap();
         assert_eq!(forked_harness_pid(&dir), None, "empty (being written)");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// What a Python job installs comes from the stager's staged names and
+    /// the requirements role, in Beam's order: requirements, then the extra
+    /// packages as extra_packages.txt lists them, then workflow.tar.gz.
+    #[test]
+    fn python_installs_follow_the_stagers_names() {
+        let dir = std::env::temp_dir().join(format!("weir-installs-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(PYTHON_EXTRA_PACKAGES_FILE), "b-1.0.tar.gz\n\n# note\na-2.0-py3-none-any.whl\n").unwrap();
+        let staged = |name: &str, pip_requirements| Staged { path: dir.join(name), pip_requirements };
+        let all = [
+            staged("pickled_main_session", false),
+            staged(PYTHON_WORKFLOW_TARBALL, false),
+            staged("a-2.0-py3-none-any.whl", false),
+            staged("b-1.0.tar.gz", false),
+            staged(PYTHON_EXTRA_PACKAGES_FILE, false),
+            staged("artifact-7", true),
+            staged(PYTHON_REQUIREMENTS_FILE, false),
+        ];
+        let got = python_installs(&all, &dir).unwrap();
+        assert_eq!(got.requirements, vec![dir.join(PYTHON_REQUIREMENTS_FILE), dir.join("artifact-7")]);
+        assert_eq!(
+            got.packages,
+            vec![dir.join("b-1.0.tar.gz"), dir.join("a-2.0-py3-none-any.whl"), dir.join(PYTHON_WORKFLOW_TARBALL)]
+        );
+        assert!(python_installs(&all[..1], &dir).unwrap().is_empty(), "nothing to install");
+        let err = python_installs(&[staged(PYTHON_EXTRA_PACKAGES_FILE, false)], &dir).unwrap_err();
+        assert!(err.contains("b-1.0.tar.gz") && err.contains("did not stage"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// pip installs into the worker's prefix, never the interpreter's
+    /// environment; offline it reads the staged folder only.
+    #[test]
+    fn pip_installs_into_the_prefix() {
+        let installs = PythonInstalls {
+            requirements: vec!["/s/requirements.txt".into()],
+            packages: vec!["/s/workflow.tar.gz".into()],
+        };
+        let args = |offline| {
+            pip_install_command("py", &installs, Path::new("/s"), Path::new("/w/packages"), offline)
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert_eq!(
+            args(true),
+            "-m pip install --no-cache-dir --disable-pip-version-check --no-warn-script-location \
+             --prefix /w/packages --find-links /s --no-index --no-build-isolation \
+             -r /s/requirements.txt /s/workflow.tar.gz"
+        );
+        assert!(!args(false).contains("--no-index") && args(false).contains("--prefix /w/packages"));
+    }
+
+    /// PYTHONPATH gets the prefix's site-packages before what it held.
+    #[test]
+    fn site_packages_go_first_on_the_path() {
+        let dir = std::env::temp_dir().join(format!("weir-site-test-{}", std::process::id()));
+        let site = dir.join("lib/python3.11/site-packages");
+        std::fs::create_dir_all(&site).unwrap();
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        assert_eq!(site_packages(&dir), vec![site.clone()]);
+        let mut cmd = std::process::Command::new("py");
+        cmd.env("PYTHONPATH", "/user/lib");
+        prepend_paths(&mut cmd, "PYTHONPATH", &[site.clone()]);
+        let value = cmd.get_envs().find(|(k, _)| *k == "PYTHONPATH").unwrap().1.unwrap().to_owned();
+        assert_eq!(value, std::ffi::OsString::from(format!("{}:/user/lib", site.display())));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -126,6 +126,9 @@ pub mod artifact {
     pub const TYPE_URL: &str = "beam:artifact:type:url:v1";
     pub const TYPE_EMBEDDED: &str = "beam:artifact:type:embedded:v1";
     pub const ROLE_STAGING_TO: &str = "beam:artifact:role:staging_to:v1";
+    /// A pip requirements file (the Python SDK's PyPI requirements of its
+    /// transforms), to be installed with its packages.
+    pub const ROLE_PIP_REQUIREMENTS_FILE: &str = "beam:artifact:role:pip_requirements_file:v1";
 }
 
 /// MonitoringInfo URNs and payload types the runner reads (metrics.proto).

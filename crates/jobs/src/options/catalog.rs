@@ -86,7 +86,7 @@ pub struct OptionSpec {
 
 /// What Weir does with an option naming Python packages to install on the
 /// workers (`setup_file`, `requirements_file`, `extra_packages`).
-const NOT_INSTALLED_BY_WEIR: &str = "is not installed by Weir: Beam's container boot pip-installs it, `weir boot --python` (PROCESS, and the substitute for Beam's Python image) does not, so its harness imports what its interpreter's environment holds (install the package there); LOOPBACK and EXTERNAL workers use their own environment. The SDK stages it and Weir serves it to SDK workers; recorded, and a note goes to the job's messages";
+const INSTALLED_BY_WEIR_BOOT: &str = "The SDK stages the package; `weir boot --python` (PROCESS, and the substitute for Beam's Python image) pip-installs it before the SDK harness starts, as Beam's container boot does: from the staged files first, then with the package index for what they lack, into the worker's own folder (never into the interpreter's environment; packages the interpreter has count as installed), and that harness runs in a fresh interpreter rather than a fork of the fork server. A package that does not install fails the worker with pip's output in the job's log. LOOPBACK and EXTERNAL workers use their own environment, as on Beam's runners.";
 
 macro_rules! spec {
     ($name:literal, py $py:literal, java $java:literal, go $go:literal, [$($alias:literal),*], $ty:ident, $group:ident, $handling:ident, $desc:literal, $weir:expr) => {
@@ -154,15 +154,15 @@ pub static CATALOG: &[OptionSpec] = &[
     spec!("pickle_library", py "pickle_library", java "", go "", [], String, Basic, Sdk,
         "Pickler of the Python SDK.",
         "Used by the SDK and its harness."),
-    spec!("setup_file", py "setup_file", java "", go "", [], String, Basic, Recorded,
+    spec!("setup_file", py "setup_file", java "", go "", [], String, Basic, Honoured,
         "setup.py of a package to install on the workers.",
-        NOT_INSTALLED_BY_WEIR),
-    spec!("requirements_file", py "requirements_file", java "", go "", [], String, Basic, Recorded,
+        INSTALLED_BY_WEIR_BOOT),
+    spec!("requirements_file", py "requirements_file", java "", go "", [], String, Basic, Honoured,
         "requirements.txt to install on the workers.",
-        NOT_INSTALLED_BY_WEIR),
-    spec!("extra_packages", py "extra_packages", java "", go "", ["extra_package"], Array, Basic, Recorded,
+        INSTALLED_BY_WEIR_BOOT),
+    spec!("extra_packages", py "extra_packages", java "", go "", ["extra_package"], Array, Basic, Honoured,
         "Extra packages to install on the workers.",
-        NOT_INSTALLED_BY_WEIR),
+        INSTALLED_BY_WEIR_BOOT),
     spec!("files_to_stage", py "files_to_stage", java "filesToStage", go "", ["file_to_stage"], Array, WorkerLevel, Sdk,
         "Files to make available to each worker.",
         "The SDK stages them; Weir serves them to SDK workers."),
