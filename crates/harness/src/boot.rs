@@ -364,6 +364,9 @@ const PYTHON_REQUIREMENTS_FILE: &str = "requirements.txt";
 const PYTHON_EXTRA_PACKAGES_FILE: &str = "extra_packages.txt";
 const PYTHON_WORKFLOW_TARBALL: &str = "workflow.tar.gz";
 
+/// How often `weir boot` says that pip is still installing.
+const INSTALL_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What a Python job's workers install, in the order Beam's container boot
 /// installs it: requirements files, then extra packages, then the
 /// `--setup_file` package.
@@ -436,10 +439,24 @@ fn install_python_packages(
     find_links: &Path,
     prefix: &Path,
 ) -> Result<Vec<PathBuf>, String> {
-    let run = |offline: bool| {
-        pip_install_command(python, installs, find_links, prefix, offline)
-            .status()
-            .map_err(|e| format!("cannot run {python} -m pip: {e}"))
+    let run = |offline: bool| -> Result<std::process::ExitStatus, String> {
+        let mut child = pip_install_command(python, installs, find_links, prefix, offline)
+            .spawn()
+            .map_err(|e| format!("cannot run {python} -m pip: {e}"))?;
+        // A line at least this often: the runner gives a booting harness
+        // time while its output goes on (environment::CONNECT_TIMEOUT).
+        let started = std::time::Instant::now();
+        let mut said = started;
+        loop {
+            if let Some(status) = child.try_wait().map_err(|e| format!("cannot wait for pip: {e}"))? {
+                return Ok(status);
+            }
+            if said.elapsed() >= INSTALL_HEARTBEAT {
+                said = std::time::Instant::now();
+                eprintln!("weir boot: pip is still installing the job's Python packages ({} s)", started.elapsed().as_secs());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     };
     let status = run(true)?;
     if !status.success() {

@@ -17,8 +17,14 @@ use crate::fork_server;
 use crate::registry::{FnApi, LogSink, Worker, WorkerLog, CPU_UNSAMPLED};
 use crate::{HarnessError, Result};
 
-/// How long SDK harnesses get to dial the control service after being started.
+/// How long SDK harnesses get to dial the control service after being
+/// started; for a process Weir started, how long it may go without writing
+/// a line before it connects (a boot that installs packages is given time
+/// while it reports progress, up to [`BOOT_LIMIT`]).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Longest a process Weir started may take to connect, output or not.
+pub const BOOT_LIMIT: Duration = Duration::from_secs(30 * 60);
 
 /// Fewest bundles one SDK harness of a multi-threaded SDK runs at a time by
 /// default in a streaming job (see [`multi_core_bundles_per_harness`]).
@@ -235,8 +241,15 @@ const OUTPUT_TAIL_LINES: usize = 20;
 /// Longest output line kept in that tail, in bytes.
 const OUTPUT_TAIL_LINE_BYTES: usize = 2000;
 
-/// The last lines an SDK process wrote, oldest first.
-type OutputTail = Arc<Mutex<std::collections::VecDeque<String>>>;
+/// What an SDK process wrote: its last lines, oldest first, and how many
+/// lines in all.
+#[derive(Default)]
+struct Tail {
+    lines: std::collections::VecDeque<String>,
+    written: u64,
+}
+
+type OutputTail = Arc<Mutex<Tail>>;
 
 /// Logs each line `reader` (an SDK process's stdout or stderr) writes at
 /// INFO, keeping the last [`OUTPUT_TAIL_LINES`] in `tail`. For stderr,
@@ -271,10 +284,11 @@ fn forward_output<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
                 kept.push_str(" [...]");
             }
             let mut tail = tail.lock().unwrap_or_else(|p| p.into_inner());
-            if tail.len() == OUTPUT_TAIL_LINES {
-                tail.pop_front();
+            if tail.lines.len() == OUTPUT_TAIL_LINES {
+                tail.lines.pop_front();
             }
-            tail.push_back(kept);
+            tail.lines.push_back(kept);
+            tail.written += 1;
         }
     })
 }
@@ -1609,7 +1623,8 @@ impl SdkHarnesses {
 /// # Errors
 /// [`HarnessError::ExitedBeforeConnect`] as soon as its process exits
 /// first (with its exit status and last output lines),
-/// [`HarnessError::ConnectTimeout`] after [`CONNECT_TIMEOUT`],
+/// [`HarnessError::ConnectTimeout`] after [`CONNECT_TIMEOUT`] (of silence,
+/// for a process) or [`BOOT_LIMIT`],
 /// [`HarnessError::Stopped`] as soon as `stopped` turns true.
 async fn wait_connected(
     w: &Worker,
@@ -1618,27 +1633,35 @@ async fn wait_connected(
 ) -> Result<()> {
     let mut rx = w.connected.subscribe();
     let connected = rx.wait_for(|c| *c);
+    let output = exit.as_ref().map(|e| e.output.clone());
+    let quiet = if output.is_some() {
+        format!("and its process wrote nothing for {} s", CONNECT_TIMEOUT.as_secs())
+    } else {
+        format!("within {} s", CONNECT_TIMEOUT.as_secs())
+    };
     let exited = async {
         match exit {
             Some(mut e) => match exited(&mut e.status).await {
                 Some(status) => {
                     let output = e.output.lock().unwrap_or_else(|p| p.into_inner());
-                    (status, output.iter().cloned().collect::<Vec<_>>())
+                    (status, output.lines.iter().cloned().collect::<Vec<_>>())
                 }
                 None => std::future::pending().await,
             },
             None => std::future::pending().await,
         }
     };
+    let timeout_error = |why: String| HarnessError::ConnectTimeout {
+        worker_id: w.id.clone(),
+        why,
+    };
     tokio::select! {
         biased;
-        r = tokio::time::timeout(CONNECT_TIMEOUT, connected) => match r {
+        r = tokio::time::timeout(BOOT_LIMIT, connected) => match r {
             Ok(Ok(_)) => Ok(()),
-            _ => Err(HarnessError::ConnectTimeout {
-                worker_id: w.id.clone(),
-                seconds: CONNECT_TIMEOUT.as_secs(),
-            }),
+            _ => Err(timeout_error(format!("within {} s of its start", BOOT_LIMIT.as_secs()))),
         },
+        _ = quiet_for(output, CONNECT_TIMEOUT) => Err(timeout_error(quiet)),
         (status, stderr) = exited => Err(HarnessError::ExitedBeforeConnect {
             worker_id: w.id.clone(),
             status,
@@ -1647,6 +1670,27 @@ async fn wait_connected(
         _ = stopped.wait_for(|s| *s) => Err(HarnessError::Stopped {
             worker_id: w.id.clone(),
         }),
+    }
+}
+
+/// Returns once a process's output (`None`: a worker pool's harness, whose
+/// output Weir does not see) has gained no line for `quiet`.
+async fn quiet_for(output: Option<OutputTail>, quiet: Duration) {
+    let Some(output) = output else {
+        return tokio::time::sleep(quiet).await;
+    };
+    let written = || output.lock().unwrap_or_else(|p| p.into_inner()).written;
+    let (mut seen, mut since) = (written(), tokio::time::Instant::now());
+    // Looked at every second: the silence is measured to within one.
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let now = written();
+        if now != seen {
+            (seen, since) = (now, tokio::time::Instant::now());
+        } else if since.elapsed() >= quiet {
+            return;
+        }
     }
 }
 
@@ -1896,8 +1940,8 @@ async fn spawn_harness(
                 // last lines (a crash's traceback) are worth a warning.
                 let failed = !matches!(&status, Ok(s) if s.success());
                 if on_its_own && failed && logging.load(Ordering::Relaxed) {
-                    let lines = failed_tail.lock().unwrap_or_else(|p| p.into_inner());
-                    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+                    let tail = failed_tail.lock().unwrap_or_else(|p| p.into_inner());
+                    let lines: Vec<&str> = tail.lines.iter().map(String::as_str).collect();
                     tracing::warn!(
                         worker = %worker_id,
                         "SDK harness process exited with status {}; its last output lines:\n{}",
@@ -2042,6 +2086,36 @@ fn kill_group(pid: Option<u32>) {
 
 #[cfg(test)]
 mod tests {
+
+    /// A booting process has CONNECT_TIMEOUT of silence, counted from its
+    /// last output line; a pool's harness has CONNECT_TIMEOUT from its start.
+    #[tokio::test(start_paused = true)]
+    async fn a_process_that_writes_lines_keeps_its_time_to_connect() {
+        let start = tokio::time::Instant::now();
+        quiet_for(None, CONNECT_TIMEOUT).await;
+        assert_eq!(start.elapsed(), CONNECT_TIMEOUT);
+        let start = tokio::time::Instant::now();
+        quiet_for(Some(OutputTail::default()), CONNECT_TIMEOUT).await;
+        assert!(start.elapsed() <= CONNECT_TIMEOUT + Duration::from_secs(1), "a silent process");
+
+        let tail = OutputTail::default();
+        let writer = tail.clone();
+        tokio::spawn(async move {
+            // A line every 100 s for 5 lines, then silence.
+            for _ in 0..5 {
+                tokio::time::sleep(Duration::from_secs(100)).await;
+                writer.lock().unwrap().written += 1;
+            }
+        });
+        let start = tokio::time::Instant::now();
+        quiet_for(Some(tail), CONNECT_TIMEOUT).await;
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_secs(500) + CONNECT_TIMEOUT
+                && waited <= Duration::from_secs(501) + CONNECT_TIMEOUT,
+            "{waited:?}"
+        );
+    }
     use super::*;
 
     fn process_env(command: &str) -> beam::Environment {

@@ -10,9 +10,14 @@ pub enum HarnessError {
         urn: String,
         message: String,
     },
-    /// SDK harnesses did not connect in time.
-    #[error("SDK harness {worker_id} did not connect within {seconds} s")]
-    ConnectTimeout { worker_id: String, seconds: u64 },
+    /// SDK harnesses did not connect in time: within `seconds` of their
+    /// start (a worker pool's) or of their process's last output line.
+    #[error("SDK harness {worker_id} did not connect {why}")]
+    ConnectTimeout {
+        worker_id: String,
+        /// E.g. "within 120 s".
+        why: String,
+    },
     /// An SDK harness process ended before it dialed the control service.
     #[error("SDK harness {worker_id} exited before it connected (exit status {status}){}", stderr_tail(.stderr))]
     ExitedBeforeConnect {
