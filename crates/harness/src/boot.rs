@@ -85,6 +85,11 @@ pub enum Sdk {
         /// `None`: the staged jars must hold the harness themselves.
         harness_classpath: Option<PathBuf>,
     },
+    /// The job's staged Go worker binary (`--worker=true`), as Beam's Go
+    /// container boot runs it, but from the worker's folder (no copy left
+    /// in /tmp) and in Weir's working folder (`HARNESS_CWD_ENV`), so a
+    /// pipeline's relative paths mean what they mean to its client.
+    Go,
 }
 
 /// Environment variable naming the Java harness jar folder.
@@ -181,7 +186,7 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
     let semi = cfg
         .semi_persistent_directory
         .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("weir-{}", cfg.worker_id)));
+        .unwrap_or_else(|| std::env::temp_dir().join(default_semi_name(&cfg.worker_id)));
     let staged_dir = semi.join("staged");
     let staged = stage_artifacts(&cfg, &info, &staged_dir).await?;
     let cmd = match &cfg.sdk {
@@ -215,6 +220,22 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
                     &semi.join(HARNESS_PID_FILE),
                 );
                 eprintln!("weir boot: starting Python itself, the fork server did not answer: {why}");
+            }
+            cmd
+        }
+        Sdk::Go => {
+            let worker = go_worker_binary(&staged)?;
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&worker, std::fs::Permissions::from_mode(0o755))
+                    .map_err(|e| format!("cannot make {} executable: {e}", worker.display()))?;
+            }
+            let options_file = write_options(&info, &semi)?;
+            let mut cmd = go_command(&worker, &cfg, &info, &semi, &options_file);
+            cmd.env_remove(HARNESS_CWD_ENV).env_remove(crate::fork_server::SOCKET_ENV);
+            if let Some(dir) = std::env::var_os(HARNESS_CWD_ENV).filter(|d| Path::new(d).is_dir()) {
+                cmd.current_dir(dir);
             }
             cmd
         }
@@ -253,6 +274,44 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
     exec(cmd)
 }
 
+/// The Go worker binary among the staged artifacts, as Beam's Go boot finds
+/// it: the only artifact, else the one whose role is
+/// `beam:artifact:role:go_worker_binary:v1`, else the one named `worker`.
+fn go_worker_binary(staged: &[Staged]) -> Result<PathBuf, String> {
+    match staged {
+        [] => Err("the job staged no artifacts: no Go worker binary (--worker_binary)".into()),
+        [only] => Ok(only.path.clone()),
+        _ => staged
+            .iter()
+            .find(|a| a.role == urns::artifact::ROLE_GO_WORKER_BINARY)
+            .or_else(|| staged.iter().find(|a| file_name(&a.path) == "worker"))
+            .map(|a| a.path.clone())
+            .ok_or_else(|| "no staged artifact is the Go worker binary (role go_worker_binary, or named worker)".into()),
+    }
+}
+
+/// The Go worker's command line: Beam's Go container contract (`--worker`,
+/// `--id`, the logging and control endpoints as `host:port`,
+/// `--semi_persist_dir`) and its environment (`PIPELINE_OPTIONS_FILE`,
+/// `RUNNER_CAPABILITIES`, `STATUS_ENDPOINT` when there is one).
+fn go_command(worker: &Path, cfg: &BootConfig, info: &beam::ProvisionInfo, semi: &Path, options_file: &Path) -> std::process::Command {
+    let url = |d: &Option<beam::ApiServiceDescriptor>| {
+        d.as_ref().map(|d| d.url.clone()).filter(|u| !u.is_empty()).unwrap_or_else(|| cfg.provision_endpoint.clone())
+    };
+    let mut cmd = std::process::Command::new(worker);
+    cmd.arg("--worker=true")
+        .arg(format!("--id={}", cfg.worker_id))
+        .arg(format!("--logging_endpoint={}", url(&info.logging_endpoint)))
+        .arg(format!("--control_endpoint={}", url(&info.control_endpoint)))
+        .arg(format!("--semi_persist_dir={}", semi.display()))
+        .env("PIPELINE_OPTIONS_FILE", options_file)
+        .env("RUNNER_CAPABILITIES", info.runner_capabilities.join(" "));
+    if let Some(status) = info.status_endpoint.as_ref().filter(|d| !d.url.is_empty()) {
+        cmd.env("STATUS_ENDPOINT", &status.url);
+    }
+    cmd
+}
+
 async fn provision(cfg: &BootConfig) -> Result<beam::ProvisionInfo, String> {
     let mut provision = beam::provision_service_client::ProvisionServiceClient::connect(
         weir_proto::grpc_uri(&cfg.provision_endpoint),
@@ -277,13 +336,31 @@ async fn provision(cfg: &BootConfig) -> Result<beam::ProvisionInfo, String> {
         .ok_or_else(|| "provision response has no info".to_string())
 }
 
+/// Name of the folder `weir boot` works in when the runner names none:
+/// `weir-<worker id>` with every character but letters, digits, `-`, `_`
+/// and `.` made `_` (a `:` in a folder name would split a Java classpath;
+/// other runners' worker ids have them).
+fn default_semi_name(worker_id: &str) -> String {
+    let safe: String = worker_id
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
+        .collect();
+    format!("weir-{safe}")
+}
+
 /// An artifact `weir boot` fetched.
 #[derive(Clone, Debug, PartialEq)]
 struct Staged {
     /// Where it is: `<staged folder>/<staged name>`.
     path: PathBuf,
-    /// Its role is `beam:artifact:role:pip_requirements_file:v1`.
-    pip_requirements: bool,
+    /// Its role URN (`beam:artifact:role:...`).
+    role: String,
+}
+
+impl Staged {
+    fn pip_requirements(&self) -> bool {
+        self.role == urns::artifact::ROLE_PIP_REQUIREMENTS_FILE
+    }
 }
 
 /// Fetches every dependency of the provision info into `staged`; returns
@@ -313,7 +390,9 @@ async fn stage_artifacts(
         .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES);
     let mut taken = std::collections::HashSet::new();
     for (i, dep) in info.dependencies.iter().enumerate() {
-        let name = if dep.role_urn == urns::artifact::ROLE_STAGING_TO {
+        let name = if dep.role_urn == urns::artifact::ROLE_STAGING_TO
+            || dep.role_urn == urns::artifact::ROLE_GO_WORKER_BINARY
+        {
             beam::ArtifactStagingToRolePayload::decode(dep.role_payload.as_slice())
                 .map(|p| p.staged_name)
                 .unwrap_or_default()
@@ -350,7 +429,7 @@ async fn stage_artifacts(
         std::fs::write(&path, bytes).map_err(|e| format!("cannot write artifact {name}: {e}"))?;
         paths.push(Staged {
             path,
-            pip_requirements: dep.role_urn == urns::artifact::ROLE_PIP_REQUIREMENTS_FILE,
+            role: dep.role_urn.clone(),
         });
     }
     Ok(paths)
@@ -390,7 +469,7 @@ fn python_installs(staged: &[Staged], dir: &Path) -> Result<PythonInstalls, Stri
     let mut out = PythonInstalls::default();
     out.requirements.extend(named(PYTHON_REQUIREMENTS_FILE));
     out.requirements
-        .extend(staged.iter().filter(|a| a.pip_requirements).map(|a| a.path.clone()));
+        .extend(staged.iter().filter(|a| a.pip_requirements()).map(|a| a.path.clone()));
     if let Some(list) = named(PYTHON_EXTRA_PACKAGES_FILE) {
         let text = std::fs::read_to_string(&list)
             .map_err(|e| format!("cannot read the staged {PYTHON_EXTRA_PACKAGES_FILE}: {e}"))?;
@@ -772,6 +851,55 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// The Go worker is found as Beam's Go boot finds it, and started with
+    /// its container contract.
+    #[test]
+    fn go_worker_follows_beams_go_boot() {
+        let staged = |name: &str, role: &str| Staged { path: PathBuf::from("/s").join(name), role: role.into() };
+        let go_role = urns::artifact::ROLE_GO_WORKER_BINARY;
+        let to = urns::artifact::ROLE_STAGING_TO;
+        assert_eq!(go_worker_binary(&[staged("artifact-0", go_role)]).unwrap(), PathBuf::from("/s/artifact-0"));
+        assert_eq!(
+            go_worker_binary(&[staged("worker", to), staged("artifact-1", go_role)]).unwrap(),
+            PathBuf::from("/s/artifact-1")
+        );
+        assert_eq!(go_worker_binary(&[staged("a", to), staged("worker", to)]).unwrap(), PathBuf::from("/s/worker"));
+        assert!(go_worker_binary(&[staged("a", to), staged("b", to)]).unwrap_err().contains("Go worker binary"));
+        assert!(go_worker_binary(&[]).unwrap_err().contains("--worker_binary"));
+
+        let info = beam::ProvisionInfo {
+            control_endpoint: Some(beam::ApiServiceDescriptor { url: "localhost:7".into(), ..Default::default() }),
+            runner_capabilities: vec!["a".into(), "b".into()],
+            ..Default::default()
+        };
+        let cfg = BootConfig { sdk: Sdk::Go, ..config() };
+        let cmd = go_command(Path::new("/s/worker"), &cfg, &info, Path::new("/semi"), Path::new("/semi/pipeline_options.json"));
+        let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(
+            args,
+            [
+                "--worker=true",
+                "--id=w-1",
+                "--logging_endpoint=localhost:1",
+                "--control_endpoint=localhost:7",
+                "--semi_persist_dir=/semi"
+            ]
+        );
+        let env: std::collections::HashMap<_, _> = cmd
+            .get_envs()
+            .map(|(k, v)| (k.to_string_lossy().into_owned(), v.unwrap().to_string_lossy().into_owned()))
+            .collect();
+        assert_eq!(env["PIPELINE_OPTIONS_FILE"], "/semi/pipeline_options.json");
+        assert_eq!(env["RUNNER_CAPABILITIES"], "a b");
+        assert!(!env.contains_key("STATUS_ENDPOINT"));
+    }
+
+    #[test]
+    fn the_default_folder_name_is_safe_on_a_classpath() {
+        assert_eq!(default_semi_name("job-1-worker-2"), "weir-job-1-worker-2");
+        assert_eq!(default_semi_name("job-1:env:3/../x y"), "weir-job-1_env_3_.._x_y");
+    }
+
     /// What a Python job installs comes from the stager's staged names and
     /// the requirements role, in Beam's order: requirements, then the extra
     /// packages as extra_packages.txt lists them, then workflow.tar.gz.
@@ -780,7 +908,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("weir-installs-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(PYTHON_EXTRA_PACKAGES_FILE), "b-1.0.tar.gz\n\n# note\na-2.0-py3-none-any.whl\n").unwrap();
-        let staged = |name: &str, pip_requirements| Staged { path: dir.join(name), pip_requirements };
+        let staged = |name: &str, pip_requirements: bool| Staged {
+            path: dir.join(name),
+            role: if pip_requirements { urns::artifact::ROLE_PIP_REQUIREMENTS_FILE } else { urns::artifact::ROLE_STAGING_TO }.into(),
+        };
         let all = [
             staged("pickled_main_session", false),
             staged(PYTHON_WORKFLOW_TARBALL, false),

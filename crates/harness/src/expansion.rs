@@ -95,6 +95,9 @@ pub struct ExpansionConfig {
     pub worker_pool_port: Option<u16>,
     /// The `weir` binary that PROCESS environments run as `weir boot`.
     pub weir_bin: PathBuf,
+    /// Arguments for the expansion service itself, after Weir's (e.g. Java's
+    /// `--javaClassLookupAllowlistFile=...`).
+    pub service_args: Vec<String>,
 }
 
 /// The processes to start, the worker pool (if any) first.
@@ -172,6 +175,7 @@ pub fn plan(cfg: &ExpansionConfig) -> Result<Vec<Launch>, String> {
                 cfg.port.to_string(),
             ]);
             jvm.extend(service_env_args);
+            jvm.extend(cfg.service_args.iter().cloned());
             launches.push(Launch {
                 role: "expansion service",
                 program: java.clone(),
@@ -213,6 +217,7 @@ pub fn plan(cfg: &ExpansionConfig) -> Result<Vec<Launch>, String> {
                     format!("--environment_config=localhost:{}", pool.unwrap_or(0)),
                 ]),
             }
+            args.extend(cfg.service_args.iter().cloned());
             launches.push(Launch {
                 role: "expansion service",
                 program: python.clone(),
@@ -300,9 +305,49 @@ pub fn find_java_expansion_classpath(explicit: Option<PathBuf>) -> Result<Vec<Pa
     Ok(jars)
 }
 
+/// The jar `path` names, or the `.jar` files of the folder it names, sorted.
+///
+/// # Errors
+/// A path that does not exist, a file that is not a `.jar`, a folder with none.
+pub fn jars_at(path: &Path) -> Result<Vec<PathBuf>, String> {
+    let is_jar = |p: &Path| p.extension().is_some_and(|x| x == "jar");
+    if path.is_file() {
+        return if is_jar(path) {
+            Ok(vec![path.to_path_buf()])
+        } else {
+            Err(format!("{} is not a .jar file", path.display()))
+        };
+    }
+    let mut jars: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| is_jar(p))
+        .collect();
+    jars.sort();
+    if jars.is_empty() {
+        return Err(format!("{} holds no jar", path.display()));
+    }
+    Ok(jars)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jars_at_takes_a_jar_or_a_folders_jars() {
+        let dir = std::env::temp_dir().join(format!("weir-jars-at-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(jars_at(&dir).unwrap_err().contains("holds no jar"));
+        std::fs::write(dir.join("b.jar"), "").unwrap();
+        std::fs::write(dir.join("a.jar"), "").unwrap();
+        std::fs::write(dir.join("notes.txt"), "").unwrap();
+        assert_eq!(jars_at(&dir).unwrap(), vec![dir.join("a.jar"), dir.join("b.jar")]);
+        assert_eq!(jars_at(&dir.join("a.jar")).unwrap(), vec![dir.join("a.jar")]);
+        assert!(jars_at(&dir.join("notes.txt")).unwrap_err().contains("not a .jar"));
+        assert!(jars_at(&dir.join("missing")).unwrap_err().contains("cannot read"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn java(environment: ExpansionEnvironment) -> ExpansionConfig {
         ExpansionConfig {
@@ -317,7 +362,21 @@ mod tests {
             port: 8097,
             worker_pool_port: Some(5555),
             weir_bin: "/w/weir".into(),
+            service_args: Vec::new(),
         }
+    }
+
+    /// The user's arguments for the service come last, after Weir's.
+    #[test]
+    fn service_arguments_follow_weirs() {
+        let cfg = ExpansionConfig {
+            service_args: vec!["--javaClassLookupAllowlistFile=*".into()],
+            ..java(ExpansionEnvironment::Process)
+        };
+        let launches = plan(&cfg).unwrap();
+        let args = &launches[0].args;
+        assert_eq!(args[args.len() - 2], r#"--defaultEnvironmentConfig={"command":"/w/weir boot --java"}"#);
+        assert_eq!(args[args.len() - 1], "--javaClassLookupAllowlistFile=*");
     }
 
     #[test]
@@ -374,6 +433,7 @@ mod tests {
             port: 8098,
             worker_pool_port: None,
             weir_bin: "/w/weir".into(),
+            service_args: Vec::new(),
         };
         let launches = plan(&cfg).unwrap();
         assert_eq!(launches.len(), 1);

@@ -302,7 +302,7 @@ pub fn boot_python(
     {
         return None;
     }
-    if args.iter().any(|a| a == "--java") {
+    if args.iter().any(|a| a == "--java" || a == "--go") {
         return None;
     }
     let mut python = None;
@@ -510,6 +510,7 @@ mod tests {
         assert_eq!(boot(&["boot", "--id=w"], none).as_deref(), Some("python3"));
         assert_eq!(boot(&["boot", "--id=w"], Some("")).as_deref(), Some("python3"));
         assert_eq!(boot(&["boot", "--java", "--id=w"], none), None);
+        assert_eq!(boot(&["boot", "--go", "--id=w"], none), None);
         assert_eq!(boot(&["serve"], none), None);
         assert_eq!(
             boot_python("/bin/sh", &args(&["boot", "--python", "/py"]), none, None),

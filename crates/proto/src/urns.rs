@@ -129,6 +129,8 @@ pub mod artifact {
     /// A pip requirements file (the Python SDK's PyPI requirements of its
     /// transforms), to be installed with its packages.
     pub const ROLE_PIP_REQUIREMENTS_FILE: &str = "beam:artifact:role:pip_requirements_file:v1";
+    /// The Go SDK's worker binary (payload: `ArtifactStagingToRolePayload`).
+    pub const ROLE_GO_WORKER_BINARY: &str = "beam:artifact:role:go_worker_binary:v1";
 }
 
 /// MonitoringInfo URNs and payload types the runner reads (metrics.proto).

@@ -167,6 +167,16 @@ struct ExpansionArgs {
     /// Python interpreter with apache-beam for --sdk python (default: $WEIR_PYTHON or python3).
     #[arg(long)]
     python: Option<String>,
+    /// A jar, or a folder of jars, to add to the Java expansion service's
+    /// classpath (your transforms, for JavaExternalTransform); the service
+    /// stages its classpath for the expanded transforms' harnesses. Repeatable.
+    #[arg(long = "jar")]
+    jars: Vec<PathBuf>,
+    /// Arguments after `--` go to Beam's expansion service itself, e.g.
+    /// `-- --javaClassLookupAllowlistFile=allowlist.yaml` (Java) to let
+    /// JavaExternalTransform name classes.
+    #[arg(last = true)]
+    service_args: Vec<String>,
 }
 
 #[derive(Args)]
@@ -346,8 +356,12 @@ struct BootArgs {
     #[arg(long)]
     python: Option<String>,
     /// Boot Beam's Java SDK harness (org.apache.beam.fn.harness.FnHarness) instead of Python's.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "go")]
     java: bool,
+    /// Boot a Go pipeline's staged worker binary (Beam's Go container contract) instead of
+    /// Python's harness; it works in this server's folder, as `weir boot --python` does.
+    #[arg(long)]
+    go: bool,
     /// Folder of the Java harness jars (default: $WEIR_JAVA_HARNESS_CLASSPATH, java-harness/
     /// next to this binary, or java/harness/target/jars of the checkout it was built in).
     #[arg(long = "java_harness_classpath")]
@@ -397,7 +411,9 @@ fn run() -> anyhow::Result<()> {
         .build()?;
     match cli.command {
         Some(Command::Boot(b)) => {
-            let sdk = if b.java {
+            let sdk = if b.go {
+                weir_harness::boot::Sdk::Go
+            } else if b.java {
                 weir_harness::boot::Sdk::Java {
                     java: b.java_bin.unwrap_or_else(default_java),
                     harness_classpath: weir_harness::boot::find_java_harness_classpath(
@@ -491,12 +507,21 @@ async fn expansion_service(args: ExpansionArgs) -> anyhow::Result<()> {
                 .or_else(|| std::env::var("WEIR_PYTHON").ok())
                 .unwrap_or_else(|| "python3".into()),
         },
-        _ => ExpansionSdk::Java {
-            java: args.java_bin.unwrap_or_else(default_java),
-            jars: ex::find_java_expansion_classpath(args.java_classpath)
-                .map_err(|e| anyhow::anyhow!("weir expansion-service: {e}"))?,
-        },
+        _ => {
+            let mut jars = ex::find_java_expansion_classpath(args.java_classpath)
+                .map_err(|e| anyhow::anyhow!("weir expansion-service: {e}"))?;
+            for extra in &args.jars {
+                jars.extend(ex::jars_at(extra).map_err(|e| anyhow::anyhow!("weir expansion-service: --jar: {e}"))?);
+            }
+            ExpansionSdk::Java {
+                java: args.java_bin.unwrap_or_else(default_java),
+                jars,
+            }
+        }
     };
+    if !args.jars.is_empty() && args.sdk == "python" {
+        anyhow::bail!("weir expansion-service: --jar is for --sdk java");
+    }
     let port = if args.port == 0 {
         free_port()?
     } else {
@@ -512,6 +537,7 @@ async fn expansion_service(args: ExpansionArgs) -> anyhow::Result<()> {
         port,
         worker_pool_port,
         weir_bin: weir_harness::weir_exe().context("cannot find the weir binary")?,
+        service_args: args.service_args,
     };
     let launches = ex::plan(&cfg).map_err(|e| anyhow::anyhow!("weir expansion-service: {e}"))?;
     let mut children = Vec::new();
