@@ -287,10 +287,20 @@ def slow(p):
 
 
 def hot_key(p):
-  """A GroupByKey where one key ('hot') holds most of the values."""
-  data = [('hot', i) for i in range(3000)] + [('k%d' % (i % 5), i) for i in range(500)]
+  """A GroupByKey where one key ('hot') holds most of the values among many
+  (a worker reports a key hot only among 8 keys or more)."""
+  data = [('hot', i) for i in range(3000)] + [('k%d' % (i % 40), i) for i in range(800)]
   return (p
           | beam.Create(data)
+          | beam.GroupByKey()
+          | 'Count' >> beam.MapTuple(lambda k, vs: '%s: %d' % (k, len(list(vs)))))
+
+
+def four_shards(p):
+  """A GroupByKey of 8000 values spread evenly over 4 keys, as a sharded
+  write groups its output: no key is hot."""
+  return (p
+          | beam.Create([('shard%d' % (i % 4), i) for i in range(8000)])
           | beam.GroupByKey()
           | 'Count' >> beam.MapTuple(lambda k, vs: '%s: %d' % (k, len(list(vs)))))
 
@@ -333,7 +343,7 @@ def slow_elements(p):
 PIPELINES = {
     f.__name__: f
     for f in (gbk, flatten, side_input, combine_per_key, good, boom, windowed, custom_merging,
-              multimap_side_input, sdf_split, sdf_restrictions, large_elements, flaky, crash, slow, hot_key,
+              multimap_side_input, sdf_split, sdf_restrictions, large_elements, flaky, crash, slow, hot_key, four_shards,
               fan_out_gbk, slow_elements)
 }
 

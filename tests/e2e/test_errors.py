@@ -73,7 +73,7 @@ def test_cancel_stops_a_running_job(beam, weir_server, env):
 
 
 def test_hot_key_is_reported_and_named_only_when_enabled(beam, weir_server):
-  expected = collections.Counter(['hot: 3000'] + ['k%d: 100' % i for i in range(5)])
+  expected = collections.Counter(['hot: 3000'] + ['k%d: 20' % i for i in range(40)])
   quiet = beam.run_named('hot_key', 'LOOPBACK')
   assert quiet.returncode == 0, quiet.describe(weir_server)
   assert quiet.output()[1] == expected
@@ -84,6 +84,16 @@ def test_hot_key_is_reported_and_named_only_when_enabled(beam, weir_server):
   assert loud.returncode == 0, loud.describe(weir_server)
   assert 'hot key in GroupByKey' in loud.stderr and 'key "hot" has 3000 of the' in loud.stderr, (
       loud.describe(weir_server))
+
+
+def test_an_even_sharded_group_by_key_has_no_hot_key(beam, weir_server):
+  """Four keys of 2000 values each: two a worker, half each, which is the
+  key count the pipeline chose, not a skew (WriteToText(num_shards=4) groups
+  so, and Go's textio.Write on one key)."""
+  run = beam.run_named('four_shards', 'LOOPBACK')
+  assert run.returncode == 0, run.describe(weir_server)
+  assert run.output()[1] == collections.Counter('shard%d: 2000' % i for i in range(4))
+  assert 'hot key' not in run.stderr, run.describe(weir_server)
 
 
 def _pipeline_with_unknown_leaf():

@@ -156,6 +156,8 @@ pub struct GroupByKeyBuffer {
     /// detection, and the values seen in all.
     hot: Option<(Option<u32>, Vec<u8>, u64)>,
     total: u64,
+    /// Keys that got values since the last hot-key report.
+    keys_seen: u64,
     /// Keys with windows a custom merging WindowFn has not merged yet.
     unmerged: HashSet<Vec<u8>>,
     /// Bytes of keys and values held (without per-group overhead).
@@ -195,6 +197,12 @@ pub struct HotKey {
 
 /// Smallest number of values for a key to be reported hot.
 const HOT_KEY_MIN_VALUES: u64 = 1000;
+
+/// Fewest keys a worker's GroupByKey must see for one to be reported hot:
+/// with fewer, the parallelism is the key count the pipeline chose (a
+/// sharded or single-key write, `WriteToText(num_shards=4)` or Go's
+/// `textio.Write`), and half the values on one key is no skew.
+const HOT_KEY_MIN_KEYS: u64 = 8;
 
 /// The hash of a key's bytes kept beside its slot id in the lookup table.
 type KeyHash = u32;
@@ -331,6 +339,7 @@ impl GroupByKeyBuffer {
             expiry: BTreeMap::new(),
             hot: None,
             total: 0,
+            keys_seen: 0,
             unmerged: HashSet::new(),
             held_bytes: 0,
             spill: None,
@@ -609,6 +618,9 @@ impl GroupByKeyBuffer {
         // Split borrows: the slot is updated while its new windows are indexed.
         let (slots, expiry) = (&mut self.slots, &mut self.expiry);
         let slot = slots[id as usize].as_mut().expect("live slot");
+        if slot.seen == 0 {
+            self.keys_seen += 1;
+        }
         slot.seen += n;
         let seen = slot.seen;
         for w in windows {
@@ -734,6 +746,7 @@ impl GroupByKeyBuffer {
     pub fn take_hot_key(&mut self) -> Option<HotKey> {
         let hot = self.hot.take();
         let total = std::mem::take(&mut self.total);
+        let keys = std::mem::take(&mut self.keys_seen);
         if self.live == 0 {
             self.slots.clear();
             self.free.clear();
@@ -746,7 +759,7 @@ impl GroupByKeyBuffer {
             }
         }
         let (_, key, values) = hot?;
-        (values >= HOT_KEY_MIN_VALUES && values * 2 >= total).then_some(HotKey {
+        (keys >= HOT_KEY_MIN_KEYS && values >= HOT_KEY_MIN_VALUES && values * 2 >= total).then_some(HotKey {
             key,
             values,
             total,
@@ -1097,6 +1110,11 @@ mod hot_key_tests {
             }
         );
         assert_eq!(b.take_hot_key(), None, "reported once");
+        // Fewer keys than HOT_KEY_MIN_KEYS: a sharded write, not a skew.
+        for i in 0..4000 {
+            b.insert(&element(&format!("shard{}", i % 4 / 3))).unwrap();
+        }
+        assert_eq!(b.take_hot_key(), None, "two keys, 75% on one");
     }
 }
 

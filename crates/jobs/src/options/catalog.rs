@@ -192,9 +192,9 @@ pub static CATALOG: &[OptionSpec] = &[
         "Size of the SDK harness's state and side-input cache, in MB (0 disables it).",
         "The SDK harness sizes its cache from it.", rule "An integer, 0 or more."),
     // ------------------------------------------------------------ debugging
-    spec!("enable_hot_key_logging", py "enable_hot_key_logging", java "hotKeyLoggingEnabled", go "enable_hot_key_logging", [], Boolean, Debugging, Recorded,
+    spec!("enable_hot_key_logging", py "enable_hot_key_logging", java "hotKeyLoggingEnabled", go "enable_hot_key_logging", [], Boolean, Debugging, Honoured,
         "Log the literal value of hot keys.",
-        "has no local meaning yet (Weir does not detect hot keys); recorded"),
+        "A batch GroupByKey warns in the job's messages when one key holds at least half of the values a worker grouped (at least 1000 values, among at least 8 keys); with this option the warning shows the key (its encoded bytes), without it the key is left out."),
     spec!("element_processing_timeout_minutes", py "element_processing_timeout_minutes", java "elementProcessingTimeoutMinutes", go "", [], Integer, Debugging, Honoured,
         "Time limit for processing one element, in minutes; then the worker restarts.",
         "Weir asks each running bundle for its progress (`ProcessBundleProgress`) every quarter of the timeout (between 0.1 s and 10 s). Progress is the SDK's element counts per PCollection, sampled byte sizes, SDF work completed and the output bytes Weir received; processing times are not progress. When none of them has moved for the timeout, one element is taken to be stuck: Weir restarts that SDK harness (`SDK harness X was stuck: an element of transform T made no progress for 3m (element processing timeout 3m); restarting it`, then `... restarted as Y`) and retries the bundle. A batch job fails after 4 attempts with an error naming the stage and the transform; a streaming job retries without a cap.", rule "An integer of at least 1 (minute)."),
