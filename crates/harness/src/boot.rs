@@ -212,9 +212,10 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
             // (perhaps other versions of those) gets a fresh interpreter.
             let socket = std::env::var_os(crate::fork_server::SOCKET_ENV);
             cmd.env_remove(crate::fork_server::SOCKET_ENV);
-            // No socket: the fork server never started for this interpreter
-            // (one without Beam, say); the interpreter's own error follows.
-            if let Some(socket) = socket.filter(|s| !installed && Path::new(s).exists()) {
+            // A fork server that is neither serving nor starting has exited
+            // (an interpreter without Beam, say): the interpreter's own
+            // error then comes first, not the missing socket.
+            if let Some(socket) = socket.filter(|s| !installed && crate::fork_server::available(Path::new(s))) {
                 // Returns only when the fork server cannot take it.
                 let why = crate::fork_server::run_forked(
                     Path::new(&socket),

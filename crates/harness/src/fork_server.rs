@@ -429,6 +429,11 @@ fn connect(socket: &Path) -> Result<UnixStream, String> {
     }
 }
 
+/// Whether a fork server serves at `socket` or is starting to.
+pub fn available(socket: &Path) -> bool {
+    socket.exists() || starting(socket)
+}
+
 /// Whether the fork server of `socket` is alive (not exited, not a zombie)
 /// but has not bound its socket yet.
 fn starting(socket: &Path) -> bool {
