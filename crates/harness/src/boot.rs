@@ -222,7 +222,7 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
                     &cmd,
                     &semi.join(HARNESS_PID_FILE),
                 );
-                eprintln!("weir boot: starting Python itself, the fork server did not answer: {why}");
+                eprintln!("weir boot: no Python fork server took this harness ({why}); starting {python} directly");
             }
             cmd
         }
