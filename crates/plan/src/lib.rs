@@ -8,6 +8,7 @@
 
 mod coders;
 mod combiner_lifting;
+mod cross_sdk;
 mod descriptor;
 pub mod error;
 mod fusion;
@@ -67,6 +68,7 @@ pub fn plan(pipeline: &beam::Pipeline, options: &PlanOptions) -> Result<Plan> {
     leaves::check_requirements(pipeline)?;
     let mut components = pipeline.components.clone().unwrap_or_default();
     let mut leaf_ids = leaves::collect(pipeline, &mut components)?;
+    cross_sdk::check(&components, &leaf_ids)?;
     sdf::expand(&mut components, &mut leaf_ids, options.drain)?;
     transcode::insert(&mut components, &mut leaf_ids)?;
     let fused = fusion::fuse(&components, &leaf_ids)?;
