@@ -25,7 +25,7 @@ pub mod state_values;
 pub use bundle::JobWorkers;
 pub use error::{HarnessError, Result};
 pub use metrics::JobMetrics;
-pub use registry::{FnApi, LogSink, WorkerLog};
+pub use registry::{FnApi, LogSink, SdkLogSink, WorkerLog};
 
 /// This `weir` binary's path, as it was when first asked (`main` asks at
 /// start): a rebuild that replaces the file while a server runs turns

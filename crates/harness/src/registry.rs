@@ -26,6 +26,12 @@ pub enum WorkerLog {
 /// treats them differently (see `weir_jobs::registry::Job::sdk_log`).
 pub type LogSink = Arc<dyn Fn(WorkerLog, String) + Send + Sync>;
 
+/// Where a job wants its SDK harnesses' log entries ([`FnApi::set_sdk_log`]);
+/// returns true for an entry that echoes the job's own messages (a LOOPBACK
+/// client logs the messages it receives through the harness's logger),
+/// which Weir's log then keeps at DEBUG.
+pub type SdkLogSink = Arc<dyn Fn(WorkerLog, String) -> bool + Send + Sync>;
+
 /// Descriptors a [`Worker`] keeps bundle and processor counts of before it
 /// forgets the idle ones.
 pub(crate) const MAX_DESCRIPTOR_COUNTS: usize = 256;
@@ -402,7 +408,7 @@ pub struct FnApi {
     pub(crate) bundles: Mutex<HashMap<String, Arc<BundleState>>>,
     descriptors: Mutex<HashMap<String, beam::ProcessBundleDescriptor>>,
     /// Where each job's SDK log entries go, by job id.
-    sdk_logs: Mutex<HashMap<String, LogSink>>,
+    sdk_logs: Mutex<HashMap<String, SdkLogSink>>,
     next_id: AtomicU64,
 }
 
@@ -470,7 +476,7 @@ impl FnApi {
 
     /// Sends the SDK log entries of job `job_id`'s workers to `sink` (until
     /// [`FnApi::remove_sdk_log`]); without one they reach Weir's log only.
-    pub fn set_sdk_log(&self, job_id: &str, sink: LogSink) {
+    pub fn set_sdk_log(&self, job_id: &str, sink: SdkLogSink) {
         self.sdk_logs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -486,7 +492,7 @@ impl FnApi {
     }
 
     /// Where job `job_id`'s SDK log entries go, if anywhere.
-    pub(crate) fn sdk_log(&self, job_id: &str) -> Option<LogSink> {
+    pub(crate) fn sdk_log(&self, job_id: &str) -> Option<SdkLogSink> {
         self.sdk_logs
             .lock()
             .unwrap_or_else(|p| p.into_inner())

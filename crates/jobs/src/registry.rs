@@ -486,7 +486,9 @@ impl Job {
     ///   `JOB_MESSAGE_ERROR` for the job's failure even when the job ends
     ///   DONE (say, a bundle that failed once and succeeded when retried).
     ///   When a job fails, Weir's own error message says so and why.
-    pub fn sdk_log(&self, level: weir_harness::WorkerLog, text: String) {
+    ///
+    /// Returns true when the entry is such an echo (a warning or error).
+    pub fn sdk_log(&self, level: weir_harness::WorkerLog, text: String) -> bool {
         use weir_harness::WorkerLog;
         let importance = match level {
             WorkerLog::Debug => MessageImportance::JobMessageDebug,
@@ -494,9 +496,11 @@ impl Job {
             WorkerLog::Warning => MessageImportance::JobMessageWarning,
             WorkerLog::Error => MessageImportance::JobMessageError,
         };
+        let mut echo = false;
         let to_stream = matches!(level, WorkerLog::Warning | WorkerLog::Error) && {
             let mut gate = self.gate.lock().unwrap_or_else(|p| p.into_inner());
-            let pass = !gate.is_echo(&text, &self.id) && gate.take();
+            echo = gate.is_echo(&text, &self.id);
+            let pass = !echo && gate.take();
             if pass {
                 gate.sent(&text);
             }
@@ -517,6 +521,7 @@ impl Job {
             (true, _) => OnStream::Same,
         };
         self.publish_as(event, on_stream);
+        echo
     }
 
     /// SDK warnings and errors kept off the message stream by its rate
@@ -1072,22 +1077,24 @@ mod tests {
             "[w1] (time=2026-12-01T08:58:40Z)(id={}-1)hot key in GroupByKey g: a key has 10 of the 10 values",
             j.id
         );
-        j.sdk_log(WorkerLog::Warning, go_echo.clone());
+        // sdk_log says which entries are echoes (Weir's own log keeps them
+        // at DEBUG).
+        assert!(j.sdk_log(WorkerLog::Warning, go_echo.clone()));
         // An echo without the id (another client's format) still has the text.
-        j.sdk_log(
+        assert!(j.sdk_log(
             WorkerLog::Warning,
             "[w1] job said: hot key in GroupByKey g: a key has 10 of the 10 values".into(),
-        );
+        ));
         // An echo of an echo: the id of the first SDK entry.
-        j.sdk_log(WorkerLog::Error, format!("[w1] (id={}-2) again", j.id));
+        assert!(j.sdk_log(WorkerLog::Error, format!("[w1] (id={}-2) again", j.id)));
         // A worker id is not a message id.
         let own = format!("[{}-worker-3] disk almost full", j.id);
-        j.sdk_log(WorkerLog::Warning, own.clone());
+        assert!(!j.sdk_log(WorkerLog::Warning, own.clone()));
         // Word for word again: once per window.
-        j.sdk_log(WorkerLog::Warning, own.clone());
+        assert!(j.sdk_log(WorkerLog::Warning, own.clone()));
         // A text that merely starts like an earlier one is no echo.
-        j.sdk_log(WorkerLog::Warning, "[w1] retry 1".into());
-        j.sdk_log(WorkerLog::Warning, "[w1] retry 10".into());
+        assert!(!j.sdk_log(WorkerLog::Warning, "[w1] retry 1".into()));
+        assert!(!j.sdk_log(WorkerLog::Warning, "[w1] retry 10".into()));
         let stream: Vec<String> = texts(&j.subscribe(View::Stream).0)
             .into_iter()
             .map(|(t, _)| t)

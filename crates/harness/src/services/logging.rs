@@ -82,7 +82,15 @@ impl beam::beam_fn_logging_server::BeamFnLogging for LoggingService {
                         held_back = 0;
                         last_summary = now;
                     }
-                    if allowance >= 1.0 {
+                    // An echo of the job's own messages goes to the job's
+                    // log as any entry, and to Weir's at DEBUG only.
+                    let echo = match fn_api.sdk_log(&worker.job_id) {
+                        Some(sink) => sink(level, format!("[{}] {text}", worker.id)),
+                        None => false,
+                    };
+                    if echo {
+                        tracing::debug!(worker = %worker.id, "{text}");
+                    } else if allowance >= 1.0 {
                         allowance -= 1.0;
                         match level {
                             WorkerLog::Error => tracing::error!(worker = %worker.id, "{text}"),
@@ -92,9 +100,6 @@ impl beam::beam_fn_logging_server::BeamFnLogging for LoggingService {
                         }
                     } else {
                         held_back += 1;
-                    }
-                    if let Some(sink) = fn_api.sdk_log(&worker.job_id) {
-                        sink(level, format!("[{}] {text}", worker.id));
                     }
                 }
             }
