@@ -21,12 +21,12 @@ pub enum WorkerLog {
 }
 
 /// Where a job wants Weir's notes about its workers (started, died,
-/// restarted) to go; and, registered with [`FnApi::set_sdk_log`], the SDK
-/// harnesses' own log entries (`BeamFnLogging`), kept apart because the job
-/// treats them differently (see `weir_jobs::registry::Job::sdk_log`).
+/// restarted) to go.
 pub type LogSink = Arc<dyn Fn(WorkerLog, String) + Send + Sync>;
 
-/// Where a job wants its SDK harnesses' log entries ([`FnApi::set_sdk_log`]);
+/// Where a job wants its SDK harnesses' own log entries (`BeamFnLogging`,
+/// registered with [`FnApi::set_sdk_log`]; the job treats them apart from
+/// Weir's notes, see `weir_jobs::registry::Job::sdk_log`);
 /// returns true for an entry that echoes the job's own messages (a LOOPBACK
 /// client logs the messages it receives through the harness's logger),
 /// which Weir's log then keeps at DEBUG.
