@@ -415,12 +415,19 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
                 .into_inner()
                 .job_info;
             println!("JOB_ID\tSTATE\tNAME\tSTART\tEND\tLABELS");
+            // Oldest first, by the job's first state event (its Prepare).
+            let mut rows = Vec::with_capacity(jobs.len());
             for j in jobs {
-                // A job forgotten meanwhile (registry bound) is listed without times.
-                let (start, end) = match states(&mut client, &j.job_id).await {
-                    Ok(s) => start_end(&s),
-                    Err(_) => ("-".into(), "-".into()),
-                };
+                // A job forgotten meanwhile (registry bound) is listed without times, first.
+                let history = states(&mut client, &j.job_id).await.unwrap_or_default();
+                let first = history
+                    .first()
+                    .and_then(|(t, _)| t.as_ref())
+                    .map(|t| (t.seconds, t.nanos));
+                rows.push((first, j.job_id.clone(), j, start_end(&history)));
+            }
+            rows.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+            for (_, _, j, (start, end)) in rows {
                 println!(
                     "{}\t{}\t{}\t{start}\t{end}\t{}",
                     j.job_id,
