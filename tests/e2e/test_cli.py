@@ -1,5 +1,7 @@
 """`weir jobs list|describe|cancel` against the running server."""
 
+import datetime
+
 from conftest import weir_jobs
 
 
@@ -14,9 +16,8 @@ def test_jobs_list_describe_cancel(beam, weir_server):
   assert all(len(r) == 6 for r in rows), rows
   done = [r for r in rows if r[1] == 'DONE' and r[2] == 'cli-describe']
   assert done, rows
-  # Oldest first: the jobs' starts (UTC, one format) are in order, and the
-  # job just run, the server's newest, is last.
-  starts = [r[3] for r in rows if r[3] != '-']
+  # Oldest start first, and the job just run, the server's newest, last.
+  starts = [datetime.datetime.fromisoformat(r[3].replace('Z', '+00:00')) for r in rows if r[3] != '-']
   assert starts == sorted(starts), rows
   assert rows[-1][0] == done[-1][0], rows
   job_id = done[-1][0]

@@ -415,13 +415,18 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
                 .into_inner()
                 .job_info;
             println!("JOB_ID\tSTATE\tNAME\tSTART\tEND\tLABELS");
-            // Oldest first, by the job's first state event (its Prepare).
+            // By start (a job not started yet: by its Prepare), oldest first.
             let mut rows = Vec::with_capacity(jobs.len());
             for j in jobs {
                 // A job forgotten meanwhile (registry bound) is listed without times, first.
                 let history = states(&mut client, &j.job_id).await.unwrap_or_default();
+                let started = |s: i32| {
+                    s == beam::job_state::Enum::Starting as i32 || s == beam::job_state::Enum::Running as i32
+                };
                 let first = history
-                    .first()
+                    .iter()
+                    .find(|(_, s)| started(*s))
+                    .or(history.first())
                     .and_then(|(t, _)| t.as_ref())
                     .map(|t| (t.seconds, t.nanos));
                 rows.push((first, j.job_id.clone(), j, start_end(&history)));
