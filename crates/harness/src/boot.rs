@@ -662,8 +662,9 @@ fn file_name(p: &Path) -> &str {
     p.file_name().and_then(|n| n.to_str()).unwrap_or("")
 }
 
-/// The `.jar` files of `dir`, by name.
-fn list_jars(dir: &Path) -> Result<Vec<PathBuf>, String> {
+/// The `.jar` files of folder `dir`, by name (none: an empty list). Errors
+/// say the folder cannot be read.
+pub(crate) fn list_jars(dir: &Path) -> Result<Vec<PathBuf>, String> {
     let entries =
         std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
     let mut jars: Vec<PathBuf> = entries

@@ -290,12 +290,7 @@ pub fn find_java_expansion_classpath(explicit: Option<PathBuf>) -> Result<Vec<Pa
                 })?
         }
     };
-    let mut jars: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "jar"))
-        .collect();
-    jars.sort();
+    let jars = crate::boot::list_jars(&dir)?;
     if jars.is_empty() {
         return Err(format!(
             "{} holds no jar; run scripts/setup_java.sh",
@@ -318,12 +313,7 @@ pub fn jars_at(path: &Path) -> Result<Vec<PathBuf>, String> {
             Err(format!("{} is not a .jar file", path.display()))
         };
     }
-    let mut jars: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| is_jar(p))
-        .collect();
-    jars.sort();
+    let jars = crate::boot::list_jars(path)?;
     if jars.is_empty() {
         return Err(format!("{} holds no jar", path.display()));
     }
