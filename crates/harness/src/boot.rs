@@ -195,10 +195,7 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
             // string over 128 KiB (a large option) fails exec with E2BIG.
             let options_file = write_options(&info, &semi)?;
             let mut cmd = python_command(python, &cfg, &info, &semi, &options_file);
-            cmd.env_remove(HARNESS_CWD_ENV);
-            if let Some(dir) = std::env::var_os(HARNESS_CWD_ENV).filter(|d| Path::new(d).is_dir()) {
-                cmd.current_dir(dir);
-            }
+            in_harness_folder(&mut cmd);
             let installs = python_installs(&staged, &staged_dir)?;
             let installed = !installs.is_empty();
             if installed {
@@ -236,10 +233,8 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
             }
             let options_file = write_options(&info, &semi)?;
             let mut cmd = go_command(&worker, &cfg, &info, &semi, &options_file);
-            cmd.env_remove(HARNESS_CWD_ENV).env_remove(crate::fork_server::SOCKET_ENV);
-            if let Some(dir) = std::env::var_os(HARNESS_CWD_ENV).filter(|d| Path::new(d).is_dir()) {
-                cmd.current_dir(dir);
-            }
+            cmd.env_remove(crate::fork_server::SOCKET_ENV);
+            in_harness_folder(&mut cmd);
             cmd
         }
         Sdk::Java {
@@ -275,6 +270,15 @@ pub async fn boot(cfg: BootConfig) -> Result<std::convert::Infallible, String> {
         }
     };
     exec(cmd)
+}
+
+/// Runs `cmd` in the folder Weir names in [`HARNESS_CWD_ENV`] (when it is
+/// one), without passing the variable on.
+fn in_harness_folder(cmd: &mut std::process::Command) {
+    cmd.env_remove(HARNESS_CWD_ENV);
+    if let Some(dir) = std::env::var_os(HARNESS_CWD_ENV).filter(|d| Path::new(d).is_dir()) {
+        cmd.current_dir(dir);
+    }
 }
 
 /// The Go worker binary among the staged artifacts, as Beam's Go boot finds
