@@ -165,7 +165,6 @@ fn is_terminal(state: i32) -> bool {
 
 /// Start (STARTING, else RUNNING) and end (a terminal state) times.
 fn start_end(states: &[(Option<Timestamp>, i32)]) -> (String, String) {
-    use beam::job_state::Enum as S;
     let find = |f: &dyn Fn(i32) -> bool| {
         states
             .iter()
@@ -174,8 +173,14 @@ fn start_end(states: &[(Option<Timestamp>, i32)]) -> (String, String) {
             .map(when)
             .unwrap_or_else(|| "-".into())
     };
-    let start = find(&|s| s == S::Starting as i32 || s == S::Running as i32);
-    (start, find(&is_terminal))
+    (find(&has_started), find(&is_terminal))
+}
+
+/// Whether a job in `state` has started (STARTING or RUNNING): the state
+/// event that gives its start time.
+fn has_started(state: i32) -> bool {
+    use beam::job_state::Enum as S;
+    state == S::Starting as i32 || state == S::Running as i32
 }
 
 /// The job's labels (Dataflow's `labels` option in any SDK's form).
@@ -420,12 +425,9 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
             for j in jobs {
                 // A job forgotten meanwhile (registry bound) is listed without times, first.
                 let history = states(&mut client, &j.job_id).await.unwrap_or_default();
-                let started = |s: i32| {
-                    s == beam::job_state::Enum::Starting as i32 || s == beam::job_state::Enum::Running as i32
-                };
                 let first = history
                     .iter()
-                    .find(|(_, s)| started(*s))
+                    .find(|(_, s)| has_started(*s))
                     .or(history.first())
                     .and_then(|(t, _)| t.as_ref())
                     .map(|t| (t.seconds, t.nanos));
