@@ -48,12 +48,56 @@ pub fn router(registry: Arc<JobRegistry>) -> Router {
         .with_state(registry)
 }
 
-/// Serves [`router`] on `listener` until the process ends.
+/// Serves [`router`] on `listener` until the process ends, its connections
+/// guarded as the job server's are (`weir_jobs::connections`), at most
+/// [`MAX_UI_CONNECTIONS`] at once: idle browsers or scrapers cannot use up
+/// the file descriptors the Job API and the Fn API need.
 ///
 /// # Errors
 /// The I/O error that stopped the server.
 pub async fn serve(listener: tokio::net::TcpListener, registry: Arc<JobRegistry>) -> std::io::Result<()> {
-    axum::serve(listener, router(registry)).await
+    let local = listener.local_addr()?;
+    let incoming = Box::pin(weir_jobs::connections::incoming_with(
+        listener,
+        MAX_UI_CONNECTIONS,
+        weir_jobs::connections::FIRST_BYTES_WAIT,
+    ));
+    axum::serve(UiListener { incoming, local }, router(registry)).await
+}
+
+/// Connections the web UI holds at once (a browser opens about six).
+pub const MAX_UI_CONNECTIONS: usize = 64;
+
+/// The web UI's guarded connections as an axum listener.
+struct UiListener {
+    incoming: std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = std::io::Result<weir_jobs::connections::Guarded>> + Send>,
+    >,
+    local: std::net::SocketAddr,
+}
+
+impl axum::serve::Listener for UiListener {
+    type Io = weir_jobs::connections::Guarded;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        use tokio_stream::StreamExt;
+        loop {
+            match self.incoming.next().await {
+                Some(Ok(io)) => {
+                    let peer = io.peer_addr().unwrap_or(self.local);
+                    return (io, peer);
+                }
+                Some(Err(e)) => tracing::warn!("web UI: accepting a connection failed: {e}"),
+                // The guard's accept loop never ends while this listener lives.
+                None => std::future::pending::<()>().await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
 }
 
 /// `%XX` escapes decoded and `+` read as a space (as in a query string or
@@ -257,5 +301,50 @@ mod tests {
         for host in ["evil.example.com:8074", "example.com", "127.0.0.1.nip.io:8074"] {
             assert!(!direct_host(host), "{host}");
         }
+    }
+
+    #[tokio::test]
+    async fn the_ui_answers_while_its_connection_cap_is_full_of_silent_sockets() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let url = "127.0.0.1:1".to_string();
+        let config = weir_jobs::ServerConfig {
+            python_for_docker_images: None,
+            staging_root: std::env::temp_dir().join(format!("weir-web-test-{}", std::process::id())),
+            engine_workers: 1,
+            limits: Default::default(),
+            capture_prepare_dir: None,
+            security: Default::default(),
+            gbk_memory_budget: None,
+            spill_root: std::env::temp_dir().join("weir-spill"),
+            min_resume_delay: weir_engine::DEFAULT_MIN_RESUME_DELAY,
+        };
+        let registry = JobRegistry::new(weir_harness::FnApi::new(url.clone()), config, url);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve(listener, registry));
+        let mut silent = Vec::new();
+        for _ in 0..MAX_UI_CONNECTIONS + 10 {
+            silent.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        let mut browser = tokio::net::TcpStream::connect(addr).await.unwrap();
+        browser
+            .write_all(b"GET /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut reply = String::new();
+        tokio::time::timeout(std::time::Duration::from_secs(5), browser.read_to_string(&mut reply))
+            .await
+            .expect("the UI answers within 5 s")
+            .unwrap();
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+        // The cap holds: of the silent sockets, at most the cap's worth are open.
+        let mut open = 0;
+        for s in &mut silent {
+            let mut b = [0u8; 1];
+            if tokio::time::timeout(std::time::Duration::from_millis(20), s.read(&mut b)).await.is_err() {
+                open += 1;
+            }
+        }
+        assert!(open < MAX_UI_CONNECTIONS, "{open} silent sockets open");
     }
 }
