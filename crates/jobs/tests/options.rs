@@ -1241,6 +1241,27 @@ async fn prepare_records_options_and_reports_notes() {
         .preparation_id;
     assert!(messages(&registry, &id).is_empty());
     assert_eq!(registry.get(&id).unwrap().name, id);
+
+    // A job name is at most 1024 bytes, from the request or --job_name.
+    let long = "n".repeat(weir_jobs::service::MAX_JOB_NAME_BYTES + 1);
+    for (job_name, option) in [(long.clone(), None), ("job".to_string(), Some(long))] {
+        let mut options = opts(serde_json::from_str(PYTHON_DEFAULT_OPTIONS).unwrap());
+        if let Some(name) = option {
+            options.fields.insert("beam:option:job_name:v1".into(), Value { kind: Some(Kind::StringValue(name)) });
+        }
+        let req = beam::PrepareJobRequest { pipeline: Some(wordcount()), pipeline_options: Some(options), job_name };
+        let refused = svc.prepare(tonic::Request::new(req)).await.expect_err("refused");
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        assert!(refused.message().ends_with("is 1025 bytes long; a job name has at most 1024 (Dataflow's limit on job names)"), "{}", refused.message());
+    }
+    let exact = "n".repeat(weir_jobs::service::MAX_JOB_NAME_BYTES);
+    let req = beam::PrepareJobRequest {
+        pipeline: Some(wordcount()),
+        pipeline_options: Some(opts(serde_json::from_str(PYTHON_DEFAULT_OPTIONS).unwrap())),
+        job_name: exact.clone(),
+    };
+    let id = svc.prepare(tonic::Request::new(req)).await.expect("prepared").into_inner().preparation_id;
+    assert_eq!(registry.get(&id).unwrap().name, exact);
 }
 
 #[tokio::test]

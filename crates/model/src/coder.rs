@@ -410,9 +410,10 @@ impl Reader<'_> {
         if count >= 0 && *elem == Coder::GlobalWindow {
             return Ok(()); // zero-width elements: nothing to skip
         }
+        let mut empty = 0usize;
         if count >= 0 {
             for _ in 0..count {
-                self.skip_value(elem)?;
+                self.skip_element(elem, &mut empty)?;
             }
             return Ok(());
         }
@@ -434,9 +435,31 @@ impl Reader<'_> {
                 return Err(Error::invalid("iterable", format!("chunk count {k}")));
             }
             for _ in 0..k {
-                self.skip_value(elem)?;
+                self.skip_element(elem, &mut empty)?;
             }
         }
+    }
+
+    /// One iterable element, counting in `empty` those of zero bytes, of
+    /// which an iterable holds at most
+    /// [`crate::windowed_value::MAX_EMPTY_ELEMENTS`] (a chunk count of 2^62
+    /// global windows would otherwise loop for ever).
+    fn skip_element(&mut self, elem: &Coder, empty: &mut usize) -> Result<()> {
+        let before = self.pos;
+        self.skip_value(elem)?;
+        if self.pos == before {
+            *empty += 1;
+            if *empty > crate::windowed_value::MAX_EMPTY_ELEMENTS {
+                return Err(Error::invalid(
+                    "iterable",
+                    format!(
+                        "more than {} elements of zero bytes",
+                        crate::windowed_value::MAX_EMPTY_ELEMENTS
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn pane(&mut self) -> Result<()> {

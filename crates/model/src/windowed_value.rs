@@ -22,6 +22,11 @@ pub struct WindowedValue {
     pub value: Vec<u8>,
 }
 
+/// How many elements encoded in zero bytes one iterable may hold: a count
+/// of 2^31 global windows would otherwise take the process's memory from
+/// four bytes of input.
+pub const MAX_EMPTY_ELEMENTS: usize = 1 << 20;
+
 /// Read a `beam:coder:iterable:v1` (4-byte BE count then the elements, or
 /// count -1 and varint-counted chunks ending with 0) from the front of
 /// `bytes`, each element decoded by `element` (which returns it and the
@@ -29,7 +34,8 @@ pub struct WindowedValue {
 ///
 /// # Errors
 /// [`Error::Truncated`] when `bytes` ends early; [`Error::Invalid`] for a
-/// negative count other than -1 or a negative chunk size; `element`'s errors.
+/// negative count other than -1, a negative chunk size or more than
+/// [`MAX_EMPTY_ELEMENTS`] elements of zero bytes; `element`'s errors.
 pub fn decode_iterable<T>(
     bytes: &[u8],
     mut element: impl FnMut(&[u8]) -> Result<(T, usize)>,
@@ -40,12 +46,24 @@ pub fn decode_iterable<T>(
     let count = i32::from_be_bytes(raw.try_into().expect("4 bytes"));
     let mut pos = 4;
     let mut out = Vec::new();
+    // Elements that took no bytes (global windows, say): only these are not
+    // bounded by the input's length.
+    let mut empty = 0usize;
     let mut read = |n: i64, pos: &mut usize, out: &mut Vec<T>| -> Result<()> {
         for _ in 0..n {
             let rest = bytes.get(*pos..).ok_or(Error::Truncated {
                 what: "iterable element",
             })?;
             let (t, used) = element(rest)?;
+            if used == 0 {
+                empty += 1;
+                if empty > MAX_EMPTY_ELEMENTS {
+                    return Err(Error::invalid(
+                        "iterable",
+                        format!("count {n}: more than {MAX_EMPTY_ELEMENTS} elements of zero bytes"),
+                    ));
+                }
+            }
             *pos += used;
             out.push(t);
         }
@@ -324,5 +342,23 @@ mod tests {
         assert_eq!(wv.timestamp, Timestamp::MIN);
         assert_eq!(wv.windows, vec![Window::Global]);
         assert_eq!(wv.pane, PaneInfo::NO_FIRING);
+    }
+
+    #[test]
+    fn a_huge_count_of_zero_byte_windows_is_refused_not_allocated() {
+        // Timestamp, then 0x7fffffff global windows (zero bytes each), then a pane.
+        let mut bytes = unhex("7fdf3b645a1cac09 7fffffff 0f 00");
+        let err = WindowedValue::decode(&Coder::Bytes, &Coder::GlobalWindow, &bytes).unwrap_err();
+        assert!(err.to_string().contains("more than 1048576 elements of zero bytes"), "{err}");
+        // The chunked form: count -1, then a chunk of 2^62 windows.
+        bytes = unhex("7fdf3b645a1cac09 ffffffff 808080808080808040 00 0f 00");
+        let err = WindowedValue::decode(&Coder::Bytes, &Coder::GlobalWindow, &bytes).unwrap_err();
+        assert!(err.to_string().contains("zero bytes"), "{err}");
+        let wvc = Coder::WindowedValue { value: Box::new(Coder::Bytes), window: Box::new(Coder::GlobalWindow) };
+        let err = wvc.encoded_len(&bytes).unwrap_err();
+        assert!(err.to_string().contains("zero bytes"), "{err}");
+        // A real element's single global window still decodes.
+        let one = unhex("7fdf3b645a1cac09 00000001 0f 00");
+        assert_eq!(WindowedValue::decode(&Coder::Bytes, &Coder::GlobalWindow, &one).unwrap().0.windows, vec![Window::Global]);
     }
 }
