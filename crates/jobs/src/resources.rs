@@ -218,11 +218,13 @@ impl Sampler {
             },
         };
         // CPU, memory and parents of every process; then command lines and
-        // environments of this server's descendants only.
+        // environments of this server's descendants only. Without tasks:
+        // sysinfo lists a Linux process's threads as its children, each with
+        // the whole process's memory and CPU, which summed them many times.
         system.refresh_processes_specifics(
             ProcessesToUpdate::All,
             true,
-            ProcessRefreshKind::nothing().with_cpu().with_memory(),
+            ProcessRefreshKind::nothing().with_cpu().with_memory().without_tasks(),
         );
         let mut children: HashMap<Pid, Vec<Pid>> = HashMap::new();
         for (pid, p) in system.processes() {
@@ -244,6 +246,7 @@ impl Sampler {
             ProcessesToUpdate::Some(&mine),
             false,
             ProcessRefreshKind::nothing()
+                .without_tasks()
                 .with_cmd(UpdateKind::Always)
                 .with_environ(UpdateKind::Always),
         );
@@ -367,6 +370,34 @@ mod tests {
         assert_eq!(procs.r#type, m::TYPE_LATEST_INT64);
         // Timestamp varint, then the count 1.
         assert_eq!(*procs.payload.last().unwrap(), 1);
+    }
+
+    #[test]
+    fn a_multithreaded_harness_counts_once() {
+        // Five threads: sysinfo lists each as a process unless told not to.
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", "import threading,time\nfor _ in range(4): threading.Thread(target=time.sleep, args=(30,)).start()\nprint(flush=True)\ntime.sleep(30)"])
+            .env("WORKER_ID", "job-threads-worker-0")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        let rss_kb: u64 = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        let sampler = Sampler::default();
+        let r = JobResources::default();
+        sampler.sample("job-threads", &r);
+        let _ = child.kill();
+        let _ = child.wait();
+        let u = r.usage();
+        assert_eq!(u.sdk_cpu_by_pid.keys().copied().collect::<Vec<_>>(), vec![child.id()]);
+        let rss = rss_kb * 1024;
+        assert!(u.sdk_memory < rss * 3 / 2, "sdk memory {} for a process of {rss} bytes", u.sdk_memory);
     }
 
     #[test]
