@@ -106,18 +106,51 @@ impl<'a> Writer<'a> {
     }
 }
 
-/// Reads a staged artifact back from its store.
+/// The chunks of a staged artifact, each at most [`CHUNK`] bytes, read
+/// from its store as they are sent.
+pub type ArtifactChunks = Pin<Box<dyn Stream<Item = Result<Vec<u8>, tonic::Status>> + Send>>;
+
+/// Reads a staged artifact back from its store, [`CHUNK`] bytes at a time:
+/// serving an artifact to each SDK harness holds one chunk in memory, not
+/// the artifact.
 ///
 /// # Errors
-/// NOT_FOUND with the location (and its option) when the store cannot read it.
-pub async fn read_staged(a: &StagedArtifact) -> Result<Vec<u8>, tonic::Status> {
+/// NOT_FOUND with the location (and its option) when the store cannot open
+/// it; a later read error ends the stream with the same message.
+pub async fn read_staged(a: &StagedArtifact) -> Result<ArtifactChunks, tonic::Status> {
     use object_store::ObjectStoreExt;
     let shown = a.location.display(&a.path);
-    let fail = |e: object_store::Error| {
-        tonic::Status::not_found(a.location.error(format!("cannot read {shown}: {e}")))
-    };
-    let got = a.location.store.get(&a.path).await.map_err(fail)?;
-    Ok(got.bytes().await.map_err(fail)?.to_vec())
+    let error = a.location.error(format!("cannot read {shown}: "));
+    let fail = move |e: object_store::Error| tonic::Status::not_found(format!("{error}{e}"));
+    let got = a.location.store.get(&a.path).await.map_err(&fail)?;
+    struct Reading {
+        parts: futures::stream::BoxStream<'static, object_store::Result<bytes::Bytes>>,
+        pending: bytes::BytesMut,
+        done: bool,
+        sent: bool,
+    }
+    let first = Reading { parts: got.into_stream(), pending: bytes::BytesMut::new(), done: false, sent: false };
+    Ok(Box::pin(futures::stream::unfold(Some(first), move |reading| {
+        let fail = fail.clone();
+        async move {
+            let mut r = reading?;
+            while !r.done && r.pending.len() < CHUNK {
+                match r.parts.next().await {
+                    Some(Ok(b)) => r.pending.extend_from_slice(&b),
+                    Some(Err(e)) => return Some((Err(fail(e)), None)),
+                    None => r.done = true,
+                }
+            }
+            // An empty artifact is one empty chunk, as SDKs expect a reply.
+            if r.pending.is_empty() && r.sent {
+                return None;
+            }
+            r.sent = true;
+            let n = r.pending.len().min(CHUNK);
+            let chunk = r.pending.split_to(n).to_vec();
+            Some((Ok(chunk), Some(r)))
+        }
+    })))
 }
 
 /// Pulls every dependency of every environment of the job; returns the
@@ -329,7 +362,10 @@ impl beam::artifact_retrieval_service_server::ArtifactRetrievalService for Retri
                         p.path
                     )));
                 };
-                read_staged(&staged).await?
+                let chunks = read_staged(&staged).await?;
+                return Ok(tonic::Response::new(Box::pin(chunks.map(|c| {
+                    c.map(|data| beam::GetArtifactResponse { data })
+                }))));
             }
             urns::artifact::TYPE_EMBEDDED => {
                 beam::EmbeddedFilePayload::decode(a.type_payload.as_slice())
@@ -394,13 +430,22 @@ mod tests {
             location: location.clone(),
             path: path.clone(),
         };
-        assert_eq!(read_staged(&staged).await.unwrap(), data);
+        let chunks: Vec<Vec<u8>> = read_staged(&staged).await.unwrap().map(|c| c.unwrap()).collect().await;
+        assert_eq!(chunks.iter().map(Vec::len).collect::<Vec<_>>(), [CHUNK, CHUNK, CHUNK, 17]);
+        assert_eq!(chunks.concat(), data);
 
         let missing = StagedArtifact {
             path: location.path(&["job-1", "gone"]),
-            ..staged
+            ..staged.clone()
         };
-        let e = read_staged(&missing).await.unwrap_err();
+        // An empty artifact is one empty chunk.
+        let empty_path = location.path(&["job-1", "2-empty"]);
+        Writer::new(&location, &empty_path).finish().await.unwrap();
+        let empty = StagedArtifact { path: empty_path, ..staged.clone() };
+        let chunks: Vec<Vec<u8>> = read_staged(&empty).await.unwrap().map(|c| c.unwrap()).collect().await;
+        assert_eq!(chunks, vec![Vec::<u8>::new()]);
+
+        let Err(e) = read_staged(&missing).await else { panic!("a missing artifact was read") };
         assert_eq!(e.code(), tonic::Code::NotFound);
         assert!(
             e.message().starts_with(
