@@ -288,6 +288,18 @@ pub(crate) struct BundleState {
     /// Set by a split of the data channel: the bundle's input elements from
     /// this index on were handed back to the engine (`usize::MAX`: none).
     pub split_primary: std::sync::atomic::AtomicUsize,
+    /// The first output the SDK harness sent that the bundle has no place
+    /// for (data for a transform that is not one of its sinks, timers of an
+    /// unknown family): the bundle fails with it rather than lose output.
+    pub stray_output: Mutex<Option<String>>,
+}
+
+impl BundleState {
+    /// Records output the bundle has no place for; the first is kept.
+    pub(crate) fn stray(&self, what: String) {
+        tracing::warn!("{what}");
+        self.stray_output.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(what);
+    }
 }
 
 pub use weir_engine::user_state::{BundleUserState, UserState};

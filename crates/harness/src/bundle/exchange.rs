@@ -385,6 +385,9 @@ impl Inner {
                 }
             }
         }
+        if let Some(stray) = bundle.stray_output.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(stray.into());
+        }
         let streams =
             std::mem::take(&mut bundle.outputs.lock().unwrap_or_else(|p| p.into_inner()).0);
         let mut streams = streams.into_iter();

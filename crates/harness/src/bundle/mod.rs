@@ -298,6 +298,7 @@ impl Inner {
             all_last: tokio::sync::Notify::new(),
             split_handed_over: std::sync::atomic::AtomicBool::new(false),
             split_primary: std::sync::atomic::AtomicUsize::new(usize::MAX),
+            stray_output: Default::default(),
         });
         self.fn_api
             .bundles

@@ -76,7 +76,10 @@ impl beam::beam_fn_data_server::BeamFnData for DataService {
                         .timer_index
                         .get(&(t.transform_id.clone(), t.timer_family_id.clone()))
                     else {
-                        tracing::warn!(transform = %t.transform_id, family = %t.timer_family_id, "timers for an unknown timer family");
+                        bundle.stray(format!(
+                            "SDK harness {} sent timers for timer family {:?} of transform {:?}, which bundle {} does not have",
+                            worker.id, t.timer_family_id, t.transform_id, t.instruction_id
+                        ));
                         continue;
                     };
                     let mut out = bundle.outputs.lock().unwrap_or_else(|p| p.into_inner());
@@ -94,7 +97,10 @@ impl beam::beam_fn_data_server::BeamFnData for DataService {
                         continue;
                     };
                     let Some(&port) = bundle.sink_index.get(&d.transform_id) else {
-                        tracing::warn!(transform = %d.transform_id, "data for an unknown sink");
+                        bundle.stray(format!(
+                            "SDK harness {} sent data for transform {:?}, which is not an output of bundle {}",
+                            worker.id, d.transform_id, d.instruction_id
+                        ));
                         continue;
                     };
                     let mut out = bundle.outputs.lock().unwrap_or_else(|p| p.into_inner());

@@ -164,6 +164,7 @@ mod tests {
             all_last: tokio::sync::Notify::new(),
             split_handed_over: Default::default(),
             split_primary: std::sync::atomic::AtomicUsize::new(usize::MAX),
+            stray_output: Default::default(),
         });
         b.user_state.append(
             &weir_engine::user_state::StateCell {
@@ -338,6 +339,12 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::AlreadyExists, "{e}");
+        // Output of a's bundle for a transform it has no sink for: kept as
+        // the bundle's failure, never silently dropped.
+        let mut stray = done(b"lost?");
+        stray.data[0].transform_id = "no-such-transform".into();
+        stray.data[0].is_last = false;
+        a_tx.send(stray).unwrap();
         a_tx.send(done(b"real")).unwrap();
         tokio::time::timeout(
             std::time::Duration::from_secs(5),
@@ -348,6 +355,11 @@ mod tests {
         assert_eq!(
             std::mem::take(&mut in_flight.outputs.lock().unwrap().0[0]).into_bytes(),
             b"real".to_vec()
+        );
+        let stray = in_flight.stray_output.lock().unwrap().clone().expect("the stray output is recorded");
+        assert!(
+            stray.starts_with(&format!("SDK harness {} sent data for transform \"no-such-transform\", which is not an output of bundle {instruction}", a.id)),
+            "{stray}"
         );
 
         // Control: the first connection for a worker id takes it, a second is refused.
