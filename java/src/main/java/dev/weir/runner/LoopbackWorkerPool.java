@@ -205,6 +205,24 @@ final class LoopbackWorkerPool extends BeamFnExternalWorkerPoolGrpc.BeamFnExtern
   }
 
   /**
+   * Whether a LOOPBACK SDK harness has replaced this JVM's root {@code java.util.logging}
+   * handlers with its own, which send entries to Weir (while it runs).
+   */
+  static boolean harnessOwnsLogging() {
+    java.util.logging.Logger root = LogManager.getLogManager().getLogger("");
+    for (Handler h : root.getHandlers()) {
+      if (isHarnessHandler(h)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  private static boolean isHarnessHandler(Handler h) {
+    return h.getClass().getName().startsWith("org.apache.beam.fn.harness.logging.");
+  }
+
+  /**
    * Removes the SDK harness's log handlers ({@code BeamFnLoggingClient}'s, which send to Weir)
    * from the root logger and rereads the logging configuration, as the harness does when it ends.
    */
@@ -212,7 +230,7 @@ final class LoopbackWorkerPool extends BeamFnExternalWorkerPoolGrpc.BeamFnExtern
     java.util.logging.Logger root = LogManager.getLogManager().getLogger("");
     boolean redirected = false;
     for (Handler h : root.getHandlers()) {
-      if (h.getClass().getName().startsWith("org.apache.beam.fn.harness.logging.")) {
+      if (isHarnessHandler(h)) {
         root.removeHandler(h);
         redirected = true;
       }

@@ -154,6 +154,27 @@ public final class WeirPipelineResult implements PipelineResult {
 
   private void onMessage(JobMessage m) {
     String text = m.getMessageText();
+    if (LoopbackWorkerPool.harnessOwnsLogging()) {
+      // A LOOPBACK SDK harness in this JVM sends java.util.logging to Weir while it runs: logged
+      // there, the message would go back to the job's log and never reach this console.
+      switch (m.getImportance()) {
+        case JOB_MESSAGE_ERROR:
+          System.err.println("ERROR [job " + jobId + "] " + text);
+          keep(m);
+          return;
+        case JOB_MESSAGE_WARNING:
+          System.err.println("WARNING [job " + jobId + "] " + text);
+          keep(m);
+          return;
+        case JOB_MESSAGE_BASIC:
+          if (LOG.isInfoEnabled()) {
+            System.err.println("INFO [job " + jobId + "] " + text);
+          }
+          return;
+        default:
+          return;
+      }
+    }
     switch (m.getImportance()) {
       case JOB_MESSAGE_ERROR:
         LOG.error("[job {}] {}", jobId, text);

@@ -127,6 +127,36 @@ public class WeirPipelineResultTest {
   }
 
   @Test
+  public void jobMessagesGoToTheConsoleNotBackToWeirWhileALoopbackHarnessLogs() throws Exception {
+    java.util.logging.Logger root = java.util.logging.LogManager.getLogManager().getLogger("");
+    java.util.logging.Handler[] before = root.getHandlers();
+    org.apache.beam.fn.harness.logging.FakeHarnessLogHandler harness =
+        new org.apache.beam.fn.harness.logging.FakeHarnessLogHandler();
+    java.io.PrintStream err = System.err;
+    java.io.ByteArrayOutputStream console = new java.io.ByteArrayOutputStream();
+    for (java.util.logging.Handler h : before) {
+      root.removeHandler(h);
+    }
+    root.addHandler(harness);
+    System.setErr(new java.io.PrintStream(console, true, "UTF-8"));
+    try {
+      WeirPipelineResult result = job(JobState.Enum.DONE, "W:the side input is large");
+      assertEquals(PipelineResult.State.DONE, result.waitUntilFinish());
+    } finally {
+      System.setErr(err);
+      root.removeHandler(harness);
+      for (java.util.logging.Handler h : before) {
+        root.addHandler(h);
+      }
+    }
+    String printed = console.toString("UTF-8");
+    assertTrue(printed, printed.contains("WARNING [job job-1] the side input is large"));
+    for (String entry : harness.sent) {
+      assertTrue(entry, !entry.contains("the side input is large"));
+    }
+  }
+
+  @Test
   public void failedJobWithoutErrorNamesTheWarnings() throws Exception {
     WeirPipelineResult result = job(JobState.Enum.FAILED, "W:the SDK said no");
     try {
