@@ -72,6 +72,7 @@ fn topo_order(c: &beam::Components, leaves: &[String]) -> Result<Vec<String>> {
     }
     let mut indegree = vec![0usize; leaves.len()];
     let mut consumers: Vec<Vec<usize>> = vec![vec![]; leaves.len()];
+    let mut producers: Vec<Vec<usize>> = vec![vec![]; leaves.len()];
     for (i, id) in leaves.iter().enumerate() {
         let mut deps = BTreeSet::new();
         for pc in c.transforms[id].inputs.values() {
@@ -90,6 +91,7 @@ fn topo_order(c: &beam::Components, leaves: &[String]) -> Result<Vec<String>> {
         indegree[i] = deps.len();
         for d in deps {
             consumers[d].push(i);
+            producers[i].push(d);
         }
     }
     let mut ready: BTreeSet<usize> = (0..leaves.len()).filter(|&i| indegree[i] == 0).collect();
@@ -104,11 +106,42 @@ fn topo_order(c: &beam::Components, leaves: &[String]) -> Result<Vec<String>> {
         }
     }
     if order.len() != leaves.len() {
-        return Err(PlanError::Invalid(
-            "the pipeline's transforms form a cycle".into(),
-        ));
+        return Err(PlanError::Invalid(format!(
+            "the pipeline's transforms form a cycle: {}",
+            cycle(c, leaves, &indegree, &producers)
+        )));
     }
     Ok(order)
+}
+
+/// One cycle among the transforms Kahn's algorithm left (those still with
+/// unmet inputs), as "a (name) -> b (name) -> a": each feeds the next.
+fn cycle(c: &beam::Components, leaves: &[String], indegree: &[usize], producers: &[Vec<usize>]) -> String {
+    let Some(start) = (0..leaves.len()).find(|&i| indegree[i] > 0) else {
+        return "(not found)".into();
+    };
+    // Every transform left reads from another one left: walk back until a
+    // transform repeats.
+    let mut path = vec![start];
+    let mut seen: HashMap<usize, usize> = HashMap::from([(start, 0)]);
+    loop {
+        let at = *path.last().expect("not empty");
+        let Some(&back) = producers[at].iter().find(|&&p| indegree[p] > 0) else {
+            return "(not found)".into();
+        };
+        if let Some(&first) = seen.get(&back) {
+            let mut ring: Vec<usize> = path[first..].to_vec();
+            ring.reverse();
+            ring.push(ring[0]);
+            return ring
+                .iter()
+                .map(|&i| format!("{} ({})", leaves[i], c.transforms[&leaves[i]].unique_name))
+                .collect::<Vec<_>>()
+                .join(" -> ");
+        }
+        seen.insert(back, path.len());
+        path.push(back);
+    }
 }
 
 /// Fuses the leaves into stages, in topological order.

@@ -1977,3 +1977,33 @@ fn a_self_loop_and_a_second_producer_are_refused_by_name() {
     assert!(message.contains(&format!("PCollection {output} is the output of two transforms")), "{message}");
     assert!(message.contains(&other_id) && message.contains("(Buffer)"), "{message}");
 }
+
+/// Two transforms that read each other's output: the error names the cycle.
+#[test]
+fn a_two_transform_cycle_is_refused_naming_both() {
+    let mut p = load("stateful_dofn");
+    let comps = p.components.as_mut().unwrap();
+    let (buffer_id, buffer) = comps.transforms.iter().find(|(_, t)| t.unique_name == "Buffer").unwrap();
+    let buffer_id = buffer_id.clone();
+    let input = buffer.inputs.values().next().unwrap().clone();
+    let output = buffer.outputs.values().next().unwrap().clone();
+    let feeder_id = comps
+        .transforms
+        .iter()
+        .find(|(_, t)| t.subtransforms.is_empty() && t.outputs.values().any(|o| *o == input))
+        .map(|(id, _)| id.clone())
+        .expect("a leaf writes Buffer's input");
+    let feeder = comps.transforms.get_mut(&feeder_id).unwrap();
+    let feeder_name = feeder.unique_name.clone();
+    for i in feeder.inputs.values_mut() {
+        *i = output.clone();
+    }
+    let message = plan_err(&p).to_string();
+    let b = format!("{buffer_id} (Buffer)");
+    let f = format!("{feeder_id} ({feeder_name})");
+    assert!(
+        message.ends_with(&format!("form a cycle: {f} -> {b} -> {f}"))
+            || message.ends_with(&format!("form a cycle: {b} -> {f} -> {b}")),
+        "{message}"
+    );
+}
