@@ -106,6 +106,13 @@ HOSTILE = {
                 [('t5000', ('Nest5000', []))]),
             roots=['t0']),
         'transform t256 (Nest256) nests more than 256 composites deep'),
+    # 25000 leaves and the base pipeline's Impulse.
+    'leaf_transforms_25000': (
+        pipeline_with(
+            transforms=dict(('t%d' % i, ('T%d' % i, [])) for i in range(25000)),
+            roots=['t%d' % i for i in range(25000)]),
+        "the number of the pipeline's leaf transforms (those without subtransforms) is 25001, "
+        "over this server's limit of 20000 (weir serve --max_pipeline_transforms raises it)"),
 }
 
 

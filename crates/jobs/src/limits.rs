@@ -14,6 +14,10 @@ pub struct Limits {
     /// Largest serialized `Pipeline` Prepare takes, in bytes
     /// (`--max_pipeline_bytes`).
     pub max_pipeline_bytes: usize,
+    /// Most leaf transforms (those without subtransforms) one pipeline may
+    /// have (`--max_pipeline_transforms`): each runner transform of a job
+    /// costs the engine about 20 KB while it runs, however small its proto.
+    pub max_pipeline_transforms: usize,
     /// Largest serialized value of one pipeline option, in bytes
     /// (`--max_option_bytes`). Options reach SDK harnesses through the
     /// provision service and `weir boot`'s options file, never a command line.
@@ -50,6 +54,7 @@ pub const MAX_OPTION_DEPTH: usize = 32;
 /// Flag names, as `weir serve` spells them.
 pub mod flag {
     pub const MAX_PIPELINE_BYTES: &str = "--max_pipeline_bytes";
+    pub const MAX_PIPELINE_TRANSFORMS: &str = "--max_pipeline_transforms";
     pub const MAX_OPTION_BYTES: &str = "--max_option_bytes";
     pub const MAX_ARTIFACT_BYTES_PER_JOB: &str = "--max_artifact_bytes_per_job";
     pub const PREPARED_JOB_TTL_SECS: &str = "--prepared_job_ttl_secs";
@@ -63,6 +68,8 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_pipeline_bytes: 256 << 20,
+            // Beam's SDKs' large pipelines have a few thousand.
+            max_pipeline_transforms: 20_000,
             max_option_bytes: 1 << 20,
             max_artifact_bytes_per_job: 8 << 30,
             prepared_job_ttl: Duration::from_secs(3600),
@@ -126,6 +133,26 @@ pub fn check_request(
                 flag::MAX_OPTION_BYTES,
             ));
         }
+    }
+    Ok(())
+}
+
+/// Checks the number of leaf transforms of `pipeline` against `limits`.
+///
+/// # Errors
+/// The message gives the count, the limit and the flag.
+pub fn check_transforms(limits: &Limits, pipeline: &weir_proto::beam::Pipeline) -> Result<(), String> {
+    let leaves = pipeline
+        .components
+        .as_ref()
+        .map_or(0, |c| c.transforms.values().filter(|t| t.subtransforms.is_empty()).count());
+    if leaves > limits.max_pipeline_transforms {
+        return Err(over(
+            "the number of the pipeline's leaf transforms (those without subtransforms)",
+            leaves,
+            limits.max_pipeline_transforms,
+            flag::MAX_PIPELINE_TRANSFORMS,
+        ));
     }
     Ok(())
 }
@@ -208,6 +235,27 @@ mod tests {
         assert_eq!(
             check_request(&limits, 0, &nested(MAX_OPTION_DEPTH)).unwrap_err(),
             "pipeline option beam:option:deep:v1 nests lists and structs 33 deep, more than the 32 Weir takes"
+        );
+    }
+
+    #[test]
+    fn a_pipeline_of_too_many_leaf_transforms_is_refused_naming_the_flag() {
+        use weir_proto::beam;
+        let limits = Limits { max_pipeline_transforms: 2, ..Limits::default() };
+        let mut p = beam::Pipeline::default();
+        let c = p.components.get_or_insert_with(Default::default);
+        for id in ["a", "b"] {
+            c.transforms.insert(id.into(), beam::PTransform::default());
+        }
+        c.transforms.insert(
+            "composite".into(),
+            beam::PTransform { subtransforms: vec!["a".into(), "b".into()], ..Default::default() },
+        );
+        assert_eq!(check_transforms(&limits, &p), Ok(()));
+        p.components.as_mut().unwrap().transforms.insert("c".into(), beam::PTransform::default());
+        assert_eq!(
+            check_transforms(&limits, &p).unwrap_err(),
+            "the number of the pipeline's leaf transforms (those without subtransforms) is 3, over this server's limit of 2 (weir serve --max_pipeline_transforms raises it)"
         );
     }
 }

@@ -300,6 +300,7 @@ impl beam::job_service_server::JobService for JobService {
         let options = req.pipeline_options.unwrap_or_default();
         let pipeline_bytes = prost::Message::encoded_len(&pipeline);
         crate::limits::check_request(limits, pipeline_bytes, &options)
+            .and_then(|()| crate::limits::check_transforms(limits, &pipeline))
             .map_err(tonic::Status::invalid_argument)?;
         self.0.expire_prepared();
         let (prepared, held) = self.0.prepared();

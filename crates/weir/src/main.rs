@@ -266,6 +266,10 @@ struct ServeArgs {
     /// Largest pipeline proto Prepare takes, in bytes.
     #[arg(long = "max_pipeline_bytes", default_value_t = weir_jobs::limits::Limits::default().max_pipeline_bytes)]
     max_pipeline_bytes: usize,
+    /// Most leaf transforms one pipeline may have (each costs the engine
+    /// about 20 KB while the job runs).
+    #[arg(long = "max_pipeline_transforms", default_value_t = weir_jobs::limits::Limits::default().max_pipeline_transforms)]
+    max_pipeline_transforms: usize,
     /// Largest serialized value of one pipeline option, in bytes (options
     /// reach SDK harnesses through the provision service and `weir boot`'s
     /// options file).
@@ -810,6 +814,7 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
         python_for_docker_images: args.python_for_docker_images,
         limits: weir_jobs::limits::Limits {
             max_pipeline_bytes: args.max_pipeline_bytes,
+            max_pipeline_transforms: args.max_pipeline_transforms,
             max_option_bytes: args.max_option_bytes,
             max_artifact_bytes_per_job: args.max_artifact_bytes_per_job,
             prepared_job_ttl: std::time::Duration::from_secs(args.prepared_job_ttl_secs),
