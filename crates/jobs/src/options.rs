@@ -327,6 +327,7 @@ fn present_and_dropped(options: &Struct) -> (HashMap<usize, (String, &Value)>, V
         .chain(go.into_iter().map(|(k, v)| (2, k, v)));
     let mut found: HashMap<usize, (u8, String, &Value)> = HashMap::new();
     let mut others: Vec<(usize, u8, String, &Value)> = Vec::new();
+    let java = from_java(options);
     for (rank, key, value) in ranked {
         if matches!(value.kind, None | Some(Kind::NullValue(_))) {
             continue;
@@ -334,6 +335,13 @@ fn present_and_dropped(options: &Struct) -> (HashMap<usize, (String, &Value)>, V
         let name = option_name(key);
         let Some(&i) = index().get(&normalize(name)) else {
             continue;
+        };
+        let shown;
+        let name = if java && rank == 0 {
+            shown = lower_camel(name);
+            shown.as_str()
+        } else {
+            name
         };
         match found.get(&i) {
             Some((r, _, _)) if *r <= rank => others.push((i, rank, name.to_string(), value)),
@@ -366,6 +374,31 @@ fn present_and_dropped(options: &Struct) -> (HashMap<usize, (String, &Value)>, V
         .map(|(i, (_, name, value))| (i, (name, value)))
         .collect();
     (found, dropped)
+}
+
+/// Whether the options come from Beam Java, which alone sends
+/// `options_id` (`PipelineOptions.getOptionsId`). Its `beam:option:` keys
+/// are its getters' names in snake case, so messages spell them back in
+/// camel case (`--numWorkers`), as the user typed them.
+fn from_java(options: &Struct) -> bool {
+    options.fields.contains_key("beam:option:options_id:v1")
+}
+
+/// `num_workers` as `numWorkers` (`flex_r_s_goal` as `flexRSGoal`).
+fn lower_camel(snake: &str) -> String {
+    let mut out = String::with_capacity(snake.len());
+    let mut upper = false;
+    for c in snake.chars() {
+        if c == '_' && !out.is_empty() {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn catalog_index(name: &str) -> usize {

@@ -194,6 +194,36 @@ fn null_values_count_as_absent() {
 
 // ------------------------------------------------------------------ spellings
 
+fn err(json: serde_json::Value) -> String {
+    options::validate(&opts(json.clone())).expect_err(&format!("{json} was accepted")).to_string()
+}
+
+/// Beam Java sends its options' names in snake case (and `options_id`):
+/// Weir's messages give them back as the Java user typed them.
+#[test]
+fn a_java_clients_options_are_named_in_camel_case_in_errors_and_notes() {
+    let java = |extra: serde_json::Value| {
+        let mut v = serde_json::json!({ "beam:option:options_id:v1": 7, "beam:option:app_name:v1": "App" });
+        v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        v
+    };
+    assert_eq!(
+        err(java(serde_json::json!({ "beam:option:num_workers:v1": 0 }))),
+        "pipeline option --numWorkers: must be a positive integer, got 0"
+    );
+    assert_eq!(
+        err(java(serde_json::json!({ "beam:option:num_workers:v1": 3, "beam:option:max_num_workers:v1": 1 }))),
+        "pipeline option --maxNumWorkers: 1 is less than --numWorkers=3"
+    );
+    let o = ok(java(serde_json::json!({ "beam:option:flex_r_s_goal:v1": "SPEED_OPTIMIZED" })));
+    assert!(o.notes.iter().any(|n| n.starts_with("--flexRSGoal=")), "{:#?}", o.notes);
+    // Python's spelling stays Python's.
+    assert_eq!(
+        err(serde_json::json!({ "beam:option:num_workers:v1": 0 })),
+        "pipeline option --num_workers: must be a positive integer, got 0"
+    );
+}
+
 #[test]
 fn java_camel_case_spellings_in_both_key_forms() {
     let o = ok(serde_json::json!({
