@@ -206,23 +206,86 @@ def small_server(tmp_path):
     server.proc.wait(timeout=10)
 
 
+def _job_ids(server):
+  with grpc.insecure_channel(server.endpoint) as channel:
+    jobs = beam_job_api_pb2_grpc.JobServiceStub(channel).GetJobs(
+        beam_job_api_pb2.GetJobsRequest(), timeout=10)
+  return {j.job_id for j in jobs.job_info}
+
+
+def _with_dependency():
+  """A pipeline whose environment has one file to stage."""
+  from apache_beam.portability import common_urns
+  p = pipeline_with()
+  env = p.components.environments['env']
+  env.urn = common_urns.environments.EXTERNAL.urn
+  dep = env.dependencies.add()
+  dep.type_urn = common_urns.artifact_types.FILE.urn
+  dep.type_payload = beam_runner_api_pb2.ArtifactFilePayload(path='/big').SerializeToString()
+  dep.role_urn = common_urns.artifact_roles.STAGING_TO.urn
+  return p
+
+
 def test_pipeline_size_and_prepared_jobs_are_capped_and_expire(small_server):
   code, details, _ = refused(small_server, pipeline_with(coders=chain(300)))
   assert code == grpc.StatusCode.INVALID_ARGUMENT, details
   assert 'over this server\'s limit of 4096 bytes (weir serve --max_pipeline_bytes raises it)' in details, details
-  prepare(small_server, pipeline_with())
-  prepare(small_server, pipeline_with())
-  code, details, _ = refused(small_server, pipeline_with())
-  assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
-  assert details.startswith('the number of prepared jobs not yet run'), details
-  assert 'is 3, over this server\'s limit of 2 (weir serve --max_prepared_jobs raises it)' in details, details
+  first = prepare(small_server, pipeline_with()).preparation_id
+  second = prepare(small_server, pipeline_with()).preparation_id
+  # At the cap, the oldest prepared job no client stages makes room.
+  third = prepare(small_server, pipeline_with()).preparation_id
+  assert _job_ids(small_server) == {second, third}
   time.sleep(3.5)
   # Expired: room again, and the old jobs are gone.
-  prepare(small_server, pipeline_with())
+  fourth = prepare(small_server, pipeline_with()).preparation_id
+  assert _job_ids(small_server) == {fourth}
+
+
+@pytest.fixture
+def two_prepared_server(tmp_path):
+  """A server of its own that holds 2 prepared jobs (for an hour)."""
+  server = start_weir_serve(
+      tmp_path / 'weir-two-prepared.log',
+      ['--staging_dir', tmp_path / 'staging', '--max_prepared_jobs', '2'])
+  try:
+    _wait_for_job_api(server)
+    yield server
+  finally:
+    server.proc.terminate()
+    server.proc.wait(timeout=10)
+
+
+def test_prepared_jobs_staging_their_artifacts_are_kept_at_the_cap(two_prepared_server):
+  """While both held jobs stage artifacts, a third Prepare is refused."""
+  small_server = two_prepared_server
+  import queue
+  from apache_beam.portability.api import beam_artifact_api_pb2
+  from apache_beam.portability.api import beam_artifact_api_pb2_grpc
+  # The first is idle, so the third Prepare below forgets it.
+  idle = prepare(small_server, pipeline_with()).preparation_id
+  staging = []
   with grpc.insecure_channel(small_server.endpoint) as channel:
-    jobs = beam_job_api_pb2_grpc.JobServiceStub(channel).GetJobs(
-        beam_job_api_pb2.GetJobsRequest(), timeout=10)
-  assert len(jobs.job_info) == 1, jobs
+    stub = beam_artifact_api_pb2_grpc.ArtifactStagingServiceStub(channel)
+    for _ in range(2):
+      token = prepare(small_server, _with_dependency()).staging_session_token
+      out = queue.Queue()
+      def answers(token=token, out=out):
+        yield beam_artifact_api_pb2.ArtifactResponseWrapper(staging_token=token)
+        # Never answer: staging stays open.
+        out.get()
+      responses = stub.ReverseArtifactRetrievalService(answers(), timeout=30)
+      next(responses)  # the server asks to resolve the artifact: staging is open
+      staging.append((token, out, responses))
+    assert idle not in _job_ids(small_server)
+    code, details, _ = refused(small_server, pipeline_with())
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
+    assert details.startswith('the number of prepared jobs not yet run, with this one, all staging their artifacts'), details
+    assert 'is 3, over this server\'s limit of 2 (weir serve --max_prepared_jobs raises it)' in details, details
+    assert _job_ids(small_server) == {t for t, _, _ in staging}
+    for _, out, responses in staging:
+      out.put(None)
+      responses.cancel()
+  assert small_server.alive()
 
 
 def test_artifacts_over_the_limit_stop_staging(small_server):

@@ -281,7 +281,10 @@ impl beam::artifact_staging_service_server::ArtifactStagingService for StagingSe
         let (tx, rx) = mpsc::channel(16);
         let registry = self.0.clone();
         tokio::spawn(async move {
-            if let Err(e) = stage(&registry, &job, &mut inbound, &tx).await {
+            job.staging.store(true, std::sync::atomic::Ordering::SeqCst);
+            let staged = stage(&registry, &job, &mut inbound, &tx).await;
+            job.staging.store(false, std::sync::atomic::Ordering::SeqCst);
+            if let Err(e) = staged {
                 tracing::warn!(job = %job.id, "artifact staging failed: {e}");
                 job.message(
                     beam::job_message::MessageImportance::JobMessageError,

@@ -28,7 +28,8 @@ pub struct Limits {
     /// (`--prepared_job_ttl_secs`).
     pub prepared_job_ttl: Duration,
     /// How many prepared, not yet run jobs the server keeps
-    /// (`--max_prepared_jobs`); Prepare beyond it is RESOURCE_EXHAUSTED.
+    /// (`--max_prepared_jobs`); Prepare beyond it forgets the oldest one
+    /// not staging artifacts, and is RESOURCE_EXHAUSTED if all are.
     pub max_prepared_jobs: usize,
     /// Bytes of serialized pipelines the server holds, in prepared jobs not
     /// yet run and again in finished jobs (`--max_held_pipeline_bytes`):

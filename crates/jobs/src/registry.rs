@@ -189,6 +189,9 @@ pub struct Job {
     pub progress: weir_engine::Progress,
     /// When Prepare created the job.
     pub created: SystemTime,
+    /// Set while a client stages the job's artifacts (its
+    /// `ReverseArtifactRetrievalService` stream is open).
+    pub staging: AtomicBool,
     times: Mutex<Times>,
     state: Mutex<JobState>,
     /// Events in publish order; messages beyond [`MAX_LOG_ENTRIES`] are dropped oldest first.
@@ -685,6 +688,7 @@ impl JobRegistry {
             resources: JobResources::default(),
             progress: weir_engine::Progress::default(),
             created: SystemTime::now(),
+            staging: AtomicBool::new(false),
             times: Mutex::default(),
             state: Mutex::new(JobState::Stopped),
             history: Arc::default(),
@@ -776,20 +780,46 @@ impl JobRegistry {
             jobs.remove(&j.id);
         }
         drop(jobs);
-        let ids: Vec<String> = gone.iter().map(|j| j.id.clone()).collect();
+        self.forget_unrun(&gone);
+        for j in &gone {
+            tracing::info!(job = %j.id, "prepared job forgotten: not run within {:?} ({})", ttl, crate::limits::flag::PREPARED_JOB_TTL_SECS);
+        }
+        gone.iter().map(|j| j.id.clone()).collect()
+    }
+
+    /// Forgets the prepared job not yet run that was prepared first among
+    /// those whose artifacts are not being staged; returns its id (None if
+    /// every prepared job is staging). Prepare calls it at
+    /// `--max_prepared_jobs`, so prepared jobs a client never runs cannot
+    /// keep other clients' jobs out until they expire.
+    pub fn forget_oldest_idle_prepared(&self) -> Option<String> {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let oldest = jobs
+            .values()
+            .filter(|j| j.state() == JobState::Stopped && !j.staging.load(Ordering::SeqCst))
+            .min_by(|a, b| a.created.cmp(&b.created).then_with(|| a.id.cmp(&b.id)))
+            .cloned()?;
+        jobs.remove(&oldest.id);
+        drop(jobs);
+        self.forget_unrun(std::slice::from_ref(&oldest));
+        Some(oldest.id.clone())
+    }
+
+    /// Releases what jobs removed before they ran held: staged artifacts,
+    /// harnesses started at Prepare, Weir's staging folder.
+    fn forget_unrun(&self, gone: &[Arc<Job>]) {
+        let ids: Vec<&str> = gone.iter().map(|j| j.id.as_str()).collect();
         self.staged
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|_, a| !ids.contains(&a.job_id));
-        for j in &gone {
+            .retain(|_, a| !ids.contains(&a.job_id.as_str()));
+        for j in gone {
             j.abandon_unrun();
             // Only Weir's own folder of the job; a client's staging location keeps its files.
             if j.locations.staging.option.is_none() {
                 let _ = std::fs::remove_dir_all(&j.staging_dir);
             }
-            tracing::info!(job = %j.id, "prepared job forgotten: not run within {:?} ({})", ttl, crate::limits::flag::PREPARED_JOB_TTL_SECS);
         }
-        ids
     }
 
     /// How many jobs are prepared and not run yet, and the serialized bytes
@@ -946,6 +976,31 @@ mod tests {
         running.set_state(JobState::Cancelled);
         assert_eq!(r.evict_finished(), vec![finished[2].id.clone()]);
         assert!(r.get(&running.id).is_some());
+    }
+
+    /// At the cap of prepared jobs, the oldest one not staging goes; jobs
+    /// staging, running or finished stay.
+    #[test]
+    fn the_oldest_idle_prepared_job_is_forgotten_first() {
+        let r = registry("idle-prepared");
+        let staging_oldest = job(&r, "staging");
+        staging_oldest.staging.store(true, Ordering::SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let running = job(&r, "running");
+        running.set_state(JobState::Running);
+        let idle: Vec<_> = (0..2)
+            .map(|i| {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                job(&r, &format!("idle{i}"))
+            })
+            .collect();
+        assert_eq!(r.forget_oldest_idle_prepared(), Some(idle[0].id.clone()));
+        assert!(r.get(&idle[0].id).is_none());
+        assert_eq!(r.forget_oldest_idle_prepared(), Some(idle[1].id.clone()));
+        assert_eq!(r.forget_oldest_idle_prepared(), None);
+        assert!(r.get(&staging_oldest.id).is_some() && r.get(&running.id).is_some());
+        staging_oldest.staging.store(false, Ordering::SeqCst);
+        assert_eq!(r.forget_oldest_idle_prepared(), Some(staging_oldest.id.clone()));
     }
 
     /// Finished jobs' pipelines count against the held bytes too: past

@@ -303,17 +303,27 @@ impl beam::job_service_server::JobService for JobService {
             .and_then(|()| crate::limits::check_transforms(limits, &pipeline))
             .map_err(tonic::Status::invalid_argument)?;
         self.0.expire_prepared();
-        let (prepared, held) = self.0.prepared();
+        let (prepared, mut held) = self.0.prepared();
         if prepared >= limits.max_prepared_jobs {
-            return Err(tonic::Status::resource_exhausted(crate::limits::over(
-                &format!(
-                    "the number of prepared jobs not yet run, with this one (each is forgotten {} s after its Prepare),",
-                    limits.prepared_job_ttl.as_secs()
-                ),
-                prepared + 1,
+            // Make room: the oldest prepared job no client is staging goes.
+            let Some(gone) = self.0.forget_oldest_idle_prepared() else {
+                return Err(tonic::Status::resource_exhausted(crate::limits::over(
+                    &format!(
+                        "the number of prepared jobs not yet run, with this one, all staging their artifacts (each is forgotten {} s after its Prepare),",
+                        limits.prepared_job_ttl.as_secs()
+                    ),
+                    prepared + 1,
+                    limits.max_prepared_jobs,
+                    crate::limits::flag::MAX_PREPARED_JOBS,
+                )));
+            };
+            tracing::warn!(
+                job = %gone,
+                "prepared job forgotten before it ran: {} prepared jobs are held ({}) and a new job came",
                 limits.max_prepared_jobs,
-                crate::limits::flag::MAX_PREPARED_JOBS,
-            )));
+                crate::limits::flag::MAX_PREPARED_JOBS
+            );
+            held = self.0.prepared().1;
         }
         if held.saturating_add(pipeline_bytes) > limits.max_held_pipeline_bytes {
             return Err(tonic::Status::resource_exhausted(crate::limits::over(

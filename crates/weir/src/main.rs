@@ -281,7 +281,8 @@ struct ServeArgs {
     /// Seconds a prepared job waits for Run before it is forgotten.
     #[arg(long = "prepared_job_ttl_secs", default_value_t = weir_jobs::limits::Limits::default().prepared_job_ttl.as_secs())]
     prepared_job_ttl_secs: u64,
-    /// Prepared, not yet run jobs the server keeps; Prepare beyond it is refused.
+    /// Prepared, not yet run jobs the server keeps; beyond it a Prepare
+    /// forgets the oldest one not staging artifacts (refused if all are).
     #[arg(long = "max_prepared_jobs", default_value_t = weir_jobs::limits::Limits::default().max_prepared_jobs)]
     max_prepared_jobs: usize,
     /// Bytes of serialized pipelines held in prepared jobs not yet run (Prepare
