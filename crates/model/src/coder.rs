@@ -448,16 +448,7 @@ impl Reader<'_> {
         let before = self.pos;
         self.skip_value(elem)?;
         if self.pos == before {
-            *empty += 1;
-            if *empty > crate::windowed_value::MAX_EMPTY_ELEMENTS {
-                return Err(Error::invalid(
-                    "iterable",
-                    format!(
-                        "more than {} elements of zero bytes",
-                        crate::windowed_value::MAX_EMPTY_ELEMENTS
-                    ),
-                ));
-            }
+            crate::windowed_value::count_empty_element(empty)?;
         }
         Ok(())
     }

@@ -27,6 +27,21 @@ pub struct WindowedValue {
 /// four bytes of input.
 pub const MAX_EMPTY_ELEMENTS: usize = 1 << 20;
 
+/// Counts one more iterable element of zero bytes in `empty`.
+///
+/// # Errors
+/// [`Error::Invalid`] past [`MAX_EMPTY_ELEMENTS`].
+pub(crate) fn count_empty_element(empty: &mut usize) -> Result<()> {
+    *empty += 1;
+    if *empty > MAX_EMPTY_ELEMENTS {
+        return Err(Error::invalid(
+            "iterable",
+            format!("more than {MAX_EMPTY_ELEMENTS} elements of zero bytes"),
+        ));
+    }
+    Ok(())
+}
+
 /// Read a `beam:coder:iterable:v1` (4-byte BE count then the elements, or
 /// count -1 and varint-counted chunks ending with 0) from the front of
 /// `bytes`, each element decoded by `element` (which returns it and the
@@ -56,13 +71,7 @@ pub fn decode_iterable<T>(
             })?;
             let (t, used) = element(rest)?;
             if used == 0 {
-                empty += 1;
-                if empty > MAX_EMPTY_ELEMENTS {
-                    return Err(Error::invalid(
-                        "iterable",
-                        format!("count {n}: more than {MAX_EMPTY_ELEMENTS} elements of zero bytes"),
-                    ));
-                }
+                count_empty_element(&mut empty)?;
             }
             *pos += used;
             out.push(t);
