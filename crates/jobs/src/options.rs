@@ -203,6 +203,19 @@ pub const MIN_ELEMENT_PROCESSING_TIMEOUT: Duration = Duration::from_secs(60);
 /// The public Dataflow endpoint, which Python always sends.
 const PUBLIC_DATAFLOW_ENDPOINT: &str = "https://dataflow.googleapis.com";
 
+/// Bytes a job's name may have, from `--job_name` or
+/// `PrepareJobRequest.job_name` (Dataflow takes at most 1024 characters);
+/// the name is kept with the job and shown in every listing.
+pub const MAX_JOB_NAME_BYTES: usize = 1024;
+
+/// Why `name` is refused: it is over [`MAX_JOB_NAME_BYTES`].
+pub(crate) fn job_name_too_long(name: &str) -> String {
+    format!(
+        "it is {} bytes long; a job name has at most {MAX_JOB_NAME_BYTES} (Dataflow's limit on job names)",
+        name.len()
+    )
+}
+
 /// Dataflow's job name rule (`Job.name` in its REST API).
 const DATAFLOW_JOB_NAME: &str = r"^[a-z]([-a-z0-9]{0,1022}[a-z0-9])?$";
 
@@ -475,6 +488,11 @@ pub fn validate(options: &Struct) -> Result<JobOptions, OptionError> {
 
     // Basic.
     o.job_name = string("job_name")?;
+    if let (Some(name), Some((k, _))) = (o.job_name.as_deref(), at("job_name")) {
+        if name.len() > MAX_JOB_NAME_BYTES {
+            return Err(err(k, job_name_too_long(name)));
+        }
+    }
     o.project = string("project")?;
     o.region = string("region")?;
     for (name, slot) in [

@@ -83,11 +83,6 @@ pub(crate) fn plan_status(e: &weir_plan::PlanError) -> tonic::Status {
     }
 }
 
-/// Bytes a job's name may have, from `PrepareJobRequest.job_name` or
-/// `--job_name` (Dataflow takes at most 1024 characters); the name is kept
-/// with the job and shown in every listing.
-pub const MAX_JOB_NAME_BYTES: usize = 1024;
-
 /// Largest pipeline (encoded bytes) Prepare plans on its own task rather
 /// than on a blocking thread: planning takes about 10 us per KiB (Python's
 /// wordcount, 48 KiB: 0.4 ms), so one this size plans in about the time a
@@ -354,13 +349,12 @@ impl beam::job_service_server::JobService for JobService {
         let mut validated = crate::options::validate(&options)
             .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
         validated.notes.extend(container_image_note(&options, &pipeline));
-        for (what, name) in [("PrepareJobRequest.job_name", Some(&req.job_name)), ("--job_name", validated.job_name.as_ref())] {
-            if let Some(name) = name.filter(|n| n.len() > MAX_JOB_NAME_BYTES) {
-                return Err(tonic::Status::invalid_argument(format!(
-                    "{what} is {} bytes long; a job name has at most {MAX_JOB_NAME_BYTES} (Dataflow's limit on job names)",
-                    name.len()
-                )));
-            }
+        // --job_name's length is checked with the options.
+        if req.job_name.len() > crate::options::MAX_JOB_NAME_BYTES {
+            return Err(tonic::Status::invalid_argument(format!(
+                "PrepareJobRequest.job_name: {}",
+                crate::options::job_name_too_long(&req.job_name)
+            )));
         }
         let plan_options = weir_plan::PlanOptions {
             fn_api_url: self.0.url.clone(),

@@ -1273,7 +1273,7 @@ async fn prepare_records_options_and_reports_notes() {
     assert_eq!(registry.get(&id).unwrap().name, id);
 
     // A job name is at most 1024 bytes, from the request or --job_name.
-    let long = "n".repeat(weir_jobs::service::MAX_JOB_NAME_BYTES + 1);
+    let long = "n".repeat(options::MAX_JOB_NAME_BYTES + 1);
     for (job_name, option) in [(long.clone(), None), ("job".to_string(), Some(long))] {
         let mut options = opts(serde_json::from_str(PYTHON_DEFAULT_OPTIONS).unwrap());
         if let Some(name) = option {
@@ -1284,7 +1284,7 @@ async fn prepare_records_options_and_reports_notes() {
         assert_eq!(refused.code(), tonic::Code::InvalidArgument);
         assert!(refused.message().ends_with("is 1025 bytes long; a job name has at most 1024 (Dataflow's limit on job names)"), "{}", refused.message());
     }
-    let exact = "n".repeat(weir_jobs::service::MAX_JOB_NAME_BYTES);
+    let exact = "n".repeat(options::MAX_JOB_NAME_BYTES);
     let req = beam::PrepareJobRequest {
         pipeline: Some(wordcount()),
         pipeline_options: Some(opts(serde_json::from_str(PYTHON_DEFAULT_OPTIONS).unwrap())),
