@@ -12,6 +12,7 @@ Environment: WEIR_BIN overrides the binary; WEIR_E2E_TIMEOUT (seconds, default
 """
 
 import collections
+import contextlib
 import glob
 import json
 import os
@@ -98,6 +99,18 @@ def start_weir_serve(log_path, flags, env=None, cwd=None):
         [str(WEIR_BIN), 'serve', '--job_port', str(port)] + [str(f) for f in flags],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd)
   return WeirServer(proc, port, log_path)
+
+
+@contextlib.contextmanager
+def serving(server):
+  """Waits until `server`'s Job API answers, gives it to the block, and
+  stops it after."""
+  try:
+    _wait_for_job_api(server)
+    yield server
+  finally:
+    server.proc.terminate()
+    server.proc.wait(timeout=10)
 
 
 def _wait_for_job_api(server, timeout=60.0):

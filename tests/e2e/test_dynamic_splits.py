@@ -17,7 +17,7 @@ import re
 
 import pytest
 
-from conftest import _wait_for_job_api, start_weir_serve
+from conftest import start_weir_serve, serving
 
 
 @pytest.fixture(params=['1', '2'])
@@ -28,12 +28,8 @@ def split_server(tmp_path, request):
       ['--bind', '127.0.0.1', '--staging_dir', tmp_path / 'staging', '--workers', request.param],
       env=env)
   server.workers = request.param
-  try:
-    _wait_for_job_api(server)
+  with serving(server):
     yield server
-  finally:
-    server.proc.terminate()
-    server.proc.wait(timeout=10)
 
 
 def test_a_bundle_of_slow_elements_splits_its_channel_and_matches_direct_runner(

@@ -18,7 +18,7 @@ from apache_beam.portability.api import beam_job_api_pb2_grpc
 from apache_beam.portability.api import beam_runner_api_pb2
 from google.protobuf import struct_pb2
 
-from conftest import WEIR_BIN, _wait_for_job_api, start_weir_serve
+from conftest import WEIR_BIN, start_weir_serve, serving
 
 BYTES = 'beam:coder:bytes:v1'
 KV = 'beam:coder:kv:v1'
@@ -198,12 +198,8 @@ def small_server(tmp_path):
       ['--staging_dir', tmp_path / 'staging', '--max_prepared_jobs', '2',
        '--prepared_job_ttl_secs', '3', '--max_pipeline_bytes', '4096',
        '--max_artifact_bytes_per_job', '1000'])
-  try:
-    _wait_for_job_api(server)
+  with serving(server):
     yield server
-  finally:
-    server.proc.terminate()
-    server.proc.wait(timeout=10)
 
 
 def _job_ids(server):
@@ -247,27 +243,23 @@ def two_prepared_server(tmp_path):
   server = start_weir_serve(
       tmp_path / 'weir-two-prepared.log',
       ['--staging_dir', tmp_path / 'staging', '--max_prepared_jobs', '2'])
-  try:
-    _wait_for_job_api(server)
+  with serving(server):
     yield server
-  finally:
-    server.proc.terminate()
-    server.proc.wait(timeout=10)
 
 
 def test_prepared_jobs_staging_their_artifacts_are_kept_at_the_cap(two_prepared_server):
   """While both held jobs stage artifacts, a third Prepare is refused."""
-  small_server = two_prepared_server
+  server = two_prepared_server
   import queue
   from apache_beam.portability.api import beam_artifact_api_pb2
   from apache_beam.portability.api import beam_artifact_api_pb2_grpc
   # The first is idle, so the third Prepare below forgets it.
-  idle = prepare(small_server, pipeline_with()).preparation_id
+  idle = prepare(server, pipeline_with()).preparation_id
   staging = []
-  with grpc.insecure_channel(small_server.endpoint) as channel:
+  with grpc.insecure_channel(server.endpoint) as channel:
     stub = beam_artifact_api_pb2_grpc.ArtifactStagingServiceStub(channel)
     for _ in range(2):
-      token = prepare(small_server, _with_dependency()).staging_session_token
+      token = prepare(server, _with_dependency()).staging_session_token
       out = queue.Queue()
       def answers(token=token, out=out):
         yield beam_artifact_api_pb2.ArtifactResponseWrapper(staging_token=token)
@@ -276,30 +268,22 @@ def test_prepared_jobs_staging_their_artifacts_are_kept_at_the_cap(two_prepared_
       responses = stub.ReverseArtifactRetrievalService(answers(), timeout=30)
       next(responses)  # the server asks to resolve the artifact: staging is open
       staging.append((token, out, responses))
-    assert idle not in _job_ids(small_server)
-    code, details, _ = refused(small_server, pipeline_with())
+    assert idle not in _job_ids(server)
+    code, details, _ = refused(server, pipeline_with())
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
     assert details.startswith('the number of prepared jobs not yet run, with this one, all staging their artifacts'), details
     assert 'is 3, over this server\'s limit of 2 (weir serve --max_prepared_jobs raises it)' in details, details
-    assert _job_ids(small_server) == {t for t, _, _ in staging}
+    assert _job_ids(server) == {t for t, _, _ in staging}
     for _, out, responses in staging:
       out.put(None)
       responses.cancel()
-  assert small_server.alive()
+  assert server.alive()
 
 
 def test_artifacts_over_the_limit_stop_staging(small_server):
-  from apache_beam.portability import common_urns
   from apache_beam.portability.api import beam_artifact_api_pb2
   from apache_beam.portability.api import beam_artifact_api_pb2_grpc
-  p = pipeline_with()
-  env = p.components.environments['env']
-  env.urn = common_urns.environments.EXTERNAL.urn
-  dep = env.dependencies.add()
-  dep.type_urn = common_urns.artifact_types.FILE.urn
-  dep.type_payload = beam_runner_api_pb2.ArtifactFilePayload(path='/big').SerializeToString()
-  dep.role_urn = common_urns.artifact_roles.STAGING_TO.urn
-  token = prepare(small_server, p).staging_session_token
+  token = prepare(small_server, _with_dependency()).staging_session_token
 
   def answers(requests):
     yield beam_artifact_api_pb2.ArtifactResponseWrapper(staging_token=token)
@@ -370,8 +354,7 @@ def test_the_bytes_of_prepared_pipelines_are_capped(tmp_path):
   server = start_weir_serve(
       tmp_path / 'weir-held.log',
       ['--staging_dir', tmp_path / 'staging', '--max_held_pipeline_bytes', str(2 * size + size // 2)])
-  try:
-    _wait_for_job_api(server)
+  with serving(server):
     prepare(server, pipeline_with())
     prepare(server, pipeline_with())
     code, details, _ = refused(server, pipeline_with())
@@ -379,6 +362,3 @@ def test_the_bytes_of_prepared_pipelines_are_capped(tmp_path):
     assert details.startswith('the serialized pipelines of the prepared jobs not yet run'), details
     assert 'is %d bytes, over this server\'s limit of %d bytes (weir serve --max_held_pipeline_bytes raises it)' % (
         3 * size, 2 * size + size // 2) in details, details
-  finally:
-    server.proc.terminate()
-    server.proc.wait(timeout=10)

@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from conftest import REPO, WEIR_BIN, read_output, _wait_for_job_api, start_weir_serve
+from conftest import REPO, WEIR_BIN, read_output, _wait_for_job_api, start_weir_serve, serving
 
 HERE = Path(__file__).resolve().parent
 SECURITY_PY = HERE / 'pipelines_security.py'
@@ -230,12 +230,8 @@ def token_server(tmp_path_factory):
   token_file.write_text('weir-e2e-token-%d\n' % os.getpid())
   server = _start(tmp, '--bind', '0.0.0.0', '--auth_token_file', str(token_file))
   server.token = token_file.read_text().strip()
-  try:
-    _wait_for_job_api(server)
+  with serving(server):
     yield server
-  finally:
-    server.proc.terminate()
-    server.proc.wait(timeout=10)
 
 
 def test_every_job_api_call_needs_the_token(token_server):

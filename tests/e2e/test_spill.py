@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from conftest import _wait_for_job_api, start_weir_serve
+from conftest import start_weir_serve, serving
 
 
 @pytest.fixture
@@ -25,12 +25,8 @@ def budget_server(tmp_path):
        '--gbk_memory_budget_mb', '1', '--spill_dir', tmp_path / 'spill'],
       env=env)
   server.spill_dir = tmp_path / 'spill'
-  try:
-    _wait_for_job_api(server)
+  with serving(server):
     yield server
-  finally:
-    server.proc.terminate()
-    server.proc.wait(timeout=10)
 
 
 def test_bundle_outputs_and_groups_spill_and_match_direct_runner(tmp_path, budget_server):
