@@ -23,8 +23,116 @@ use crate::registry::{JobRegistry, StagedArtifact};
 
 const CHUNK: usize = 1 << 20;
 
+/// Why a staging stream ended when its job was cancelled or forgotten.
+const CANCELLED: &str = "the job was cancelled (or forgotten) before its artifacts were staged";
+
 /// `ArtifactStagingService`.
 pub struct StagingService(pub Arc<JobRegistry>);
+
+/// Where a prepared job's artifact staging stands: one
+/// `ReverseArtifactRetrievalService` stream per job, between Prepare and Run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Staging {
+    /// No client has opened the staging stream.
+    #[default]
+    NotStarted,
+    /// A client's staging stream is open.
+    InProgress,
+    /// Every environment's dependencies are in the job's staging location.
+    Staged,
+    /// Staging ended early with this error (the job has to be prepared again).
+    Failed(String),
+}
+
+/// How often a staging stream looks whether its job was cancelled or forgotten.
+const CANCEL_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Whether `job` may run as far as its artifacts go (RunJob).
+///
+/// # Errors
+/// Why not, for FAILED_PRECONDITION: staging failed or is still running, or
+/// an environment lists artifacts (other than embedded ones) that no client
+/// staged: no SDK harness could fetch them.
+/// `staging` is the job's, locked by the caller, so that no stream starts
+/// staging between this check and the job's start.
+pub(crate) fn check_staged(job: &crate::Job, staging: &Staging) -> Result<(), String> {
+    match staging {
+        Staging::Staged => Ok(()),
+        Staging::InProgress => Err(format!(
+            "job {} is still staging its artifacts: call Run once the client's ReverseArtifactRetrievalService stream has ended",
+            job.id
+        )),
+        Staging::Failed(e) => Err(format!(
+            "job {}'s artifact staging failed ({e}): prepare the job again",
+            job.id
+        )),
+        Staging::NotStarted => {
+            let pipeline = job.pipeline.lock().unwrap_or_else(|p| p.into_inner());
+            let environments = pipeline.components.as_ref().map(|c| &c.environments);
+            let mut unstaged: Vec<(&String, usize)> = environments
+                .into_iter()
+                .flatten()
+                .map(|(id, env)| {
+                    let n = env
+                        .dependencies
+                        .iter()
+                        .filter(|a| a.type_urn != urns::artifact::TYPE_EMBEDDED)
+                        .count();
+                    (id, n)
+                })
+                .filter(|(_, n)| *n > 0)
+                .collect();
+            unstaged.sort();
+            match unstaged.first() {
+                None => Ok(()),
+                Some((env, n)) => Err(format!(
+                    "job {}: environment {env:?} lists {n} artifact(s) that were never staged: stage them through the ArtifactStagingService endpoint and staging_session_token that Prepare returned, then call Run",
+                    job.id
+                )),
+            }
+        }
+    }
+}
+
+/// Marks `job` as staging, if a staging stream may start now.
+///
+/// # Errors
+/// FAILED_PRECONDITION naming the job: it was run or cancelled, or another
+/// stream staged (or stages) its artifacts.
+fn begin_staging(job: &crate::Job) -> Result<(), tonic::Status> {
+    let mut staging = job.staging.lock().unwrap_or_else(|p| p.into_inner());
+    let refused = |why: String| Err(tonic::Status::failed_precondition(why));
+    if job.state() != beam::job_state::Enum::Stopped {
+        return refused(format!(
+            "job {} is {:?}: artifacts are staged between Prepare and Run",
+            job.id,
+            job.state()
+        ));
+    }
+    match &*staging {
+        Staging::NotStarted => {
+            *staging = Staging::InProgress;
+            Ok(())
+        }
+        Staging::InProgress => refused(format!(
+            "job {}'s artifacts are already being staged by another stream",
+            job.id
+        )),
+        Staging::Staged => refused(format!("job {}'s artifacts were already staged", job.id)),
+        Staging::Failed(e) => refused(format!(
+            "job {}'s artifact staging already failed ({e}): prepare the job again",
+            job.id
+        )),
+    }
+}
+
+/// Resolves once `job` is cancelled or forgotten before it ran.
+async fn stopped(job: &crate::Job) {
+    let mut tick = tokio::time::interval(CANCEL_CHECK);
+    while !job.cancel.load(std::sync::atomic::Ordering::SeqCst) {
+        tick.tick().await;
+    }
+}
 
 /// `ArtifactRetrievalService`.
 pub struct RetrievalService(pub Arc<JobRegistry>);
@@ -278,24 +386,32 @@ impl beam::artifact_staging_service_server::ArtifactStagingService for StagingSe
         let job = self.0.get(&first.staging_token).ok_or_else(|| {
             tonic::Status::not_found(format!("unknown staging token {:?}", first.staging_token))
         })?;
+        begin_staging(&job)?;
         let (tx, rx) = mpsc::channel(16);
         let registry = self.0.clone();
         tokio::spawn(async move {
-            job.staging.store(true, std::sync::atomic::Ordering::SeqCst);
-            let staged = stage(&registry, &job, &mut inbound, &tx).await;
-            job.staging.store(false, std::sync::atomic::Ordering::SeqCst);
+            let staged = tokio::select! {
+                staged = stage(&registry, &job, &mut inbound, &tx) => staged,
+                _ = stopped(&job) => Err(CANCELLED.to_string()),
+            };
+            let outcome = match &staged {
+                Ok(()) => Staging::Staged,
+                Err(e) => Staging::Failed(e.clone()),
+            };
+            *job.staging.lock().unwrap_or_else(|p| p.into_inner()) = outcome;
             if let Err(e) = staged {
-                tracing::warn!(job = %job.id, "artifact staging failed: {e}");
-                job.message(
-                    beam::job_message::MessageImportance::JobMessageError,
-                    format!("artifact staging failed: {e}"),
-                );
                 let message = format!("artifact staging failed: {e}");
-                let status = if e.contains(crate::limits::flag::MAX_ARTIFACT_BYTES_PER_JOB) {
-                    tonic::Status::resource_exhausted(message)
+                let status = if e == CANCELLED {
+                    tonic::Status::cancelled(format!("job {}: {e}", job.id))
+                } else if e.contains(crate::limits::flag::MAX_ARTIFACT_BYTES_PER_JOB) {
+                    tonic::Status::resource_exhausted(message.clone())
                 } else {
-                    tonic::Status::internal(message)
+                    tonic::Status::internal(message.clone())
                 };
+                if e != CANCELLED {
+                    tracing::warn!(job = %job.id, "{message}");
+                    job.message(beam::job_message::MessageImportance::JobMessageError, message);
+                }
                 let _ = tx.send(Err(status)).await;
             }
         });

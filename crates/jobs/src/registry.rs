@@ -189,9 +189,8 @@ pub struct Job {
     pub progress: weir_engine::Progress,
     /// When Prepare created the job.
     pub created: SystemTime,
-    /// Set while a client stages the job's artifacts (its
-    /// `ReverseArtifactRetrievalService` stream is open).
-    pub staging: AtomicBool,
+    /// Where the client's staging of the job's artifacts stands.
+    pub staging: Mutex<crate::artifacts::Staging>,
     times: Mutex<Times>,
     state: Mutex<JobState>,
     /// Events in publish order; messages beyond [`MAX_LOG_ENTRIES`] are dropped oldest first.
@@ -405,6 +404,14 @@ impl Job {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .dropped
+    }
+
+    /// True while a client's `ReverseArtifactRetrievalService` stream stages this job's artifacts.
+    pub fn is_staging(&self) -> bool {
+        matches!(
+            *self.staging.lock().unwrap_or_else(|p| p.into_inner()),
+            crate::artifacts::Staging::InProgress
+        )
     }
 
     /// Moves the job to `state` (ignored once terminal) and tells subscribers.
@@ -688,7 +695,7 @@ impl JobRegistry {
             resources: JobResources::default(),
             progress: weir_engine::Progress::default(),
             created: SystemTime::now(),
-            staging: AtomicBool::new(false),
+            staging: Mutex::default(),
             times: Mutex::default(),
             state: Mutex::new(JobState::Stopped),
             history: Arc::default(),
@@ -796,7 +803,7 @@ impl JobRegistry {
         let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
         let oldest = jobs
             .values()
-            .filter(|j| j.state() == JobState::Stopped && !j.staging.load(Ordering::SeqCst))
+            .filter(|j| j.state() == JobState::Stopped && !j.is_staging())
             .min_by(|a, b| a.created.cmp(&b.created).then_with(|| a.id.cmp(&b.id)))
             .cloned()?;
         jobs.remove(&oldest.id);
@@ -859,6 +866,7 @@ impl JobRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::artifacts::Staging;
 
     fn registry(name: &str) -> Arc<JobRegistry> {
         registry_with(name, Default::default())
@@ -984,7 +992,7 @@ mod tests {
     fn the_oldest_idle_prepared_job_is_forgotten_first() {
         let r = registry("idle-prepared");
         let staging_oldest = job(&r, "staging");
-        staging_oldest.staging.store(true, Ordering::SeqCst);
+        *staging_oldest.staging.lock().unwrap() = Staging::InProgress;
         std::thread::sleep(std::time::Duration::from_millis(2));
         let running = job(&r, "running");
         running.set_state(JobState::Running);
@@ -999,7 +1007,7 @@ mod tests {
         assert_eq!(r.forget_oldest_idle_prepared(), Some(idle[1].id.clone()));
         assert_eq!(r.forget_oldest_idle_prepared(), None);
         assert!(r.get(&staging_oldest.id).is_some() && r.get(&running.id).is_some());
-        staging_oldest.staging.store(false, Ordering::SeqCst);
+        *staging_oldest.staging.lock().unwrap() = Staging::Staged;
         assert_eq!(r.forget_oldest_idle_prepared(), Some(staging_oldest.id.clone()));
     }
 

@@ -474,7 +474,11 @@ impl beam::job_service_server::JobService for JobService {
                 )))
             }
         }
-        job.set_state(JobState::Starting);
+        {
+            let staging = job.staging.lock().unwrap_or_else(|p| p.into_inner());
+            crate::artifacts::check_staged(&job, &staging).map_err(tonic::Status::failed_precondition)?;
+            job.set_state(JobState::Starting);
+        }
         job.message(
             MessageImportance::JobMessageDetailed,
             format!(
