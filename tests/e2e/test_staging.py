@@ -131,3 +131,53 @@ def test_cancel_ends_a_staging_stream(weir_server):
     while state(weir_server, plain.preparation_id) != beam_job_api_pb2.JobState.DONE:
       assert time.time() < deadline, state(weir_server, plain.preparation_id)
       time.sleep(0.1)
+
+
+def _stage(server, token, data):
+  """Stages `data` as the one artifact of a _with_dependency() job."""
+  def answers(requests):
+    yield beam_artifact_api_pb2.ArtifactResponseWrapper(staging_token=token)
+    for r in requests:
+      if r.HasField('resolve_artifact'):
+        yield beam_artifact_api_pb2.ArtifactResponseWrapper(
+            resolve_artifact_response=beam_artifact_api_pb2.ResolveArtifactsResponse(
+                replacements=list(r.resolve_artifact.artifacts)))
+      else:
+        yield beam_artifact_api_pb2.ArtifactResponseWrapper(
+            get_artifact_response=beam_artifact_api_pb2.GetArtifactResponse(data=data))
+        yield beam_artifact_api_pb2.ArtifactResponseWrapper(is_last=True)
+
+  with grpc.insecure_channel(server.endpoint) as channel:
+    stub = beam_artifact_api_pb2_grpc.ArtifactStagingServiceStub(channel)
+    out = queue.Queue()
+    for r in stub.ReverseArtifactRetrievalService(answers(iter(out.get, None)), timeout=20):
+      out.put(r)
+    out.put(None)
+
+
+def test_a_crashed_servers_staged_files_go_when_the_next_server_starts(tmp_path):
+  from conftest import start_weir_serve, serving
+  staging = tmp_path / 'staging'
+  flags = ['--staging_dir', staging, '--serve_http=false']
+  crashed = start_weir_serve(tmp_path / 'crashed.log', flags)
+  with serving(crashed):
+    job = prepare(crashed, _with_dependency())
+    _stage(crashed, job.staging_session_token, b'left behind')
+    left = [p for p in staging.rglob('*') if p.is_file() and p.read_bytes() == b'left behind']
+    assert len(left) == 1, sorted(staging.rglob('*'))
+    assert job.preparation_id in str(left[0])
+    crashed.proc.kill()  # no chance to clean up
+    crashed.proc.wait(timeout=10)
+  assert left[0].exists()
+  # A second server, running meanwhile, keeps its own folder through the next start.
+  alive = start_weir_serve(tmp_path / 'alive.log', flags)
+  with serving(alive):
+    kept = prepare(alive, _with_dependency())
+    _stage(alive, kept.staging_session_token, b'in use')
+    in_use = [p for p in staging.rglob('*') if p.is_file() and p.read_bytes() == b'in use']
+    assert len(in_use) == 1
+    assert not left[0].exists()
+    assert 'no longer running' in open(tmp_path / 'alive.log').read()
+    third = start_weir_serve(tmp_path / 'third.log', flags)
+    with serving(third):
+      assert in_use[0].exists()

@@ -388,11 +388,137 @@ impl Location {
 pub struct Defaults {
     /// The server's staging root (`weir serve --staging_dir`).
     pub staging: PathBuf,
+    /// The root of Weir's temp folders (`<tmp>/weir-temp`).
     pub temp: PathBuf,
+    /// Where a job's default staging folder goes: this server's own folder
+    /// under `staging` (see [`ServerFolder`]).
+    pub own_staging: PathBuf,
+    /// Where a job's default temp folder goes: this server's own folder under `temp`.
+    pub own_temp: PathBuf,
     /// A client's `staging_location` may name any folder or bucket
     /// (`weir serve --allow_client_staging_locations`); otherwise only a
     /// folder under [`Defaults::staging`].
     pub client_staging_anywhere: bool,
+}
+
+/// Names of the folders (and, with `.lock`, of their lock files) that
+/// servers claim under a root of Weir's.
+const SERVER_FOLDER_PREFIX: &str = ".weir-server-";
+
+/// How old an unfinished claim (a `.lock.new` file no one holds) must be
+/// before another server removes it.
+const ABANDONED_CLAIM_AGE: Duration = Duration::from_secs(60);
+
+/// One server's own folder under a root of Weir's
+/// (`<root>/.weir-server-<uuid>/`), where its jobs' default staging or temp
+/// folders go. The server holds an exclusive lock on
+/// `<root>/.weir-server-<uuid>.lock` while it lives (the operating system
+/// lets go of it when the process ends, crash or not); a server that claims
+/// a folder first removes those of servers no longer alive on this machine
+/// (the lock file names the host: a lock held on another host through a
+/// shared folder may not show), with whatever their jobs left there.
+#[derive(Debug)]
+pub struct ServerFolder {
+    /// The folder: `<root>/.weir-server-<uuid>`.
+    pub dir: PathBuf,
+    _lock: std::fs::File,
+}
+
+impl ServerFolder {
+    /// Claims a new folder under `root` (created if missing), after removing
+    /// the folders of servers that hold their lock no more. Returns the
+    /// folder and what was removed.
+    ///
+    /// # Errors
+    /// The I/O error creating `root`, the lock file or the folder, or taking the lock.
+    pub fn claim(root: &FsPath) -> std::io::Result<(ServerFolder, Vec<PathBuf>)> {
+        std::fs::create_dir_all(root)?;
+        let removed = remove_abandoned(root);
+        let name = format!("{SERVER_FOLDER_PREFIX}{}", uuid::Uuid::new_v4().simple());
+        // Locked before it is named as a claim: no other server can take
+        // it for an abandoned one in between.
+        let pending = root.join(format!("{name}.lock.new"));
+        let mut lock = std::fs::File::create(&pending)?;
+        lock.lock()?;
+        std::io::Write::write_all(&mut lock, this_host().as_bytes())?;
+        std::fs::rename(&pending, root.join(format!("{name}.lock")))?;
+        let dir = root.join(&name);
+        std::fs::create_dir_all(&dir)?;
+        Ok((ServerFolder { dir, _lock: lock }, removed))
+    }
+}
+
+impl Drop for ServerFolder {
+    /// A server that stops cleanly takes its folder along if its jobs left
+    /// nothing in it (a crashed one's goes at the next claim).
+    fn drop(&mut self) {
+        if std::fs::remove_dir(&self.dir).is_ok() {
+            let mut lock = self.dir.clone().into_os_string();
+            lock.push(".lock");
+            let _ = std::fs::remove_file(lock);
+        }
+    }
+}
+
+/// This machine's host name, as its lock files record it.
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Removes the server folders under `root` whose lock no process holds,
+/// with their lock files; returns the folders removed.
+fn remove_abandoned(root: &FsPath) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(name) = file_name.to_str() else { continue };
+        if !name.starts_with(SERVER_FOLDER_PREFIX) {
+            continue;
+        }
+        let lock_path = entry.path();
+        let claim = if let Some(folder) = name.strip_suffix(".lock") {
+            Some(folder)
+        } else if name.ends_with(".lock.new") {
+            let old = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > ABANDONED_CLAIM_AGE);
+            if !old {
+                continue;
+            }
+            None
+        } else {
+            continue;
+        };
+        // Only this machine's: a lock taken on another host through a
+        // shared folder may not show here.
+        match std::fs::read_to_string(&lock_path) {
+            Ok(host) if host == this_host() || (host.is_empty() && claim.is_none()) => {}
+            _ => continue,
+        }
+        let Ok(file) = std::fs::OpenOptions::new().write(true).open(&lock_path) else {
+            continue;
+        };
+        // Held: its server is alive.
+        if file.try_lock().is_err() {
+            continue;
+        }
+        if let Some(folder) = claim {
+            let dir = root.join(folder);
+            if std::fs::remove_dir_all(&dir).is_ok() || !dir.exists() {
+                removed.push(dir);
+            }
+        }
+        let _ = std::fs::remove_file(&lock_path);
+    }
+    removed
 }
 
 /// `path` made absolute (against the current folder) and free of `.` and
@@ -528,8 +654,8 @@ pub fn resolve(
         }),
     };
     Ok(JobLocations {
-        staging: open_or(staging, &defaults.staging, "staging_location")?,
-        temp: open_or(temp, &defaults.temp, "temp_location")?,
+        staging: open_or(staging, &defaults.own_staging, "staging_location")?,
+        temp: open_or(temp, &defaults.own_temp, "temp_location")?,
     })
 }
 
@@ -571,6 +697,49 @@ mod tests {
 
     fn scratch(name: &str) -> PathBuf {
         std::env::temp_dir().join(format!("weir-locations-{}-{name}", std::process::id()))
+    }
+
+    /// A claim removes what servers no longer alive left (their lock is not
+    /// held) and keeps live servers' folders.
+    #[test]
+    fn a_server_folder_claim_removes_only_dead_servers_folders() {
+        let root = scratch("server-folders");
+        let _ = std::fs::remove_dir_all(&root);
+        let (alive, removed) = ServerFolder::claim(&root).unwrap();
+        assert!(removed.is_empty());
+        std::fs::write(alive.dir.join("staged"), b"x").unwrap();
+        // A crashed server: its folder and lock file, the lock held by no one.
+        let dead = root.join(".weir-server-dead");
+        std::fs::create_dir_all(dead.join("job-1")).unwrap();
+        std::fs::write(dead.join("job-1").join("1-artifact"), b"left behind").unwrap();
+        std::fs::write(root.join(".weir-server-dead.lock"), this_host()).unwrap();
+        // Another host's, through a shared folder: its lock cannot be seen from here.
+        std::fs::create_dir_all(root.join(".weir-server-elsewhere")).unwrap();
+        std::fs::write(root.join(".weir-server-elsewhere.lock"), b"another-host").unwrap();
+        // Neither a client's folder under the root nor a fresh claim in progress is touched.
+        std::fs::create_dir_all(root.join("client-a")).unwrap();
+        std::fs::write(root.join(".weir-server-starting.lock.new"), b"").unwrap();
+        let (second, removed) = ServerFolder::claim(&root).unwrap();
+        assert_eq!(removed, vec![dead.clone()]);
+        assert!(!dead.exists() && !root.join(".weir-server-dead.lock").exists());
+        assert!(alive.dir.join("staged").exists() && second.dir.exists());
+        assert!(root.join("client-a").exists());
+        assert!(root.join(".weir-server-elsewhere").exists());
+        assert!(root.join(".weir-server-starting.lock.new").exists());
+        assert_ne!(alive.dir, second.dir);
+        // A server that stops cleanly takes its empty folder along; one with files keeps it
+        // until a later claim finds its lock free.
+        let second_dir = second.dir.clone();
+        drop(second);
+        assert!(!second_dir.exists());
+        let alive_dir = alive.dir.clone();
+        drop(alive);
+        assert!(alive_dir.exists());
+        let (third, removed) = ServerFolder::claim(&root).unwrap();
+        assert_eq!(removed, vec![alive_dir.clone()]);
+        assert!(!alive_dir.exists());
+        drop(third);
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]
@@ -688,9 +857,12 @@ mod tests {
     #[test]
     fn client_staging_locations_stay_under_the_staging_root() {
         let root = scratch("policy-root");
+        let temp = scratch("policy-temp");
         let defaults = Defaults {
             staging: root.clone(),
-            temp: scratch("policy-temp"),
+            temp: temp.clone(),
+            own_staging: root.clone(),
+            own_temp: temp,
             client_staging_anywhere: false,
         };
         let gcs = env(&[("GOOGLE_SKIP_SIGNATURE", "true")]);
@@ -754,6 +926,8 @@ mod tests {
         let defaults = Defaults {
             staging: scratch("d-staging"),
             temp: scratch("d-temp"),
+            own_staging: scratch("d-staging"),
+            own_temp: scratch("d-temp"),
             client_staging_anywhere: true,
         };
         let gcs = env(&[("GOOGLE_SKIP_SIGNATURE", "true")]);

@@ -594,6 +594,36 @@ pub struct JobRegistry {
     /// Set in cluster mode (`weir serve --cluster_port`): jobs run on the
     /// coordinator's worker processes instead of in this one.
     coordinator: std::sync::OnceLock<Arc<crate::cluster::Coordinator>>,
+    /// This server's own folders under the staging root and under
+    /// `<tmp>/weir-temp`, for its jobs' default folders (None where one
+    /// could not be claimed: the root itself then).
+    own_staging: Option<crate::locations::ServerFolder>,
+    own_temp: Option<crate::locations::ServerFolder>,
+}
+
+/// The root of Weir's temp folders: `<tmp>/weir-temp`.
+fn temp_root() -> PathBuf {
+    std::env::temp_dir().join("weir-temp")
+}
+
+/// Claims this server's folder under `root`, logging what servers no longer
+/// alive left there and removing it; None (with a warning) if it cannot.
+fn claim_folder(root: &std::path::Path) -> Option<crate::locations::ServerFolder> {
+    match crate::locations::ServerFolder::claim(root) {
+        Ok((folder, removed)) => {
+            for dir in removed {
+                tracing::info!("removed {}: left by a server that is no longer running", dir.display());
+            }
+            Some(folder)
+        }
+        Err(e) => {
+            tracing::warn!(
+                "cannot claim a folder of this server's own under {}: {e}; jobs' default folders go in it directly, and what a server that crashes leaves there stays",
+                root.display()
+            );
+            None
+        }
+    }
 }
 
 impl JobRegistry {
@@ -604,7 +634,11 @@ impl JobRegistry {
 
     /// An empty registry.
     pub fn new(fn_api: Arc<FnApi>, config: ServerConfig, url: String) -> Arc<JobRegistry> {
+        let own_staging = claim_folder(&config.staging_root);
+        let own_temp = claim_folder(&temp_root());
         Arc::new(JobRegistry {
+            own_staging,
+            own_temp,
             jobs: Mutex::default(),
             staged: Mutex::default(),
             sampler: Sampler::default(),
@@ -633,11 +667,16 @@ impl JobRegistry {
     }
 
     /// Weir's default folders: staging under the staging root, temp under
-    /// `<tmp>/weir-temp`.
+    /// `<tmp>/weir-temp`, each job's in this server's own folder there.
     pub fn default_locations(&self) -> crate::locations::Defaults {
+        let own = |f: &Option<crate::locations::ServerFolder>, root: PathBuf| {
+            f.as_ref().map_or(root, |f| f.dir.clone())
+        };
         crate::locations::Defaults {
             staging: self.config.staging_root.clone(),
-            temp: std::env::temp_dir().join("weir-temp"),
+            temp: temp_root(),
+            own_staging: own(&self.own_staging, self.config.staging_root.clone()),
+            own_temp: own(&self.own_temp, temp_root()),
             client_staging_anywhere: self.config.limits.allow_client_staging_locations,
         }
     }
@@ -680,7 +719,7 @@ impl JobRegistry {
         let name = if name.is_empty() { id.clone() } else { name };
         let validated = crate::options::validate(&options).unwrap_or_default();
         let job = Arc::new(Job {
-            staging_dir: self.config.staging_root.join(&id),
+            staging_dir: self.default_locations().own_staging.join(&id),
             id: id.clone(),
             name,
             pipeline_bytes: prost::Message::encoded_len(&pipeline),
@@ -795,16 +834,25 @@ impl JobRegistry {
     }
 
     /// Forgets the prepared job not yet run that was prepared first among
-    /// those whose artifacts are not being staged; returns its id (None if
-    /// every prepared job is staging). Prepare calls it at
-    /// `--max_prepared_jobs`, so prepared jobs a client never runs cannot
-    /// keep other clients' jobs out until they expire.
+    /// those whose artifacts are not being staged, a job whose artifacts
+    /// are all staged (its client is about to call Run) only when there is
+    /// no other; returns its id (None if every prepared job is staging).
+    /// Prepare calls it at `--max_prepared_jobs`, so prepared jobs a client
+    /// never runs cannot keep other clients' jobs out until they expire.
     pub fn forget_oldest_idle_prepared(&self) -> Option<String> {
         let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let staged = |j: &Job| {
+            matches!(
+                *j.staging.lock().unwrap_or_else(|p| p.into_inner()),
+                crate::artifacts::Staging::Staged
+            )
+        };
         let oldest = jobs
             .values()
             .filter(|j| j.state() == JobState::Stopped && !j.is_staging())
-            .min_by(|a, b| a.created.cmp(&b.created).then_with(|| a.id.cmp(&b.id)))
+            .min_by(|a, b| {
+                (staged(a), a.created, &a.id).cmp(&(staged(b), b.created, &b.id))
+            })
             .cloned()?;
         jobs.remove(&oldest.id);
         drop(jobs);
@@ -994,6 +1042,10 @@ mod tests {
         let staging_oldest = job(&r, "staging");
         *staging_oldest.staging.lock().unwrap() = Staging::InProgress;
         std::thread::sleep(std::time::Duration::from_millis(2));
+        // Staged, its client about to call Run: it goes after the others.
+        let staged = job(&r, "staged");
+        *staged.staging.lock().unwrap() = Staging::Staged;
+        std::thread::sleep(std::time::Duration::from_millis(2));
         let running = job(&r, "running");
         running.set_state(JobState::Running);
         let idle: Vec<_> = (0..2)
@@ -1005,6 +1057,7 @@ mod tests {
         assert_eq!(r.forget_oldest_idle_prepared(), Some(idle[0].id.clone()));
         assert!(r.get(&idle[0].id).is_none());
         assert_eq!(r.forget_oldest_idle_prepared(), Some(idle[1].id.clone()));
+        assert_eq!(r.forget_oldest_idle_prepared(), Some(staged.id.clone()));
         assert_eq!(r.forget_oldest_idle_prepared(), None);
         assert!(r.get(&staging_oldest.id).is_some() && r.get(&running.id).is_some());
         *staging_oldest.staging.lock().unwrap() = Staging::Staged;
