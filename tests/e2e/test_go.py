@@ -184,15 +184,14 @@ def test_weir_boot_go_runs_the_worker_in_the_servers_folder(tmp_path, direct_lin
   the same folder with relative `--input` and `--output` reads King Lear
   and writes its counts there, not into the worker's folder (which Weir
   removes at the job's end, leaving a DONE job without its output)."""
-  from conftest import WEIR_BIN, _wait_for_job_api, start_weir_serve
+  from conftest import WEIR_BIN, serving, start_weir_serve
   import shutil
   folder = tmp_path / 'project'
   folder.mkdir()
   shutil.copy(king_lear_path(), folder / 'lear.txt')
   server = start_weir_serve(tmp_path / 'weir.log', ['--bind', '127.0.0.1', '--ui_port', '0'],
                             env=dict(os.environ, NO_COLOR='1'), cwd=folder)
-  try:
-    _wait_for_job_api(server)
+  with serving(server):
     out = subprocess.run(
         [str(WORDCOUNT), '--input=lear.txt', '--output=out/counts.txt',
          '--runner=universal', '--endpoint=%s' % server.endpoint,
@@ -204,7 +203,3 @@ def test_weir_boot_go_runs_the_worker_in_the_servers_folder(tmp_path, direct_lin
         out.returncode, out.stderr[-6000:], server.log_tail())
     with open(folder / 'out' / 'counts.txt', encoding='utf-8') as f:
       assert sorted(f.read().splitlines()) == direct_lines
-  finally:
-    if server.alive():
-      server.proc.terminate()
-      server.proc.wait(timeout=30)
