@@ -97,12 +97,14 @@ pub(crate) fn check_staged(job: &crate::Job, staging: &Staging) -> Result<(), St
 /// Marks `job` as staging, if a staging stream may start now.
 ///
 /// # Errors
-/// FAILED_PRECONDITION naming the job: it was run or cancelled, or another
-/// stream staged (or stages) its artifacts.
+/// FAILED_PRECONDITION naming the job: it was run, cancelled or
+/// forgotten, or another stream staged (or stages) its artifacts.
 fn begin_staging(job: &crate::Job) -> Result<(), tonic::Status> {
     let mut staging = job.staging.lock().unwrap_or_else(|p| p.into_inner());
     let refused = |why: String| Err(tonic::Status::failed_precondition(why));
-    if job.state() != beam::job_state::Enum::Stopped {
+    if job.state() != beam::job_state::Enum::Stopped
+        || job.cancel.load(std::sync::atomic::Ordering::SeqCst)
+    {
         return refused(format!(
             "job {} is {:?}: artifacts are staged between Prepare and Run",
             job.id,
@@ -399,6 +401,10 @@ impl beam::artifact_staging_service_server::ArtifactStagingService for StagingSe
                 Err(e) => Staging::Failed(e.clone()),
             };
             *job.staging.lock().unwrap_or_else(|p| p.into_inner()) = outcome;
+            if staged.as_ref().is_err_and(|e| e == CANCELLED) {
+                // What it wrote before it saw the cancel goes too.
+                registry.release_unrun(&job);
+            }
             if let Err(e) = staged {
                 let message = format!("artifact staging failed: {e}");
                 let status = if e == CANCELLED {

@@ -415,8 +415,9 @@ const ABANDONED_CLAIM_AGE: Duration = Duration::from_secs(60);
 /// `<root>/.weir-server-<uuid>.lock` while it lives (the operating system
 /// lets go of it when the process ends, crash or not); a server that claims
 /// a folder first removes those of servers no longer alive on this machine
-/// (the lock file names the host: a lock held on another host through a
-/// shared folder may not show), with whatever their jobs left there.
+/// (the lock file holds the kernel's boot id: a lock held on another
+/// machine through a shared folder may not show here), with whatever their
+/// jobs left there.
 #[derive(Debug)]
 pub struct ServerFolder {
     /// The folder: `<root>/.weir-server-<uuid>`.
@@ -440,7 +441,7 @@ impl ServerFolder {
         let pending = root.join(format!("{name}.lock.new"));
         let mut lock = std::fs::File::create(&pending)?;
         lock.lock()?;
-        std::io::Write::write_all(&mut lock, this_host().as_bytes())?;
+        std::io::Write::write_all(&mut lock, this_boot().as_bytes())?;
         std::fs::rename(&pending, root.join(format!("{name}.lock")))?;
         let dir = root.join(&name);
         std::fs::create_dir_all(&dir)?;
@@ -460,9 +461,11 @@ impl Drop for ServerFolder {
     }
 }
 
-/// This machine's host name, as its lock files record it.
-fn this_host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+/// This machine's boot id (`/proc/sys/kernel/random/boot_id`, random at
+/// each boot of its kernel), as its lock files record it; empty where it
+/// cannot be read.
+fn this_boot() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|h| h.trim().to_string())
         .unwrap_or_default()
 }
@@ -473,6 +476,7 @@ fn remove_abandoned(root: &FsPath) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(root) else {
         return Vec::new();
     };
+    let boot = &this_boot();
     let mut removed = Vec::new();
     for entry in entries.flatten() {
         let file_name = entry.file_name();
@@ -497,11 +501,10 @@ fn remove_abandoned(root: &FsPath) -> Vec<PathBuf> {
         } else {
             continue;
         };
-        // Only this machine's: a lock taken on another host through a
-        // shared folder may not show here.
-        match std::fs::read_to_string(&lock_path) {
-            Ok(host) if host == this_host() || (host.is_empty() && claim.is_none()) => {}
-            _ => continue,
+        // Only those of this machine's running kernel: a lock taken on
+        // another machine through a shared folder may not show here.
+        if boot.is_empty() || std::fs::read_to_string(&lock_path).ok().as_deref() != Some(boot.as_str()) {
+            continue;
         }
         let Ok(file) = std::fs::OpenOptions::new().write(true).open(&lock_path) else {
             continue;
@@ -712,8 +715,8 @@ mod tests {
         let dead = root.join(".weir-server-dead");
         std::fs::create_dir_all(dead.join("job-1")).unwrap();
         std::fs::write(dead.join("job-1").join("1-artifact"), b"left behind").unwrap();
-        std::fs::write(root.join(".weir-server-dead.lock"), this_host()).unwrap();
-        // Another host's, through a shared folder: its lock cannot be seen from here.
+        std::fs::write(root.join(".weir-server-dead.lock"), this_boot()).unwrap();
+        // Another machine's, through a shared folder: its lock may not show here.
         std::fs::create_dir_all(root.join(".weir-server-elsewhere")).unwrap();
         std::fs::write(root.join(".weir-server-elsewhere.lock"), b"another-host").unwrap();
         // Neither a client's folder under the root nor a fresh claim in progress is touched.

@@ -307,10 +307,14 @@ impl Job {
     /// For a job that will not run (cancelled or forgotten before Run): sets
     /// its cancel flag, which ends a start of its harnesses (Prepare's)
     /// still waiting for them to connect, and stops those started
-    /// ([`Job::discard_prestarted`]).
+    /// ([`Job::discard_prestarted`]), and removes the artifacts it staged
+    /// in Weir's own folder (a client's staging location keeps its files).
     pub(crate) fn abandon_unrun(&self) {
         self.cancel.store(true, Ordering::SeqCst);
         self.discard_prestarted();
+        if self.locations.staging.option.is_none() {
+            let _ = std::fs::remove_dir_all(&self.staging_dir);
+        }
     }
 
     /// Stops the SDK harnesses Prepare started that no run took: in the
@@ -863,18 +867,20 @@ impl JobRegistry {
     /// Releases what jobs removed before they ran held: staged artifacts,
     /// harnesses started at Prepare, Weir's staging folder.
     fn forget_unrun(&self, gone: &[Arc<Job>]) {
-        let ids: Vec<&str> = gone.iter().map(|j| j.id.as_str()).collect();
+        for j in gone {
+            self.release_unrun(j);
+        }
+    }
+
+    /// Releases what a job that will not run (cancelled or forgotten
+    /// before Run) holds: its entries among the staged artifacts, and what
+    /// [`Job::abandon_unrun`] releases.
+    pub(crate) fn release_unrun(&self, job: &Job) {
         self.staged
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|_, a| !ids.contains(&a.job_id.as_str()));
-        for j in gone {
-            j.abandon_unrun();
-            // Only Weir's own folder of the job; a client's staging location keeps its files.
-            if j.locations.staging.option.is_none() {
-                let _ = std::fs::remove_dir_all(&j.staging_dir);
-            }
-        }
+            .retain(|_, a| a.job_id != job.id);
+        job.abandon_unrun();
     }
 
     /// How many jobs are prepared and not run yet, and the serialized bytes
