@@ -280,10 +280,12 @@ def test_prepared_jobs_staging_their_artifacts_are_kept_at_the_cap(two_prepared_
   assert server.alive()
 
 
-def test_artifacts_over_the_limit_stop_staging(small_server):
+def _stage(server, token, chunks):
+  """Answers a staging stream for a _with_dependency() job: its one
+  artifact is `chunks` (bytes each). Raises the stream's error."""
+  import queue
   from apache_beam.portability.api import beam_artifact_api_pb2
   from apache_beam.portability.api import beam_artifact_api_pb2_grpc
-  token = prepare(small_server, _with_dependency()).staging_session_token
 
   def answers(requests):
     yield beam_artifact_api_pb2.ArtifactResponseWrapper(staging_token=token)
@@ -293,21 +295,25 @@ def test_artifacts_over_the_limit_stop_staging(small_server):
             resolve_artifact_response=beam_artifact_api_pb2.ResolveArtifactsResponse(
                 replacements=list(r.resolve_artifact.artifacts)))
       else:
-        for _ in range(3):
+        for data in chunks:
           yield beam_artifact_api_pb2.ArtifactResponseWrapper(
-              get_artifact_response=beam_artifact_api_pb2.GetArtifactResponse(data=b'x' * 600))
+              get_artifact_response=beam_artifact_api_pb2.GetArtifactResponse(data=data))
         yield beam_artifact_api_pb2.ArtifactResponseWrapper(is_last=True)
 
-  import queue
-
-  with grpc.insecure_channel(small_server.endpoint) as channel:
+  with grpc.insecure_channel(server.endpoint) as channel:
     stub = beam_artifact_api_pb2_grpc.ArtifactStagingServiceStub(channel)
     out = queue.Queue()
-    feed = answers(iter(out.get, None))
-    responses = stub.ReverseArtifactRetrievalService(feed, timeout=20)
-    with pytest.raises(grpc.RpcError) as e:
-      for r in responses:
+    try:
+      for r in stub.ReverseArtifactRetrievalService(answers(iter(out.get, None)), timeout=20):
         out.put(r)
+    finally:
+      out.put(None)
+
+
+def test_artifacts_over_the_limit_stop_staging(small_server):
+  token = prepare(small_server, _with_dependency()).staging_session_token
+  with pytest.raises(grpc.RpcError) as e:
+    _stage(small_server, token, [b'x' * 600] * 3)
   assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.value.details()
   assert 'weir serve --max_artifact_bytes_per_job raises it' in e.value.details(), e.value.details()
   assert small_server.alive()

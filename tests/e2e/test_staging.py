@@ -13,7 +13,7 @@ from apache_beam.portability.api import beam_artifact_api_pb2_grpc
 from apache_beam.portability.api import beam_job_api_pb2
 from apache_beam.portability.api import beam_job_api_pb2_grpc
 
-from test_limits import _with_dependency, pipeline_with, prepare
+from test_limits import _stage, _with_dependency, pipeline_with, prepare
 
 STOPPED = beam_job_api_pb2.JobState.STOPPED
 CANCELLED = beam_job_api_pb2.JobState.CANCELLED
@@ -134,28 +134,6 @@ def test_cancel_ends_a_staging_stream(weir_server):
       time.sleep(0.1)
 
 
-def _stage(server, token, data):
-  """Stages `data` as the one artifact of a _with_dependency() job."""
-  def answers(requests):
-    yield beam_artifact_api_pb2.ArtifactResponseWrapper(staging_token=token)
-    for r in requests:
-      if r.HasField('resolve_artifact'):
-        yield beam_artifact_api_pb2.ArtifactResponseWrapper(
-            resolve_artifact_response=beam_artifact_api_pb2.ResolveArtifactsResponse(
-                replacements=list(r.resolve_artifact.artifacts)))
-      else:
-        yield beam_artifact_api_pb2.ArtifactResponseWrapper(
-            get_artifact_response=beam_artifact_api_pb2.GetArtifactResponse(data=data))
-        yield beam_artifact_api_pb2.ArtifactResponseWrapper(is_last=True)
-
-  with grpc.insecure_channel(server.endpoint) as channel:
-    stub = beam_artifact_api_pb2_grpc.ArtifactStagingServiceStub(channel)
-    out = queue.Queue()
-    for r in stub.ReverseArtifactRetrievalService(answers(iter(out.get, None)), timeout=20):
-      out.put(r)
-    out.put(None)
-
-
 def test_a_crashed_servers_staged_files_go_when_the_next_server_starts(tmp_path):
   from conftest import start_weir_serve, serving
   staging = tmp_path / 'staging'
@@ -163,7 +141,7 @@ def test_a_crashed_servers_staged_files_go_when_the_next_server_starts(tmp_path)
   crashed = start_weir_serve(tmp_path / 'crashed.log', flags)
   with serving(crashed):
     job = prepare(crashed, _with_dependency())
-    _stage(crashed, job.staging_session_token, b'left behind')
+    _stage(crashed, job.staging_session_token, [b'left behind'])
     left = [p for p in staging.rglob('*') if p.is_file() and p.read_bytes() == b'left behind']
     assert len(left) == 1, sorted(staging.rglob('*'))
     assert job.preparation_id in str(left[0])
@@ -174,7 +152,7 @@ def test_a_crashed_servers_staged_files_go_when_the_next_server_starts(tmp_path)
   alive = start_weir_serve(tmp_path / 'alive.log', flags)
   with serving(alive):
     kept = prepare(alive, _with_dependency())
-    _stage(alive, kept.staging_session_token, b'in use')
+    _stage(alive, kept.staging_session_token, [b'in use'])
     in_use = [p for p in staging.rglob('*') if p.is_file() and p.read_bytes() == b'in use']
     assert len(in_use) == 1
     assert not left[0].exists()
@@ -187,7 +165,7 @@ def test_a_crashed_servers_staged_files_go_when_the_next_server_starts(tmp_path)
 def test_cancel_before_run_removes_the_staged_artifacts(weir_server):
   job = prepare(weir_server, _with_dependency())
   data = b'staged for %s' % job.preparation_id.encode()
-  _stage(weir_server, job.staging_session_token, data)
+  _stage(weir_server, job.staging_session_token, [data])
   staged = [p for p in weir_server.staging_root.rglob('*') if p.is_file() and p.read_bytes() == data]
   assert len(staged) == 1, staged
   with grpc.insecure_channel(weir_server.endpoint) as channel:
