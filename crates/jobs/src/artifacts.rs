@@ -47,14 +47,14 @@ pub enum Staging {
 /// How often a staging stream looks whether its job was cancelled or forgotten.
 const CANCEL_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
 
-/// Whether `job` may run as far as its artifacts go (RunJob).
+/// Whether `job` may run as far as its artifacts go (RunJob). `staging`
+/// is the job's, locked by the caller, so that no stream starts staging
+/// between this check and the job's start.
 ///
 /// # Errors
 /// Why not, for FAILED_PRECONDITION: staging failed or is still running, or
 /// an environment lists artifacts (other than embedded ones) that no client
 /// staged: no SDK harness could fetch them.
-/// `staging` is the job's, locked by the caller, so that no stream starts
-/// staging between this check and the job's start.
 pub(crate) fn check_staged(job: &crate::Job, staging: &Staging) -> Result<(), String> {
     match staging {
         Staging::Staged => Ok(()),
