@@ -180,8 +180,6 @@ impl JobService {
 
 type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send>>;
 
-/// Streams a job's events through `map` (None = skip) until a terminal state has been sent.
-/// With `live` false, ends after the history.
 /// Cancels (`drain` false) or drains a job as CancelJob and DrainJob do;
 /// returns its state after the request.
 pub fn stop_job(job: &Job, drain: bool) -> JobState {
@@ -213,11 +211,25 @@ fn stop(job: &Job, signal: &std::sync::atomic::AtomicBool, stopping: JobState) -
     job.state()
 }
 
+/// How long GetStateStream stays open after it sent the terminal state it
+/// saw happen (unless the client goes first). Beam's Python client stops
+/// reading at that state and exits; a stream that ended at once would have
+/// grpcio's channel thread handle the stream's end while the interpreter
+/// shuts down, and a daemon thread stopped there holding the call's lock
+/// hangs the exiting client in that call's finalizer (seen about once in 50
+/// jobs on 2 busy cores). Open, the call is just cancelled at exit.
+pub const STATE_STREAM_LINGER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Streams a job's events through `map` (None = skip) until a terminal
+/// state has been sent, then, if that state arrived live, for up to
+/// `linger` more (or until the client leaves). With `live_too` false, ends
+/// after the history.
 fn follow<T: Send + 'static>(
     job: Arc<Job>,
     map: fn(beam::JobMessagesResponse) -> Option<T>,
     live_too: bool,
     view: View,
+    linger: std::time::Duration,
 ) -> EventStream<T> {
     let (tx, rx) = mpsc::channel(256);
     tokio::spawn(async move {
@@ -256,8 +268,12 @@ fn follow<T: Send + 'static>(
             let Some(p) = p else { return };
             let Some(e) = p.view(view) else { continue };
             if !forward(e.clone()).await {
-                return;
+                break;
             }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(linger) => {}
+            () = tx.closed() => {}
         }
     });
     Box::pin(ReceiverStream::new(rx))
@@ -604,6 +620,7 @@ impl beam::job_service_server::JobService for JobService {
             },
             live,
             View::Stream,
+            STATE_STREAM_LINGER,
         )))
     }
 
@@ -620,7 +637,8 @@ impl beam::job_service_server::JobService for JobService {
         } else {
             View::Stream
         };
-        Ok(tonic::Response::new(follow(job, Some, live, view)))
+        // Not lingering: Beam's Python client waits for this stream's end.
+        Ok(tonic::Response::new(follow(job, Some, live, view, std::time::Duration::ZERO)))
     }
 
     async fn get_job_metrics(

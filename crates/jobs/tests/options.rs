@@ -1099,6 +1099,85 @@ async fn the_state_stream_of_a_job_forgotten_unrun_ends() {
     assert!(end.is_none(), "{end:?}");
 }
 
+/// After the terminal state it saw happen, the state stream stays open
+/// (weir_jobs::service::STATE_STREAM_LINGER) so that Beam's Python client,
+/// which stops reading there and exits, does not meet the stream's end
+/// while its interpreter shuts down; the message stream, which that client
+/// reads to its end, ends at once.
+#[tokio::test(start_paused = true)]
+async fn the_state_stream_lingers_after_the_terminal_state_and_the_message_stream_does_not() {
+    use tokio_stream::StreamExt;
+    let (svc, registry) = service();
+    let id = svc
+        .prepare(tonic::Request::new(beam::PrepareJobRequest {
+            pipeline: Some(wordcount()),
+            pipeline_options: Some(Struct::default()),
+            job_name: "job".into(),
+        }))
+        .await
+        .expect("prepared")
+        .into_inner()
+        .preparation_id;
+    let request = || tonic::Request::new(beam::GetJobStateRequest { job_id: id.clone() });
+    let mut states = svc.get_state_stream(request()).await.expect("stream").into_inner();
+    let mut messages = svc
+        .get_message_stream(tonic::Request::new(beam::JobMessagesRequest { job_id: id.clone() }))
+        .await
+        .expect("stream")
+        .into_inner();
+    let first = states.next().await.expect("a state").expect("ok");
+    assert_eq!(first.state, beam::job_state::Enum::Stopped as i32);
+    registry.get(&id).expect("the job").set_state(beam::job_state::Enum::Done);
+    let done = states.next().await.expect("a state").expect("ok");
+    assert_eq!(done.state, beam::job_state::Enum::Done as i32);
+    let linger = weir_jobs::service::STATE_STREAM_LINGER;
+    let early = tokio::time::timeout(linger - Duration::from_millis(100), states.next()).await;
+    assert!(early.is_err(), "the state stream ended right after DONE: {early:?}");
+    let end = tokio::time::timeout(Duration::from_millis(200), states.next())
+        .await
+        .expect("the state stream ends after its linger");
+    assert!(end.is_none(), "{end:?}");
+    // The message stream had DONE and ended with it.
+    let mut last = None;
+    while let Some(m) = messages.next().await {
+        last = Some(m.expect("ok"));
+    }
+    let last = last.expect("messages");
+    assert!(
+        matches!(&last.response, Some(beam::job_messages_response::Response::StateResponse(s)) if s.state == beam::job_state::Enum::Done as i32),
+        "{last:?}"
+    );
+}
+
+/// A state stream read after its job ended (its terminal state is history)
+/// ends at once.
+#[tokio::test]
+async fn the_state_stream_of_a_finished_job_ends_at_once() {
+    use tokio_stream::StreamExt;
+    let (svc, registry) = service();
+    let id = svc
+        .prepare(tonic::Request::new(beam::PrepareJobRequest {
+            pipeline: Some(wordcount()),
+            pipeline_options: Some(Struct::default()),
+            job_name: "job".into(),
+        }))
+        .await
+        .expect("prepared")
+        .into_inner()
+        .preparation_id;
+    registry.get(&id).expect("the job").set_state(beam::job_state::Enum::Done);
+    let states = svc
+        .get_state_stream(tonic::Request::new(beam::GetJobStateRequest { job_id: id.clone() }))
+        .await
+        .expect("stream")
+        .into_inner();
+    let all: Vec<_> = tokio::time::timeout(Duration::from_secs(2), states.collect::<Vec<_>>())
+        .await
+        .expect("the stream ends at once");
+    let last = all.last().expect("states").as_ref().expect("ok");
+    assert_eq!(last.state, beam::job_state::Enum::Done as i32);
+}
+
 /// Prepare names as the staging endpoint the host:port the client dialed
 /// (its gRPC library then stages over the connection it has), not the
 /// server's own address.
