@@ -26,6 +26,15 @@ const CHUNK: usize = 1 << 20;
 /// Why a staging stream ended when its job was cancelled or forgotten.
 const CANCELLED: &str = "the job was cancelled (or forgotten) before its artifacts were staged";
 
+/// How a staging stream ended.
+enum StreamEnd {
+    Staged,
+    /// The job was cancelled or forgotten first ([`CANCELLED`]).
+    Cancelled,
+    /// Why staging failed.
+    Failed(String),
+}
+
 /// `ArtifactStagingService`.
 pub struct StagingService(pub Arc<JobRegistry>);
 
@@ -392,34 +401,38 @@ impl beam::artifact_staging_service_server::ArtifactStagingService for StagingSe
         let (tx, rx) = mpsc::channel(16);
         let registry = self.0.clone();
         tokio::spawn(async move {
-            let staged = tokio::select! {
-                staged = stage(&registry, &job, &mut inbound, &tx) => staged,
-                _ = stopped(&job) => Err(CANCELLED.to_string()),
+            let ended = tokio::select! {
+                staged = stage(&registry, &job, &mut inbound, &tx) => match staged {
+                    Ok(()) => StreamEnd::Staged,
+                    Err(e) => StreamEnd::Failed(e),
+                },
+                _ = stopped(&job) => StreamEnd::Cancelled,
             };
-            let outcome = match &staged {
-                Ok(()) => Staging::Staged,
-                Err(e) => Staging::Failed(e.clone()),
+            let outcome = match &ended {
+                StreamEnd::Staged => Staging::Staged,
+                StreamEnd::Cancelled => Staging::Failed(CANCELLED.to_string()),
+                StreamEnd::Failed(e) => Staging::Failed(e.clone()),
             };
             *job.staging.lock().unwrap_or_else(|p| p.into_inner()) = outcome;
-            if staged.as_ref().is_err_and(|e| e == CANCELLED) {
-                // What it wrote before it saw the cancel goes too.
-                registry.release_unrun(&job);
-            }
-            if let Err(e) = staged {
-                let message = format!("artifact staging failed: {e}");
-                let status = if e == CANCELLED {
-                    tonic::Status::cancelled(format!("job {}: {e}", job.id))
-                } else if e.contains(crate::limits::flag::MAX_ARTIFACT_BYTES_PER_JOB) {
-                    tonic::Status::resource_exhausted(message.clone())
-                } else {
-                    tonic::Status::internal(message.clone())
-                };
-                if e != CANCELLED {
-                    tracing::warn!(job = %job.id, "{message}");
-                    job.message(beam::job_message::MessageImportance::JobMessageError, message);
+            let status = match ended {
+                StreamEnd::Staged => return,
+                StreamEnd::Cancelled => {
+                    // What it wrote before it saw the cancel goes too.
+                    registry.release_unrun(&job);
+                    tonic::Status::cancelled(format!("job {}: {CANCELLED}", job.id))
                 }
-                let _ = tx.send(Err(status)).await;
-            }
+                StreamEnd::Failed(e) => {
+                    let message = format!("artifact staging failed: {e}");
+                    tracing::warn!(job = %job.id, "{message}");
+                    job.message(beam::job_message::MessageImportance::JobMessageError, message.clone());
+                    if e.contains(crate::limits::flag::MAX_ARTIFACT_BYTES_PER_JOB) {
+                        tonic::Status::resource_exhausted(message)
+                    } else {
+                        tonic::Status::internal(message)
+                    }
+                }
+            };
+            let _ = tx.send(Err(status)).await;
         });
         Ok(tonic::Response::new(Box::pin(ReceiverStream::new(rx))))
     }

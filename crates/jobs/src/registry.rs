@@ -313,6 +313,7 @@ impl Job {
         self.cancel.store(true, Ordering::SeqCst);
         self.discard_prestarted();
         if self.locations.staging.option.is_none() {
+            // Before Cancel answers: the client may look at once.
             let _ = std::fs::remove_dir_all(&self.staging_dir);
         }
     }
@@ -410,12 +411,14 @@ impl Job {
             .dropped
     }
 
+    /// Where the job's artifact staging stands.
+    pub fn staging_state(&self) -> crate::artifacts::Staging {
+        self.staging.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// True while a client's `ReverseArtifactRetrievalService` stream stages this job's artifacts.
     pub fn is_staging(&self) -> bool {
-        matches!(
-            *self.staging.lock().unwrap_or_else(|p| p.into_inner()),
-            crate::artifacts::Staging::InProgress
-        )
+        self.staging_state() == crate::artifacts::Staging::InProgress
     }
 
     /// Moves the job to `state` (ignored once terminal) and tells subscribers.
@@ -845,12 +848,7 @@ impl JobRegistry {
     /// never runs cannot keep other clients' jobs out until they expire.
     pub fn forget_oldest_idle_prepared(&self) -> Option<String> {
         let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        let staged = |j: &Job| {
-            matches!(
-                *j.staging.lock().unwrap_or_else(|p| p.into_inner()),
-                crate::artifacts::Staging::Staged
-            )
-        };
+        let staged = |j: &Job| j.staging_state() == crate::artifacts::Staging::Staged;
         let oldest = jobs
             .values()
             .filter(|j| j.state() == JobState::Stopped && !j.is_staging())

@@ -8,7 +8,9 @@
 //!   as Beam specifies; a request with the gRPC metadata
 //!   [`FOLLOW_HEADER`]` = false` gets only what the job has so far (its
 //!   state changes and last messages) and then the stream ends. `weir jobs
-//!   logs` and `weir jobs list` use that.
+//!   logs` and `weir jobs list` use that. After a terminal state it saw
+//!   happen, GetStateStream stays open for up to [`STATE_STREAM_LINGER`]
+//!   (until the client leaves), for Beam's Python client's sake.
 //! * GetMessageStream carries the job's message stream: state changes,
 //!   Weir's messages, the SDK's warnings and errors
 //!   ([`crate::registry::Job::sdk_log`]); with the metadata [`LOGS_HEADER`]`
