@@ -1,7 +1,7 @@
 //! `JobService` (beam_job_api.proto): Prepare, Run, state and message streams,
 //! Cancel, GetJobs, GetPipeline, DescribePipelineOptions, GetJobMetrics.
 //!
-//! Two Weir additions, invisible to Beam's clients:
+//! Three Weir additions, invisible to Beam's clients:
 //! * GetJobMetrics also returns the job's CPU and memory as MonitoringInfos
 //!   with `weir:metric:...` URNs ([`crate::resources`]).
 //! * GetStateStream and GetMessageStream follow a running job until it ends,
@@ -10,7 +10,7 @@
 //!   state changes and last messages) and then the stream ends. `weir jobs
 //!   logs` and `weir jobs list` use that. After a terminal state it saw
 //!   happen, GetStateStream stays open for up to [`STATE_STREAM_LINGER`]
-//!   (until the client leaves), for Beam's Python client's sake.
+//!   (or until the client leaves), for Beam's Python client's sake.
 //! * GetMessageStream carries the job's message stream: state changes,
 //!   Weir's messages, the SDK's warnings and errors
 //!   ([`crate::registry::Job::sdk_log`]); with the metadata [`LOGS_HEADER`]`
@@ -215,7 +215,7 @@ fn stop(job: &Job, signal: &std::sync::atomic::AtomicBool, stopping: JobState) -
 
 /// How long GetStateStream stays open after it sent the terminal state it
 /// saw happen (unless the client goes first). Beam's Python client stops
-/// reading at that state and exits; a stream that ended at once would have
+/// reading at that state and exits; a stream that ended at once could have
 /// grpcio's channel thread handle the stream's end while the interpreter
 /// shuts down, and a daemon thread stopped there holding the call's lock
 /// hangs the exiting client in that call's finalizer (seen about once in 50
@@ -223,8 +223,8 @@ fn stop(job: &Job, signal: &std::sync::atomic::AtomicBool, stopping: JobState) -
 pub const STATE_STREAM_LINGER: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Streams a job's events through `map` (None = skip) until a terminal
-/// state has been sent, then, if that state arrived live, for up to
-/// `linger` more (or until the client leaves). With `live_too` false, ends
+/// state has been sent; if that state arrived live, then keeps the stream
+/// open, sending nothing, for up to `linger` (or until the client leaves). With `live_too` false, ends
 /// after the history.
 fn follow<T: Send + 'static>(
     job: Arc<Job>,
@@ -273,9 +273,12 @@ fn follow<T: Send + 'static>(
                 break;
             }
         }
-        tokio::select! {
-            () = tokio::time::sleep(linger) => {}
-            () = tx.closed() => {}
+        drop(live);
+        if !linger.is_zero() {
+            tokio::select! {
+                () = tokio::time::sleep(linger) => {}
+                () = tx.closed() => {}
+            }
         }
     });
     Box::pin(ReceiverStream::new(rx))
