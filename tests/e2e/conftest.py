@@ -81,6 +81,16 @@ class WeirServer:
   def alive(self):
     return self.proc.poll() is None
 
+  def log_size(self):
+    """Bytes in the server's log now (an offset for log_since)."""
+    return os.path.getsize(self.log_path)
+
+  def log_since(self, size):
+    """What the server logged after its log had `size` bytes."""
+    with open(self.log_path, 'rb') as f:
+      f.seek(size)
+      return f.read().decode('utf-8', 'replace')
+
   def log_tail(self, n=60):
     try:
       with open(self.log_path, encoding='utf-8', errors='replace') as f:

@@ -87,7 +87,7 @@ def test_go_loopback_sdk_logs_reach_the_logs_not_the_stream(weir_server, tmp_pat
   logged again... (165 MB of server log in 10 s). Now SDK INFO entries stay
   out of the message stream, echoes of it too, and the server log of a
   King Lear wordcount stays small."""
-  log_before = os.path.getsize(weir_server.log_path)
+  log_before = weir_server.log_size()
   out, _ = run_wordcount(tmp_path / 'counts.txt', *weir_flags(weir_server, 'LOOPBACK'))
   job = job_id(out.stderr + out.stdout)
   # The SDK's INFO entry "Reading from <input>" (Beam's textio, logged in
@@ -119,7 +119,7 @@ def test_go_loopback_sdk_logs_reach_the_logs_not_the_stream(weir_server, tmp_pat
   twice = [l for l in logs.splitlines() if len(re.findall('id=%s-\\d' % job, l)) > 1]
   assert not twice, twice[:3]
   # The whole job wrote little to Weir's log (the loop wrote megabytes).
-  grew = os.path.getsize(weir_server.log_path) - log_before
+  grew = weir_server.log_size() - log_before
   assert grew < 200_000, '%d bytes of weir log for one wordcount' % grew
 
 

@@ -64,19 +64,6 @@ def run(beam, tmp_path, extra, mode='PROCESS'):
   return beam.run([script, out] + list(extra) + beam.options(mode), str(out), 'packages'), out
 
 
-def log_size(beam):
-  """Bytes in the server's log now (starting the server if no job has)."""
-  beam.options('PROCESS')
-  return os.path.getsize(beam.server.log_path)
-
-
-def log_since(beam, size):
-  """What the server logged after it had `size` bytes."""
-  with open(beam.server.log_path, 'rb') as f:
-    f.seek(size)
-    return f.read().decode('utf-8', 'replace')
-
-
 def assert_not_in_interpreter():
   probe = subprocess.run([sys.executable, '-c', 'import ' + MODULE], capture_output=True)
   assert probe.returncode != 0, 'the package was installed into the interpreter: %s' % sys.executable
@@ -101,12 +88,13 @@ def test_requirements_the_interpreter_has_install_offline(beam, tmp_path, packag
   (--requirements_cache=skip) and the job runs."""
   requirements = tmp_path / 'requirements.txt'
   requirements.write_text('requests\n%s\n' % sdist(package))
-  before = log_size(beam)
+  beam.options('PROCESS')  # starts the server, whose log is read below
+  before = beam.server.log_size()
   result, out = run(beam, tmp_path, ['--requirements_file=%s' % requirements,
                                      '--requirements_cache=skip'])
   assert result.returncode == 0, result.describe(beam.server)
   # The first, offline pass installed it: no worker went to the index.
-  assert 'trying again with the package index' not in log_since(beam, before), \
+  assert 'trying again with the package index' not in beam.server.log_since(before), \
       result.describe(beam.server)
   _, lines = read_output(str(out))
   assert sorted(lines.elements()) == ['CORDELIA!', 'KENT!', 'LEAR!']

@@ -224,8 +224,8 @@ pub const STATE_STREAM_LINGER: std::time::Duration = std::time::Duration::from_s
 
 /// Streams a job's events through `map` (None = skip) until a terminal
 /// state has been sent; if that state arrived live, then keeps the stream
-/// open, sending nothing, for up to `linger` (or until the client leaves). With `live_too` false, ends
-/// after the history.
+/// open, sending nothing, for up to `linger` (or until the client leaves).
+/// With `live_too` false, ends after the history.
 fn follow<T: Send + 'static>(
     job: Arc<Job>,
     map: fn(beam::JobMessagesResponse) -> Option<T>,

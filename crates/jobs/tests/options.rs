@@ -1062,6 +1062,19 @@ fn service() -> (JobService, std::sync::Arc<JobRegistry>) {
     (JobService(registry.clone()), registry)
 }
 
+/// Prepares the wordcount pipeline with no options; returns its job id.
+async fn prepare_wordcount(svc: &JobService) -> String {
+    svc.prepare(tonic::Request::new(beam::PrepareJobRequest {
+        pipeline: Some(wordcount()),
+        pipeline_options: Some(Struct::default()),
+        job_name: "job".into(),
+    }))
+    .await
+    .expect("prepared")
+    .into_inner()
+    .preparation_id
+}
+
 /// A state stream follows its job only while the registry keeps it: a
 /// prepared job forgotten unrun ends the stream instead of leaving it (and
 /// the job) waiting forever.
@@ -1073,16 +1086,7 @@ async fn the_state_stream_of_a_job_forgotten_unrun_ends() {
     forgetful.limits.prepared_job_ttl = Duration::ZERO;
     let registry = JobRegistry::new(weir_harness::FnApi::new(url.clone()), forgetful, url);
     let svc = JobService(registry.clone());
-    let id = svc
-        .prepare(tonic::Request::new(beam::PrepareJobRequest {
-            pipeline: Some(wordcount()),
-            pipeline_options: Some(Struct::default()),
-            job_name: "job".into(),
-        }))
-        .await
-        .expect("prepared")
-        .into_inner()
-        .preparation_id;
+    let id = prepare_wordcount(&svc).await;
     let mut states = svc
         .get_state_stream(tonic::Request::new(beam::GetJobStateRequest {
             job_id: id.clone(),
@@ -1108,18 +1112,12 @@ async fn the_state_stream_of_a_job_forgotten_unrun_ends() {
 async fn the_state_stream_lingers_after_the_terminal_state_and_the_message_stream_does_not() {
     use tokio_stream::StreamExt;
     let (svc, registry) = service();
-    let id = svc
-        .prepare(tonic::Request::new(beam::PrepareJobRequest {
-            pipeline: Some(wordcount()),
-            pipeline_options: Some(Struct::default()),
-            job_name: "job".into(),
-        }))
+    let id = prepare_wordcount(&svc).await;
+    let mut states = svc
+        .get_state_stream(tonic::Request::new(beam::GetJobStateRequest { job_id: id.clone() }))
         .await
-        .expect("prepared")
-        .into_inner()
-        .preparation_id;
-    let request = || tonic::Request::new(beam::GetJobStateRequest { job_id: id.clone() });
-    let mut states = svc.get_state_stream(request()).await.expect("stream").into_inner();
+        .expect("stream")
+        .into_inner();
     let mut messages = svc
         .get_message_stream(tonic::Request::new(beam::JobMessagesRequest { job_id: id.clone() }))
         .await
@@ -1155,16 +1153,7 @@ async fn the_state_stream_lingers_after_the_terminal_state_and_the_message_strea
 async fn the_state_stream_of_a_finished_job_ends_at_once() {
     use tokio_stream::StreamExt;
     let (svc, registry) = service();
-    let id = svc
-        .prepare(tonic::Request::new(beam::PrepareJobRequest {
-            pipeline: Some(wordcount()),
-            pipeline_options: Some(Struct::default()),
-            job_name: "job".into(),
-        }))
-        .await
-        .expect("prepared")
-        .into_inner()
-        .preparation_id;
+    let id = prepare_wordcount(&svc).await;
     registry.get(&id).expect("the job").set_state(beam::job_state::Enum::Done);
     let states = svc
         .get_state_stream(tonic::Request::new(beam::GetJobStateRequest { job_id: id.clone() }))
