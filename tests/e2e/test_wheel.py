@@ -223,3 +223,28 @@ def test_server_stops_when_the_job_finishes(tmp_path):
   assert lines.get('children') == '-', out.stdout
   assert 'INFO:weir.server:Started %s serve at' % WEIR_BIN in out.stderr, out.stderr[-3000:]
   assert 'INFO:weir.server:Stopped weir serve at' in out.stderr, out.stderr[-3000:]
+
+
+def test_job_longer_than_job_server_timeout_finishes(tmp_path):
+  """--job_server_timeout bounds Job API requests, not the run time (its
+  help says so): a job that runs past it still ends DONE with its output on
+  WeirRunner, where Beam's PortableRunner gives up with DEADLINE_EXCEEDED."""
+  script = tmp_path / 'job.py'
+  script.write_text(
+      'import sys, time\n'
+      'import apache_beam as beam\n'
+      'from apache_beam.options.pipeline_options import PipelineOptions\n'
+      'def slow(x):\n'
+      '  time.sleep(12)\n'
+      '  return x * 2\n'
+      'def show(x):\n'
+      '  print("out", x, flush=True)\n'
+      'p = beam.Pipeline(options=PipelineOptions(sys.argv[1:]))\n'
+      '_ = p | beam.Create([21]) | beam.Map(slow) | beam.Map(show)\n'
+      'print("state", p.run().wait_until_finish(), flush=True)\n')
+  out = subprocess.run(
+      [sys.executable, str(script), '--runner=weir.WeirRunner', '--job_server_timeout=5'],
+      cwd=tmp_path, env=_env(WEIR_BINARY=str(WEIR_BIN)), stdin=subprocess.DEVNULL,
+      capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-6000:]
+  assert out.stdout.splitlines() == ['out 42', 'state DONE'], out.stdout

@@ -53,6 +53,12 @@ class WeirRunner(portable_runner.PortableRunner):
 
   Either way the default environment is LOOPBACK (SDK harnesses in this
   process), as with PrismRunner, unless ``--environment_type`` is given.
+
+  Either way ``--job_server_timeout`` bounds each Job API request, not the
+  job's run time, as that option's help says: the client follows the job's
+  state and messages for as long as the job runs. (Beam's PortableRunner
+  gives those two streams the option as a deadline, so it gives up on any
+  job longer than that, 300 s by default.)
   """
   def __init__(self):
     super().__init__()
@@ -99,6 +105,11 @@ class WeirRunner(portable_runner.PortableRunner):
       callbacks.append(job_server.finish)
     return callbacks
 
+  def create_job_service_handle(self, job_service, options):
+    """PortableRunner's, on a Job API stub that sets no deadline on
+    GetStateStream and GetMessageStream (see the class doc)."""
+    return super().create_job_service_handle(_StreamsRunToTheEnd(job_service), options)
+
   def default_job_server(self, options):
     """The ``weir serve`` for this run (Beam calls this only when no
     ``--job_endpoint`` is given)."""
@@ -116,3 +127,20 @@ class WeirRunner(portable_runner.PortableRunner):
         serve_args=shlex.split(weir_options.weir_serve_args or ''),
         start_timeout=options.view_as(
             pipeline_options.PortableOptions).job_server_timeout)
+
+
+class _StreamsRunToTheEnd:
+  """A Job API stub (``JobServiceStub``) whose GetStateStream and
+  GetMessageStream calls carry no deadline, whatever ``timeout`` the caller
+  gives; every other call goes to the stub unchanged."""
+  def __init__(self, stub):
+    self._stub = stub
+
+  def __getattr__(self, name):
+    return getattr(self._stub, name)
+
+  def GetStateStream(self, request, timeout=None, **kwargs):  # pylint: disable=unused-argument
+    return self._stub.GetStateStream(request, **kwargs)
+
+  def GetMessageStream(self, request, timeout=None, **kwargs):  # pylint: disable=unused-argument
+    return self._stub.GetMessageStream(request, **kwargs)
