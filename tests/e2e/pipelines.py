@@ -243,6 +243,22 @@ def large_elements(p):
           s=beam.pvalue.AsList(side)))
 
 
+def paged_side_input(p):
+  """An AsList side input of 140 MiB (140 strings of 1 MiB, made by a DoFn),
+  more than one page of a State API Get (Weir's pages are 128 MiB), read
+  whole by each of three main-input elements."""
+  mib = 1024 * 1024
+  side = p | 'Side' >> beam.Create(range(140)) | 'Strings' >> beam.Map(
+      lambda i: chr(ord('a') + i % 26) * mib)
+  return (
+      p
+      | 'Main' >> beam.Create(['x', 'y', 'z'])
+      | 'Read' >> beam.Map(
+          lambda m, s: '%s: %d strings, %d bytes, first letters %s' % (
+              m, len(s), sum(len(v) for v in s), ''.join(sorted(v[0] for v in s))),
+          s=beam.pvalue.AsList(side)))
+
+
 def flaky(p):
   """A DoFn that fails the first time it sees element 3 (a marker file under
   --output's folder remembers), so only a runner that retries the bundle
@@ -343,7 +359,7 @@ def slow_elements(p):
 PIPELINES = {
     f.__name__: f
     for f in (gbk, flatten, side_input, combine_per_key, good, boom, windowed, custom_merging,
-              multimap_side_input, sdf_split, sdf_restrictions, large_elements, flaky, crash, slow, hot_key, four_shards,
+              multimap_side_input, sdf_split, sdf_restrictions, large_elements, paged_side_input, flaky, crash, slow, hot_key, four_shards,
               fan_out_gbk, slow_elements)
 }
 

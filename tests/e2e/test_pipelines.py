@@ -9,7 +9,7 @@ import pytest
 from conftest import ENVIRONMENTS
 
 PIPELINES = ('gbk', 'flatten', 'side_input', 'combine_per_key', 'windowed', 'custom_merging',
-             'multimap_side_input', 'sdf_split', 'large_elements')
+             'multimap_side_input', 'sdf_split', 'large_elements', 'paged_side_input')
 
 _direct_cache = {}
 

@@ -72,11 +72,57 @@ impl Refresh {
     }
 }
 
+/// Largest page of an iterable side input one State API Get returns
+/// before the rest goes behind a `continuation_token` (StateGetResponse,
+/// beam_fn_api.proto), in bytes: a page ends at the first element boundary
+/// at or past it. A gRPC message holds at most 2 GiB, so larger side
+/// inputs need pages; smaller ones are one page, which Beam's Python SDK
+/// caches whole (its state cache, 100 MB by default, keeps only the first
+/// page of a paged one).
+pub const ITERABLE_PAGE_BYTES: usize = 128 << 20;
+
+/// The concatenated nested values of one window of an iterable side input,
+/// cut into pages at element boundaries.
+#[derive(Clone, Debug, Default)]
+struct Pages {
+    bytes: Vec<u8>,
+    /// Offset in `bytes` where each page after the first starts.
+    starts: Vec<usize>,
+}
+
+impl Pages {
+    /// Appends one encoded value, starting a new page first when the last
+    /// one holds `page_bytes` or more.
+    fn push(&mut self, value: &[u8], page_bytes: usize) {
+        let last = self.starts.last().copied().unwrap_or(0);
+        if !self.bytes.is_empty() && self.bytes.len() - last >= page_bytes {
+            self.starts.push(self.bytes.len());
+        }
+        self.bytes.extend_from_slice(value);
+    }
+
+    /// Page `i` and whether another follows; `None` past the last page.
+    fn page(&self, i: usize) -> Option<(&[u8], bool)> {
+        let start = if i == 0 { 0 } else { *self.starts.get(i - 1)? };
+        let end = self.starts.get(i).copied().unwrap_or(self.bytes.len());
+        Some((&self.bytes[start..end], i < self.starts.len()))
+    }
+}
+
+/// One page of an iterable side input, as `StateGetResponse` carries it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Page {
+    /// Concatenated nested values (whole elements only).
+    pub data: Vec<u8>,
+    /// Token of the next page; empty on the last one.
+    pub continuation_token: Vec<u8>,
+}
+
 /// One side input's contents by encoded window.
 #[derive(Clone, Debug, Default)]
 struct View {
-    /// Encoded window -> concatenated nested values.
-    iterable: HashMap<Vec<u8>, Vec<u8>>,
+    /// Encoded window -> concatenated nested values, in pages.
+    iterable: HashMap<Vec<u8>, Pages>,
     /// Encoded window -> nested key -> (concatenated nested values, value count).
     multimap: HashMap<Vec<u8>, HashMap<Vec<u8>, (Vec<u8>, u32)>>,
     /// Encoded window -> distinct nested keys, first-seen order.
@@ -95,6 +141,9 @@ pub struct SideInputs {
     lineage: u64,
     /// Bumped by every [`SideInputs::insert`].
     version: u64,
+    /// Page size of iterable side inputs inserted from now on
+    /// ([`ITERABLE_PAGE_BYTES`] unless set with [`SideInputs::with_page_bytes`]).
+    page_bytes: usize,
 }
 
 impl Default for SideInputs {
@@ -149,7 +198,15 @@ impl SideInputs {
             views,
             lineage: LINEAGES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             version: 0,
+            page_bytes: ITERABLE_PAGE_BYTES,
         }
+    }
+
+    /// These views with iterable pages of `page_bytes` (at least 1) for
+    /// what is inserted next; tests use small pages.
+    pub fn with_page_bytes(mut self, page_bytes: usize) -> SideInputs {
+        self.page_bytes = page_bytes.max(1);
+        self
     }
 
     /// Names these contents: two `SideInputs` with the same identity hold
@@ -196,6 +253,7 @@ impl SideInputs {
             Refresh::LatestFiring => true,
             Refresh::LatestCumulativePane => wv.pane.timing != PaneTiming::Unknown,
         };
+        let page_bytes = self.page_bytes;
         let view = self
             .views
             .entry((spec.transform_id.to_string(), spec.local_name.to_string()))
@@ -224,7 +282,7 @@ impl SideInputs {
                     .iterable
                     .entry(wb)
                     .or_default()
-                    .extend_from_slice(&wv.value),
+                    .push(&wv.value, page_bytes),
                 Some((k, v)) => {
                     let by_key = view.multimap.entry(wb.clone()).or_default();
                     let entry = by_key.entry(k.clone()).or_insert_with(|| {
@@ -258,11 +316,53 @@ impl SideInputs {
             .get(&(transform_id.to_string(), local_name.to_string()))
     }
 
-    /// Concatenated values of an iterable side input in `window` (empty when
-    /// the window has no data); `None` when the stage has no such side input.
-    pub fn iterable(&self, transform_id: &str, local_name: &str, window: &[u8]) -> Option<Vec<u8>> {
+    /// The page of an iterable side input in `window` that
+    /// `continuation_token` names (empty: the first; else one this method
+    /// returned), empty when the window has no data; `Ok(None)` when the
+    /// stage has no such side input.
+    ///
+    /// # Errors
+    /// A message naming the side input when the token names no page of it.
+    pub fn iterable_page(
+        &self,
+        transform_id: &str,
+        local_name: &str,
+        window: &[u8],
+        continuation_token: &[u8],
+    ) -> Result<Option<Page>, String> {
+        let Some(v) = self.view(transform_id, local_name) else {
+            return Ok(None);
+        };
+        let index = if continuation_token.is_empty() {
+            Some(0)
+        } else {
+            <[u8; 8]>::try_from(continuation_token)
+                .ok()
+                .and_then(|b| usize::try_from(u64::from_be_bytes(b)).ok())
+        };
+        let empty = Pages::default();
+        let pages = v.iterable.get(window).unwrap_or(&empty);
+        let Some((i, (data, more))) = index.and_then(|i| Some((i, pages.page(i)?))) else {
+            return Err(format!(
+                "continuation token {continuation_token:?} names no page of iterable side input {local_name} of transform {transform_id}"
+            ));
+        };
+        let continuation_token = if more {
+            (i as u64 + 1).to_be_bytes().to_vec()
+        } else {
+            Vec::new()
+        };
+        Ok(Some(Page {
+            data: data.to_vec(),
+            continuation_token,
+        }))
+    }
+
+    /// Every page of an iterable side input in `window`, concatenated.
+    #[cfg(test)]
+    fn iterable(&self, transform_id: &str, local_name: &str, window: &[u8]) -> Option<Vec<u8>> {
         let v = self.view(transform_id, local_name)?;
-        Some(v.iterable.get(window).cloned().unwrap_or_default())
+        Some(v.iterable.get(window).map(|p| p.bytes.clone()).unwrap_or_default())
     }
 
     /// Concatenated values for `key` (nested encoding) of a multimap side input in `window`.
@@ -681,6 +781,45 @@ mod tests {
         s.insert(&spec, &element(2, Window::Global, PaneInfo::NO_FIRING), 2)
             .unwrap();
         assert_eq!(s.iterable("t", "s", &g), Some(vec![1, 2]));
+    }
+
+    /// A page ends at the first element boundary at or past the page size;
+    /// each token names the next page; an empty window is one empty page;
+    /// a token that names no page is refused, naming the side input.
+    #[test]
+    fn iterable_pages_end_at_element_boundaries_and_tokens_walk_them() {
+        let spec = spec(Refresh::All, &Coder::GlobalWindow);
+        let g = encoded(&Window::Global);
+        let pages_of = |s: &SideInputs| {
+            let (mut token, mut pages) = (Vec::new(), Vec::new());
+            loop {
+                let page = s.iterable_page("t", "s", &g, &token).unwrap().unwrap();
+                pages.push(page.data);
+                if page.continuation_token.is_empty() {
+                    return pages;
+                }
+                token = page.continuation_token;
+            }
+        };
+        let filled = |page_bytes: usize| {
+            let mut s = SideInputs::new(std::slice::from_ref(&spec)).with_page_bytes(page_bytes);
+            assert_eq!(pages_of(&s), vec![Vec::<u8>::new()]);
+            for v in 1..=5 {
+                s.insert(&spec, &element(v, Window::Global, PaneInfo::NO_FIRING), 0)
+                    .unwrap();
+            }
+            s
+        };
+        assert_eq!(pages_of(&filled(2)), vec![vec![1, 2], vec![3, 4], vec![5]]);
+        assert_eq!(pages_of(&filled(3)), vec![vec![1, 2, 3], vec![4, 5]]);
+        assert_eq!(pages_of(&filled(ITERABLE_PAGE_BYTES)), vec![vec![1, 2, 3, 4, 5]]);
+
+        let s = filled(2);
+        for bad in [&3u64.to_be_bytes()[..], b"x"] {
+            let err = s.iterable_page("t", "s", &g, bad).unwrap_err();
+            assert!(err.contains("no page of iterable side input s of transform t"), "{err}");
+        }
+        assert_eq!(s.iterable_page("t", "other", &g, &[]), Ok(None));
     }
 
     #[test]

@@ -186,12 +186,27 @@ fn answer(fn_api: &FnApi, worker_id: &str, req: &beam::StateRequest) -> Result<R
     if let Some(answer) = user_state(&bundle.user_state, key, req, value_shape) {
         return answer;
     }
-    if !matches!(req.request, Some(R::Get(_))) {
+    let Some(R::Get(get_request)) = &req.request else {
         return Err(format!("side inputs are read-only (state key {key:?})"));
-    }
+    };
     let side = &bundle.side_inputs;
     let found = match key {
-        Key::IterableSideInput(k) => side.iterable(&k.transform_id, &k.side_input_id, &k.window),
+        Key::IterableSideInput(k) => {
+            let page = side.iterable_page(
+                &k.transform_id,
+                &k.side_input_id,
+                &k.window,
+                &get_request.continuation_token,
+            )?;
+            return page
+                .map(|p| {
+                    Response::Get(beam::StateGetResponse {
+                        continuation_token: p.continuation_token,
+                        data: p.data,
+                    })
+                })
+                .ok_or_else(|| format!("no side input for state key {key:?}"));
+        }
         Key::MultimapSideInput(k) => {
             side.multimap_values(&k.transform_id, &k.side_input_id, &k.window, &k.key)
         }
