@@ -72,14 +72,15 @@ impl Refresh {
     }
 }
 
-/// Largest page of an iterable side input one State API Get returns
-/// before the rest goes behind a `continuation_token` (StateGetResponse,
-/// beam_fn_api.proto), in bytes: a page ends at the first element boundary
-/// at or past it. A gRPC message holds at most 2 GiB, so larger side
+/// Largest page of a side input one State API Get returns before the rest
+/// goes behind a `continuation_token` (StateGetResponse, beam_fn_api.proto),
+/// in bytes, for iterables and a multimap's keys and entries: a page ends
+/// at the first element boundary at or past it. Weir's gRPC messages hold
+/// at most 1 GiB ([`weir_proto::MAX_GRPC_MESSAGE_BYTES`]), so larger side
 /// inputs need pages; smaller ones are one page, which Beam's Python SDK
 /// caches whole (its state cache, 100 MB by default, keeps only the first
 /// page of a paged one).
-pub const ITERABLE_PAGE_BYTES: usize = 128 << 20;
+pub const PAGE_BYTES: usize = 128 << 20;
 
 /// The concatenated nested values of one window of an iterable side input,
 /// cut into pages at element boundaries.
@@ -101,21 +102,71 @@ impl Pages {
         self.bytes.extend_from_slice(value);
     }
 
-    /// Page `i` and whether another follows; `None` past the last page.
-    fn page(&self, i: usize) -> Option<(&[u8], bool)> {
+    /// Page `i` (its token names page `i + 1`); `None` past the last page.
+    fn page(&self, i: usize) -> Option<Page> {
         let start = if i == 0 { 0 } else { *self.starts.get(i - 1)? };
         let end = self.starts.get(i).copied().unwrap_or(self.bytes.len());
-        Some((&self.bytes[start..end], i < self.starts.len()))
+        Some(Page {
+            data: self.bytes[start..end].to_vec(),
+            continuation_token: token_of((i < self.starts.len()).then_some(i + 1)),
+        })
     }
 }
 
-/// One page of an iterable side input, as `StateGetResponse` carries it.
+/// One page of a side input, as `StateGetResponse` carries it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Page {
-    /// Concatenated nested values (whole elements only).
+    /// Concatenated nested elements (whole elements only).
     pub data: Vec<u8>,
     /// Token of the next page; empty on the last one.
     pub continuation_token: Vec<u8>,
+}
+
+impl Page {
+    /// All of `data` in one page.
+    pub fn whole(data: Vec<u8>) -> Page {
+        Page {
+            data,
+            continuation_token: Vec::new(),
+        }
+    }
+}
+
+/// The continuation token of position `next` (8 bytes, big-endian); empty
+/// when there is no next page.
+fn token_of(next: Option<usize>) -> Vec<u8> {
+    next.map(|n| (n as u64).to_be_bytes().to_vec()).unwrap_or_default()
+}
+
+/// The position a continuation token names: 0 for the empty (first) one.
+fn position_of(token: &[u8]) -> Option<usize> {
+    if token.is_empty() {
+        return Some(0);
+    }
+    usize::try_from(u64::from_be_bytes(<[u8; 8]>::try_from(token).ok()?)).ok()
+}
+
+/// The page of `count` entries starting at entry `from`, each written by
+/// `write(i, out)`, up to the first entry boundary at or past `page_bytes`;
+/// `None` when `from` is past the entries (an empty list has one empty page).
+fn entries_page(
+    count: usize,
+    from: usize,
+    page_bytes: usize,
+    mut write: impl FnMut(usize, &mut Vec<u8>),
+) -> Option<Page> {
+    if from > count || (from == count && count > 0) {
+        return None;
+    }
+    let (mut data, mut i) = (Vec::new(), from);
+    while i < count && data.len() < page_bytes {
+        write(i, &mut data);
+        i += 1;
+    }
+    Some(Page {
+        data,
+        continuation_token: token_of((i < count).then_some(i)),
+    })
 }
 
 /// One side input's contents by encoded window.
@@ -142,7 +193,7 @@ pub struct SideInputs {
     /// Bumped by every [`SideInputs::insert`].
     version: u64,
     /// Page size of iterable side inputs inserted from now on
-    /// ([`ITERABLE_PAGE_BYTES`] unless set with [`SideInputs::with_page_bytes`]).
+    /// ([`PAGE_BYTES`] unless set with [`SideInputs::with_page_bytes`]).
     page_bytes: usize,
 }
 
@@ -198,7 +249,7 @@ impl SideInputs {
             views,
             lineage: LINEAGES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             version: 0,
-            page_bytes: ITERABLE_PAGE_BYTES,
+            page_bytes: PAGE_BYTES,
         }
     }
 
@@ -333,29 +384,12 @@ impl SideInputs {
         let Some(v) = self.view(transform_id, local_name) else {
             return Ok(None);
         };
-        let index = if continuation_token.is_empty() {
-            Some(0)
-        } else {
-            <[u8; 8]>::try_from(continuation_token)
-                .ok()
-                .and_then(|b| usize::try_from(u64::from_be_bytes(b)).ok())
-        };
         let empty = Pages::default();
         let pages = v.iterable.get(window).unwrap_or(&empty);
-        let Some((i, (data, more))) = index.and_then(|i| Some((i, pages.page(i)?))) else {
-            return Err(format!(
-                "continuation token {continuation_token:?} names no page of iterable side input {local_name} of transform {transform_id}"
-            ));
-        };
-        let continuation_token = if more {
-            (i as u64 + 1).to_be_bytes().to_vec()
-        } else {
-            Vec::new()
-        };
-        Ok(Some(Page {
-            data: data.to_vec(),
-            continuation_token,
-        }))
+        position_of(continuation_token)
+            .and_then(|i| pages.page(i))
+            .map(Some)
+            .ok_or_else(|| bad_token(continuation_token, "iterable", transform_id, local_name))
     }
 
     /// Every page of an iterable side input in `window`, concatenated.
@@ -383,37 +417,71 @@ impl SideInputs {
         )
     }
 
-    /// Concatenated distinct keys (nested encoding) of a multimap side input in `window`.
+    /// The page `continuation_token` names (as for
+    /// [`SideInputs::iterable_page`]) of the distinct keys (nested
+    /// encoding, first-seen order) of a multimap side input in `window`.
+    ///
+    /// # Errors
+    /// A message naming the side input when the token names no page of it.
     pub fn multimap_keys(
         &self,
         transform_id: &str,
         local_name: &str,
         window: &[u8],
-    ) -> Option<Vec<u8>> {
-        let v = self.view(transform_id, local_name)?;
-        Some(v.keys.get(window).map(|ks| ks.concat()).unwrap_or_default())
+        continuation_token: &[u8],
+    ) -> Result<Option<Page>, String> {
+        let Some(v) = self.view(transform_id, local_name) else {
+            return Ok(None);
+        };
+        let keys = v.keys.get(window).map(Vec::as_slice).unwrap_or_default();
+        position_of(continuation_token)
+            .and_then(|from| {
+                entries_page(keys.len(), from, self.page_bytes, |i, out| {
+                    out.extend_from_slice(&keys[i])
+                })
+            })
+            .map(Some)
+            .ok_or_else(|| bad_token(continuation_token, "multimap", transform_id, local_name))
     }
 
-    /// Every key with its values, encoded as concatenated `KV<key, iterable<value>>`
+    /// The page `continuation_token` names (as for
+    /// [`SideInputs::iterable_page`]) of every key with its values, encoded
+    /// as concatenated `KV<key, iterable<value>>`
     /// (`StateKey.MultimapKeysValuesSideInput`).
+    ///
+    /// # Errors
+    /// A message naming the side input when the token names no page of it.
     pub fn multimap_keys_values(
         &self,
         transform_id: &str,
         local_name: &str,
         window: &[u8],
-    ) -> Option<Vec<u8>> {
-        let v = self.view(transform_id, local_name)?;
-        let mut out = Vec::new();
-        if let (Some(keys), Some(values)) = (v.keys.get(window), v.multimap.get(window)) {
-            for k in keys {
-                let (vals, count) = &values[k];
-                out.extend_from_slice(k);
-                out.extend_from_slice(&count.to_be_bytes());
-                out.extend_from_slice(vals);
-            }
-        }
-        Some(out)
+        continuation_token: &[u8],
+    ) -> Result<Option<Page>, String> {
+        let Some(v) = self.view(transform_id, local_name) else {
+            return Ok(None);
+        };
+        let keys = v.keys.get(window).map(Vec::as_slice).unwrap_or_default();
+        let values = v.multimap.get(window);
+        position_of(continuation_token)
+            .and_then(|from| {
+                entries_page(keys.len(), from, self.page_bytes, |i, out| {
+                    let (vals, count) = values
+                        .and_then(|m| m.get(&keys[i]))
+                        .map_or((&[][..], 0), |(b, n)| (&b[..], *n));
+                    out.extend_from_slice(&keys[i]);
+                    out.extend_from_slice(&count.to_be_bytes());
+                    out.extend_from_slice(vals);
+                })
+            })
+            .map(Some)
+            .ok_or_else(|| bad_token(continuation_token, "multimap", transform_id, local_name))
     }
+}
+
+/// The error for a continuation token that names no page of a side input.
+fn bad_token(token: &[u8], kind: &str, transform_id: &str, local_name: &str) -> String {
+    format!("continuation token {token:?} names no page of {kind} side input {local_name} of transform {transform_id}")
 }
 
 /// The side window Beam's default window mapping gives main-input window
@@ -812,7 +880,7 @@ mod tests {
         };
         assert_eq!(pages_of(&filled(2)), vec![vec![1, 2], vec![3, 4], vec![5]]);
         assert_eq!(pages_of(&filled(3)), vec![vec![1, 2, 3], vec![4, 5]]);
-        assert_eq!(pages_of(&filled(ITERABLE_PAGE_BYTES)), vec![vec![1, 2, 3, 4, 5]]);
+        assert_eq!(pages_of(&filled(PAGE_BYTES)), vec![vec![1, 2, 3, 4, 5]]);
 
         let s = filled(2);
         for bad in [&3u64.to_be_bytes()[..], b"x"] {
@@ -820,6 +888,61 @@ mod tests {
             assert!(err.contains("no page of iterable side input s of transform t"), "{err}");
         }
         assert_eq!(s.iterable_page("t", "other", &g, &[]), Ok(None));
+    }
+
+    /// A multimap's keys and its `KV<key, iterable<value>>` entries page
+    /// at entry boundaries, in first-seen key order, each entry whole.
+    #[test]
+    fn multimap_keys_and_entries_page_at_entry_boundaries() {
+        let kv = Coder::Kv(Box::new(Coder::VarInt), Box::new(Coder::VarInt));
+        let spec = SideInputSpec {
+            kind: SideInputKind::Multimap,
+            value_coder: &kv,
+            ..spec(Refresh::All, &Coder::GlobalWindow)
+        };
+        let g = encoded(&Window::Global);
+        let mut s = SideInputs::new(std::slice::from_ref(&spec)).with_page_bytes(5);
+        type Read<'a> = &'a dyn Fn(&SideInputs, &[u8]) -> Result<Option<Page>, String>;
+        let pages_of = |s: &SideInputs, read: Read<'_>| {
+            let (mut token, mut pages) = (Vec::new(), Vec::new());
+            loop {
+                let page = read(s, &token).unwrap().unwrap();
+                pages.push(page.data);
+                if page.continuation_token.is_empty() {
+                    return pages;
+                }
+                token = page.continuation_token;
+            }
+        };
+        let keys: Read<'_> = &|s, t| s.multimap_keys("t", "s", &g, t);
+        let entries: Read<'_> = &|s, t| s.multimap_keys_values("t", "s", &g, t);
+        assert_eq!(pages_of(&s, keys), vec![Vec::<u8>::new()]);
+        assert_eq!(pages_of(&s, entries), vec![Vec::<u8>::new()]);
+        for (k, v) in [(3u8, 30u8), (1, 10), (3, 31), (2, 20)] {
+            let wv = WindowedValue {
+                timestamp: Timestamp(0),
+                windows: vec![Window::Global],
+                pane: PaneInfo::NO_FIRING,
+                value: vec![k, v],
+            };
+            let mut e = Vec::new();
+            wv.encode(&mut e);
+            s.insert(&spec, &e, 0).unwrap();
+        }
+        // Keys of one byte: pages of 5 keys hold all three.
+        assert_eq!(pages_of(&s, keys), vec![vec![3, 1, 2]]);
+        // Entries: key, 4-byte count, values; a page ends once it holds 5 bytes.
+        assert_eq!(
+            pages_of(&s, entries),
+            vec![
+                vec![3, 0, 0, 0, 2, 30, 31],
+                vec![1, 0, 0, 0, 1, 10],
+                vec![2, 0, 0, 0, 1, 20]
+            ]
+        );
+        let err = s.multimap_keys("t", "s", &g, &4u64.to_be_bytes()).unwrap_err();
+        assert!(err.contains("no page of multimap side input s of transform t"), "{err}");
+        assert_eq!(s.multimap_keys("t", "other", &g, &[]), Ok(None));
     }
 
     #[test]

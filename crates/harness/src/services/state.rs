@@ -21,6 +21,7 @@ use weir_proto::beam::state_response::Response;
 
 use crate::registry::FnApi;
 use crate::state_values::{multimap_value_shape, ValueShape};
+use weir_engine::side_input::Page;
 use weir_engine::user_state::{BundleUserState, ListRange, MapKey, StateCell};
 
 /// The state service.
@@ -190,37 +191,29 @@ fn answer(fn_api: &FnApi, worker_id: &str, req: &beam::StateRequest) -> Result<R
         return Err(format!("side inputs are read-only (state key {key:?})"));
     };
     let side = &bundle.side_inputs;
-    let found = match key {
+    let token = &get_request.continuation_token;
+    let page = match key {
         Key::IterableSideInput(k) => {
-            let page = side.iterable_page(
-                &k.transform_id,
-                &k.side_input_id,
-                &k.window,
-                &get_request.continuation_token,
-            )?;
-            return page
-                .map(|p| {
-                    Response::Get(beam::StateGetResponse {
-                        continuation_token: p.continuation_token,
-                        data: p.data,
-                    })
-                })
-                .ok_or_else(|| format!("no side input for state key {key:?}"));
+            side.iterable_page(&k.transform_id, &k.side_input_id, &k.window, token)?
         }
-        Key::MultimapSideInput(k) => {
-            side.multimap_values(&k.transform_id, &k.side_input_id, &k.window, &k.key)
-        }
+        Key::MultimapSideInput(k) => side
+            .multimap_values(&k.transform_id, &k.side_input_id, &k.window, &k.key)
+            .map(Page::whole),
         Key::MultimapKeysSideInput(k) => {
-            side.multimap_keys(&k.transform_id, &k.side_input_id, &k.window)
+            side.multimap_keys(&k.transform_id, &k.side_input_id, &k.window, token)?
         }
         Key::MultimapKeysValuesSideInput(k) => {
-            side.multimap_keys_values(&k.transform_id, &k.side_input_id, &k.window)
+            side.multimap_keys_values(&k.transform_id, &k.side_input_id, &k.window, token)?
         }
         other => return Err(format!("state key {other:?} is not supported by Weir yet")),
     };
-    found
-        .map(get)
-        .ok_or_else(|| format!("no side input for state key {key:?}"))
+    page.map(|p| {
+        Response::Get(beam::StateGetResponse {
+            continuation_token: p.continuation_token,
+            data: p.data,
+        })
+    })
+    .ok_or_else(|| format!("no side input for state key {key:?}"))
 }
 
 #[tonic::async_trait]
