@@ -77,9 +77,9 @@ impl Refresh {
 /// in bytes, for iterables and a multimap's keys and entries: a page ends
 /// at the first element boundary at or past it. Weir's gRPC messages hold
 /// at most 1 GiB ([`weir_proto::MAX_GRPC_MESSAGE_BYTES`]), so larger side
-/// inputs need pages; smaller ones are one page, which Beam's Python SDK
-/// caches whole (its state cache, 100 MB by default, keeps only the first
-/// page of a paged one).
+/// inputs need pages. Pages are large because Beam's Python SDK, with its
+/// state cache on (`--max_cache_memory_usage_mb`), caches only the first
+/// page of a side input and reads the rest again on each pass.
 pub const PAGE_BYTES: usize = 128 << 20;
 
 /// The concatenated nested values of one window of an iterable side input,
@@ -96,7 +96,7 @@ impl Pages {
     /// one holds `page_bytes` or more.
     fn push(&mut self, value: &[u8], page_bytes: usize) {
         let last = self.starts.last().copied().unwrap_or(0);
-        if !self.bytes.is_empty() && self.bytes.len() - last >= page_bytes {
+        if self.bytes.len() - last >= page_bytes {
             self.starts.push(self.bytes.len());
         }
         self.bytes.extend_from_slice(value);
@@ -192,8 +192,9 @@ pub struct SideInputs {
     lineage: u64,
     /// Bumped by every [`SideInputs::insert`].
     version: u64,
-    /// Page size of iterable side inputs inserted from now on
-    /// ([`PAGE_BYTES`] unless set with [`SideInputs::with_page_bytes`]).
+    /// Page size: of iterables when their elements are inserted, of a
+    /// multimap's keys and entries when they are read ([`PAGE_BYTES`]
+    /// unless set with [`SideInputs::with_page_bytes`]).
     page_bytes: usize,
 }
 
@@ -253,8 +254,9 @@ impl SideInputs {
         }
     }
 
-    /// These views with iterable pages of `page_bytes` (at least 1) for
-    /// what is inserted next; tests use small pages.
+    /// These views with pages of `page_bytes` (at least 1): for iterable
+    /// elements inserted next and for every multimap read; tests use small
+    /// pages.
     pub fn with_page_bytes(mut self, page_bytes: usize) -> SideInputs {
         self.page_bytes = page_bytes.max(1);
         self
@@ -571,13 +573,23 @@ mod tests {
         b
     }
 
+    /// An encoded value in the global window, no firing.
+    fn encoded_element(value: Vec<u8>) -> Vec<u8> {
+        element_bytes(value, Window::Global, PaneInfo::NO_FIRING)
+    }
+
     /// A varint value (one byte, < 128) in `window` with `pane`.
     fn element(value: u8, window: Window, pane: PaneInfo) -> Vec<u8> {
+        element_bytes(vec![value], window, pane)
+    }
+
+    /// The windowed value of encoded `value` in `window` with `pane`.
+    fn element_bytes(value: Vec<u8>, window: Window, pane: PaneInfo) -> Vec<u8> {
         let wv = WindowedValue {
             timestamp: Timestamp(0),
             windows: vec![window],
             pane,
-            value: vec![value],
+            value,
         };
         let mut out = Vec::new();
         wv.encode(&mut out);
@@ -879,11 +891,31 @@ mod tests {
             s
         };
         assert_eq!(pages_of(&filled(2)), vec![vec![1, 2], vec![3, 4], vec![5]]);
+        // Elements of two bytes (varints 200, 300): a page ends at the first
+        // boundary at or past the size, and an element larger than a page
+        // is a page of its own, whole.
+        let mut s = SideInputs::new(std::slice::from_ref(&spec)).with_page_bytes(3);
+        let mut one = SideInputs::new(std::slice::from_ref(&spec)).with_page_bytes(1);
+        for value in [vec![1], vec![0xC8, 0x01], vec![2], vec![0xAC, 0x02]] {
+            let e = encoded_element(value);
+            s.insert(&spec, &e, 0).unwrap();
+            one.insert(&spec, &e, 0).unwrap();
+        }
+        assert_eq!(pages_of(&s), vec![vec![1, 0xC8, 0x01], vec![2, 0xAC, 0x02]]);
+        assert_eq!(pages_of(&one), vec![vec![1], vec![0xC8, 0x01], vec![2], vec![0xAC, 0x02]]);
+        // A snapshot keeps its pages while the live copy grows.
+        let snapshot = std::sync::Arc::new(s);
+        let mut live = snapshot.clone();
+        std::sync::Arc::make_mut(&mut live)
+            .insert(&spec, &encoded_element(vec![9]), 0)
+            .unwrap();
+        assert_eq!(pages_of(&snapshot), vec![vec![1, 0xC8, 0x01], vec![2, 0xAC, 0x02]]);
+        assert_eq!(pages_of(&live), vec![vec![1, 0xC8, 0x01], vec![2, 0xAC, 0x02], vec![9]]);
         assert_eq!(pages_of(&filled(3)), vec![vec![1, 2, 3], vec![4, 5]]);
         assert_eq!(pages_of(&filled(PAGE_BYTES)), vec![vec![1, 2, 3, 4, 5]]);
 
         let s = filled(2);
-        for bad in [&3u64.to_be_bytes()[..], b"x"] {
+        for bad in [&3u64.to_be_bytes()[..], &u64::MAX.to_be_bytes(), &[0; 9], b"x"] {
             let err = s.iterable_page("t", "s", &g, bad).unwrap_err();
             assert!(err.contains("no page of iterable side input s of transform t"), "{err}");
         }
@@ -919,15 +951,7 @@ mod tests {
         assert_eq!(pages_of(&s, keys), vec![Vec::<u8>::new()]);
         assert_eq!(pages_of(&s, entries), vec![Vec::<u8>::new()]);
         for (k, v) in [(3u8, 30u8), (1, 10), (3, 31), (2, 20)] {
-            let wv = WindowedValue {
-                timestamp: Timestamp(0),
-                windows: vec![Window::Global],
-                pane: PaneInfo::NO_FIRING,
-                value: vec![k, v],
-            };
-            let mut e = Vec::new();
-            wv.encode(&mut e);
-            s.insert(&spec, &e, 0).unwrap();
+            s.insert(&spec, &encoded_element(vec![k, v]), 0).unwrap();
         }
         // Keys of one byte: pages of 5 keys hold all three.
         assert_eq!(pages_of(&s, keys), vec![vec![3, 1, 2]]);
@@ -940,8 +964,13 @@ mod tests {
                 vec![2, 0, 0, 0, 1, 20]
             ]
         );
-        let err = s.multimap_keys("t", "s", &g, &4u64.to_be_bytes()).unwrap_err();
-        assert!(err.contains("no page of multimap side input s of transform t"), "{err}");
+        // Entry 3 of 3 keys, and tokens no page ever had, are refused.
+        for bad in [&3u64.to_be_bytes()[..], &u64::MAX.to_be_bytes(), &[0; 9]] {
+            for read in [keys, entries] {
+                let err = read(&s, bad).unwrap_err();
+                assert!(err.contains("no page of multimap side input s of transform t"), "{err}");
+            }
+        }
         assert_eq!(s.multimap_keys("t", "other", &g, &[]), Ok(None));
     }
 

@@ -196,6 +196,13 @@ fn answer(fn_api: &FnApi, worker_id: &str, req: &beam::StateRequest) -> Result<R
         Key::IterableSideInput(k) => {
             side.iterable_page(&k.transform_id, &k.side_input_id, &k.window, token)?
         }
+        // One key's values are one page: no token names a later one.
+        Key::MultimapSideInput(k) if !token.is_empty() => {
+            return Err(format!(
+                "continuation token {token:?} names no page of multimap side input {} of transform {} (one key's values are one page)",
+                k.side_input_id, k.transform_id
+            ))
+        }
         Key::MultimapSideInput(k) => side
             .multimap_values(&k.transform_id, &k.side_input_id, &k.window, &k.key)
             .map(Page::whole),
