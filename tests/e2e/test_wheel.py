@@ -99,7 +99,9 @@ def test_explicit_job_endpoint_starts_no_server(monkeypatch):
     options = PipelineOptions(['--job_endpoint=127.0.0.1:%d' % port])
     runner = weir.WeirRunner()
     handle = runner.create_job_service(options)
-    assert type(handle.job_service) is beam_job_api_pb2_grpc.JobServiceStub, handle.job_service
+    # Beam's stub for that endpoint, whose streams carry no deadline.
+    assert type(handle.job_service) is weir.runner._StreamsRunToTheEnd, handle.job_service
+    assert type(handle.job_service._stub) is beam_job_api_pb2_grpc.JobServiceStub
     # LOOPBACK by default, as PrismRunner; an explicit type is kept.
     runner.default_environment(options)
     assert options.view_as(PortableOptions).environment_type == 'LOOPBACK'
