@@ -77,6 +77,23 @@ fn read_varints(mut bytes: &[u8]) -> Vec<i64> {
     out
 }
 
+/// Every page of the global window of iterable side input `local_name` of
+/// `transform_id`, concatenated, read as an SDK reads it (following
+/// continuation tokens); `None` when the stage has no such side input.
+fn read_iterable(sides: &SideInputs, transform_id: &str, local_name: &str) -> Option<Vec<u8>> {
+    let (mut token, mut out) = (Vec::new(), Vec::new());
+    loop {
+        let page = sides
+            .iterable_page(transform_id, local_name, &[], &token)
+            .expect("a token it gave")?;
+        out.extend_from_slice(&page.data);
+        if page.continuation_token.is_empty() {
+            return Some(out);
+        }
+        token = page.continuation_token;
+    }
+}
+
 /// `KV<string, iterable<varint>>` as GroupByKey emits it (either iterable form).
 fn read_grouped(bytes: &[u8]) -> (String, Vec<i64>) {
     let (k, mut pos) = read_string(bytes);
@@ -852,10 +869,9 @@ fn iterable_side_input_in_global_window() {
                 s_add,
                 Box::new(move |wv: &WindowedValue, sides: &SideInputs| {
                     // The global window encodes as no bytes.
-                    let bytes = sides
-                        .iterable("add-transform", "s", &[])
+                    let bytes = read_iterable(sides, "add-transform", "s")
                         .expect("the stage's side input is served");
-                    assert!(sides.iterable("add-transform", "other", &[]).is_none());
+                    assert!(read_iterable(sides, "add-transform", "other").is_none());
                     let mut values = read_varints(&bytes);
                     values.sort();
                     let (x, _) = read_varint(&wv.value);
@@ -1675,7 +1691,7 @@ fn streaming_side_input_holds_main_elements_and_serves_the_latest_firing() {
     let functions: Vec<(usize, StageFn)> = vec![(
         s_use,
         Box::new(move |wv: &WindowedValue, sides: &SideInputs| {
-            let values = read_varints(&sides.iterable("use-transform", "s", &[]).expect("served"));
+            let values = read_varints(&read_iterable(sides, "use-transform", "s").expect("served"));
             seen2
                 .lock()
                 .unwrap()
