@@ -432,18 +432,9 @@ impl SideInputs {
         window: &[u8],
         continuation_token: &[u8],
     ) -> Result<Option<Page>, String> {
-        let Some(v) = self.view(transform_id, local_name) else {
-            return Ok(None);
-        };
-        let keys = v.keys.get(window).map(Vec::as_slice).unwrap_or_default();
-        position_of(continuation_token)
-            .and_then(|from| {
-                entries_page(keys.len(), from, self.page_bytes, |i, out| {
-                    out.extend_from_slice(&keys[i])
-                })
-            })
-            .map(Some)
-            .ok_or_else(|| bad_token(continuation_token, "multimap", transform_id, local_name))
+        self.multimap_page(transform_id, local_name, window, continuation_token, |key, _, out| {
+            out.extend_from_slice(key)
+        })
     }
 
     /// The page `continuation_token` names (as for
@@ -460,6 +451,24 @@ impl SideInputs {
         window: &[u8],
         continuation_token: &[u8],
     ) -> Result<Option<Page>, String> {
+        self.multimap_page(transform_id, local_name, window, continuation_token, |key, values, out| {
+            let (vals, count) = values.map_or((&[][..], 0), |(b, n)| (&b[..], *n));
+            out.extend_from_slice(key);
+            out.extend_from_slice(&count.to_be_bytes());
+            out.extend_from_slice(vals);
+        })
+    }
+
+    /// A page of a multimap side input's keys in `window`, each written by
+    /// `write(key, its values and their count, out)`.
+    fn multimap_page(
+        &self,
+        transform_id: &str,
+        local_name: &str,
+        window: &[u8],
+        continuation_token: &[u8],
+        mut write: impl FnMut(&[u8], Option<&(Vec<u8>, u32)>, &mut Vec<u8>),
+    ) -> Result<Option<Page>, String> {
         let Some(v) = self.view(transform_id, local_name) else {
             return Ok(None);
         };
@@ -468,12 +477,7 @@ impl SideInputs {
         position_of(continuation_token)
             .and_then(|from| {
                 entries_page(keys.len(), from, self.page_bytes, |i, out| {
-                    let (vals, count) = values
-                        .and_then(|m| m.get(&keys[i]))
-                        .map_or((&[][..], 0), |(b, n)| (&b[..], *n));
-                    out.extend_from_slice(&keys[i]);
-                    out.extend_from_slice(&count.to_be_bytes());
-                    out.extend_from_slice(vals);
+                    write(&keys[i], values.and_then(|m| m.get(&keys[i])), out)
                 })
             })
             .map(Some)
