@@ -124,7 +124,7 @@ pub struct Page {
 
 impl Page {
     /// All of `data` in one page.
-    pub fn whole(data: Vec<u8>) -> Page {
+    fn whole(data: Vec<u8>) -> Page {
         Page {
             data,
             continuation_token: Vec::new(),
@@ -401,22 +401,29 @@ impl SideInputs {
         Some(v.iterable.get(window).map(|p| p.bytes.clone()).unwrap_or_default())
     }
 
-    /// Concatenated values for `key` (nested encoding) of a multimap side input in `window`.
+    /// Concatenated values for `key` (nested encoding) of a multimap side
+    /// input in `window`, always one page: only the empty
+    /// `continuation_token` names it; `Ok(None)` when the stage has no such
+    /// side input.
+    ///
+    /// # Errors
+    /// A message naming the side input for any other token.
     pub fn multimap_values(
         &self,
         transform_id: &str,
         local_name: &str,
         window: &[u8],
         key: &[u8],
-    ) -> Option<Vec<u8>> {
-        let v = self.view(transform_id, local_name)?;
-        Some(
-            v.multimap
-                .get(window)
-                .and_then(|m| m.get(key))
-                .map(|(b, _)| b.clone())
-                .unwrap_or_default(),
-        )
+        continuation_token: &[u8],
+    ) -> Result<Option<Page>, String> {
+        let Some(v) = self.view(transform_id, local_name) else {
+            return Ok(None);
+        };
+        if !continuation_token.is_empty() {
+            return Err(bad_token(continuation_token, "multimap", transform_id, local_name));
+        }
+        let values = v.multimap.get(window).and_then(|m| m.get(key));
+        Ok(Some(Page::whole(values.map(|(b, _)| b.clone()).unwrap_or_default())))
     }
 
     /// The page `continuation_token` names (as for
@@ -976,6 +983,10 @@ mod tests {
             }
         }
         assert_eq!(s.multimap_keys("t", "other", &g, &[]), Ok(None));
+        // One key's values are one page; no token names another.
+        assert_eq!(s.multimap_values("t", "s", &g, &[3], &[]), Ok(Some(Page::whole(vec![30, 31]))));
+        let err = s.multimap_values("t", "s", &g, &[3], &1u64.to_be_bytes()).unwrap_err();
+        assert!(err.contains("no page of multimap side input s of transform t"), "{err}");
     }
 
     #[test]

@@ -21,7 +21,6 @@ use weir_proto::beam::state_response::Response;
 
 use crate::registry::FnApi;
 use crate::state_values::{multimap_value_shape, ValueShape};
-use weir_engine::side_input::Page;
 use weir_engine::user_state::{BundleUserState, ListRange, MapKey, StateCell};
 
 /// The state service.
@@ -196,16 +195,9 @@ fn answer(fn_api: &FnApi, worker_id: &str, req: &beam::StateRequest) -> Result<R
         Key::IterableSideInput(k) => {
             side.iterable_page(&k.transform_id, &k.side_input_id, &k.window, token)?
         }
-        // One key's values are one page: no token names a later one.
-        Key::MultimapSideInput(k) if !token.is_empty() => {
-            return Err(format!(
-                "continuation token {token:?} names no page of multimap side input {} of transform {} (one key's values are one page)",
-                k.side_input_id, k.transform_id
-            ))
+        Key::MultimapSideInput(k) => {
+            side.multimap_values(&k.transform_id, &k.side_input_id, &k.window, &k.key, token)?
         }
-        Key::MultimapSideInput(k) => side
-            .multimap_values(&k.transform_id, &k.side_input_id, &k.window, &k.key)
-            .map(Page::whole),
         Key::MultimapKeysSideInput(k) => {
             side.multimap_keys(&k.transform_id, &k.side_input_id, &k.window, token)?
         }
