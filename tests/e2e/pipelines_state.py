@@ -327,10 +327,39 @@ def state_flaky(p):
       | beam.ParDo(FlakyBagDoFn(marker)))
 
 
+class BigBagDoFn(beam.DoFn):
+  """A bag of 100 KB strings per key: about 2 MB of user state per key."""
+  FLUSH = _flush_timer()
+  BAG = userstate.BagStateSpec('big', StrUtf8Coder())
+
+  def process(
+      self,
+      kv,
+      w=beam.DoFn.WindowParam,
+      bag=beam.DoFn.StateParam(BAG),
+      flush=beam.DoFn.TimerParam(FLUSH)):
+    bag.add(kv[1] * 100_000)
+    _set_flush(flush, w)
+    return []
+
+  @userstate.on_timer(FLUSH)
+  def on_flush(self, key=beam.DoFn.KeyParam, bag=beam.DoFn.StateParam(BAG)):
+    values = list(bag.read())
+    yield 'big %s %d values %d chars' % (key, len(values), sum(map(len, values)))
+
+
+def state_big_bag(p):
+  """4 keys x 20 values of 100 KB: about 8 MB of user state at once."""
+  return (
+      p
+      | beam.Create([('k%d' % (i % 4), 'abcdefghij'[i % 10]) for i in range(80)])
+      | beam.ParDo(BigBagDoFn()))
+
+
 PIPELINES = {
     f.__name__: f
     for f in (state_value, state_bag, state_combining, state_set,
-              state_ordered_list, state_windowed, state_flaky)
+              state_ordered_list, state_windowed, state_flaky, state_big_bag)
 }
 
 if __name__ == '__main__':

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::outputs::{OutputSpill, SpilledOutput};
 use crate::side_input::SideInputs;
-use crate::user_state::{CellCount, UserState};
+use crate::user_state::{StateUsage, UserState};
 
 /// One bundle for an SDK stage.
 pub struct BundleRequest {
@@ -125,7 +125,7 @@ pub trait BundleProcessor: Send + Sync + 'static {
         stage: usize,
         input_watermark: weir_model::Timestamp,
         removed: usize,
-        cells: &CellCount,
+        cells: &StateUsage,
     ) {
         let _ = (stage, input_watermark, removed, cells);
     }

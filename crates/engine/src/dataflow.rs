@@ -45,9 +45,9 @@ pub(crate) struct JobContext {
     /// Timely workers in this process: a worker's global index (over every
     /// process of a cluster job) modulo this is its slot in `status`.
     pub(crate) local_workers: usize,
-    /// Live user-state cells of the job in this process, over the stores
-    /// of every stateful stage operator.
-    pub(crate) user_state_cells: Arc<crate::user_state::CellCount>,
+    /// The job's user state in this process, over the stores of every
+    /// stateful stage operator: live cells, their bytes and the budget.
+    pub(crate) user_state_usage: Arc<crate::user_state::StateUsage>,
 }
 
 /// A stage's state as last seen by its operator, on one timely worker or
@@ -394,7 +394,9 @@ pub fn run_job(
         },
         activity: Arc::default(),
         local_workers: workers,
-        user_state_cells: Arc::default(),
+        user_state_usage: Arc::new(crate::user_state::StateUsage::with_budget(
+            config.user_state_budget,
+        )),
         clock: if graph_has_test_stream {
             Clock::Test(Arc::new(std::sync::atomic::AtomicI64::new(wall_millis())))
         } else {

@@ -79,6 +79,10 @@ pub struct EngineConfig {
     /// merges them back when they fire (non-merging WindowFns only); None:
     /// no bound.
     pub gbk_memory_budget: Option<usize>,
+    /// Most estimated bytes of user state the job keeps in this process
+    /// ([`user_state::StateUsage`]); an append past it fails its bundle with
+    /// a message naming the state. None: no bound.
+    pub user_state_budget: Option<usize>,
     /// Where GroupByKeys spill: one subfolder per stage and worker, removed
     /// when the job ends.
     pub spill_dir: std::path::PathBuf,
@@ -164,6 +168,7 @@ impl Default for EngineConfig {
             stuck_after: std::time::Duration::from_secs(300),
             drain: Default::default(),
             gbk_memory_budget: None,
+            user_state_budget: None,
             spill_dir: std::env::temp_dir().join("weir-spill"),
             progress: Progress::default(),
             cluster: None,

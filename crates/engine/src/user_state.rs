@@ -25,8 +25,10 @@
 //! hands it to every bundle in [`crate::BundleRequest::user_state`], and
 //! garbage-collects a window's state once the window expires
 //! ([`UserState::expire`]), as Beam's `StatefulDoFnRunner` and Dataflow do.
-//! The stores of a job in one process share a [`CellCount`], which the
-//! harness reports as the job's live-cell gauges.
+//! The stores of a job in one process share a [`StateUsage`]: its live cells
+//! and their estimated bytes, which the harness reports as the job's gauges,
+//! and the job's budget of bytes, past which appends are refused (Weir keeps
+//! user state in memory, so one job cannot take the server's memory).
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
@@ -84,15 +86,18 @@ fn contains(r: &SortKeyRange, k: i64) -> bool {
 /// element coder (without the length prefix it travels with).
 type OrderedList = BTreeMap<i64, Vec<Vec<u8>>>;
 
-/// Removes the sort keys of `range` from `list`.
-fn remove_range(list: &mut OrderedList, range: &SortKeyRange) {
+/// Removes the sort keys of `range` from `list`; returns the estimated
+/// bytes removed ([`ordered_values_bytes`]).
+fn remove_range(list: &mut OrderedList, range: &SortKeyRange) -> usize {
     if !non_empty(range) {
-        return;
+        return 0;
     }
     let doomed: Vec<i64> = list.range(*range).map(|(k, _)| *k).collect();
-    for k in doomed {
-        list.remove(&k);
-    }
+    doomed
+        .iter()
+        .filter_map(|k| list.remove(k))
+        .map(|values| ordered_values_bytes(&values))
+        .sum()
 }
 
 /// Decodes the data of an Append on an ordered list: a concatenation of
@@ -153,25 +158,80 @@ pub struct Page {
     pub continuation_token: Vec<u8>,
 }
 
-/// Live user-state cells of one job in one process, over all its stores:
-/// bag, multimap and ordered-list cells, each one (transform, state id,
-/// window, key) with at least one value, and the most there were at once.
-#[derive(Debug, Default)]
-pub struct CellCount {
-    live: AtomicUsize,
-    peak: AtomicUsize,
+/// Estimated bytes one cell costs besides its ids, window, key and values:
+/// its map entry, the four `Vec`s of its [`StateCell`] and its share of the
+/// window index.
+pub const CELL_OVERHEAD_BYTES: usize = 160;
+/// Estimated bytes one map key of a multimap cell costs besides its encoding
+/// and its values (a `BTreeMap` entry of two `Vec`s).
+pub const MAP_KEY_OVERHEAD_BYTES: usize = 64;
+/// Estimated bytes one ordered-list value costs besides its encoding (its
+/// `Vec` and its share of its sort key's `BTreeMap` entry).
+pub const ORDERED_VALUE_OVERHEAD_BYTES: usize = 40;
+
+/// Estimated bytes of a live cell without its values.
+fn cell_bytes(c: &StateCell) -> usize {
+    CELL_OVERHEAD_BYTES + c.transform_id.len() + c.state_id.len() + c.window.len() + c.key.len()
 }
 
-impl CellCount {
+/// Estimated bytes of one map key of a multimap and its values.
+fn map_key_bytes(map_key: &[u8], values: &[u8]) -> usize {
+    MAP_KEY_OVERHEAD_BYTES + map_key.len() + values.len()
+}
+
+/// Estimated bytes of the values of one sort key of an ordered list.
+fn ordered_values_bytes(values: &[Vec<u8>]) -> usize {
+    values.iter().map(|v| ORDERED_VALUE_OVERHEAD_BYTES + v.len()).sum()
+}
+
+/// What the user state of one job holds in one process, over all its
+/// stores: live cells (bag, multimap and ordered-list cells, each one
+/// (transform, state id, window, key) with at least one value) and their
+/// estimated bytes in memory (encodings plus [`CELL_OVERHEAD_BYTES`] and
+/// the like), each with the most there were at once; and the job's budget
+/// of bytes, past which [`BundleUserState`]'s appends are refused.
+#[derive(Debug, Default)]
+pub struct StateUsage {
+    live: AtomicUsize,
+    peak: AtomicUsize,
+    bytes: AtomicUsize,
+    peak_bytes: AtomicUsize,
+    budget: Option<usize>,
+}
+
+impl StateUsage {
+    /// No state yet, with a budget of `budget` bytes (None: no bound).
+    pub fn with_budget(budget: Option<usize>) -> Self {
+        StateUsage {
+            budget,
+            ..StateUsage::default()
+        }
+    }
+
     /// Cells that hold state now.
     pub fn live(&self) -> usize {
         self.live.load(Ordering::Relaxed)
     }
 
-    /// The most cells [`CellCount::live`] counted after any commit (cells
+    /// The most cells [`StateUsage::live`] counted after any commit (cells
     /// only appear through commits, so this is the job's peak).
     pub fn peak(&self) -> usize {
         self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Estimated bytes the committed state holds now.
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// The most [`StateUsage::bytes`] after any commit.
+    pub fn peak_bytes(&self) -> usize {
+        self.peak_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The job's budget of bytes; None: no bound.
+    pub fn budget(&self) -> Option<usize> {
+        self.budget
     }
 
     /// Moves the live count from `before` to `after` cells of one store.
@@ -183,6 +243,51 @@ impl CellCount {
         };
         self.peak.fetch_max(live, Ordering::Relaxed);
     }
+
+    /// Adds `size`'s change to the bytes of one store.
+    fn resized(&self, size: Resize) {
+        let bytes = if size.added >= size.removed {
+            let d = size.added - size.removed;
+            self.bytes.fetch_add(d, Ordering::Relaxed) + d
+        } else {
+            let d = size.removed - size.added;
+            self.bytes.fetch_sub(d, Ordering::Relaxed).saturating_sub(d)
+        };
+        self.peak_bytes.fetch_max(bytes, Ordering::Relaxed);
+    }
+
+    /// Whether a bundle that has `pending` bytes of uncommitted appends may
+    /// append `more` to `cell`. Errors, past the budget: the message names
+    /// the state, its transform, the sizes and the flag that sets the budget.
+    fn admit(&self, cell: &StateCell, pending: usize, more: usize) -> Result<(), String> {
+        let Some(budget) = self.budget else {
+            return Ok(());
+        };
+        let held = self.bytes();
+        let total = held.saturating_add(pending).saturating_add(more);
+        if total <= budget {
+            return Ok(());
+        }
+        Err(format!(
+            "user state {:?} of transform {:?}: appending {more} bytes would take the job's user state to about {total} bytes ({held} committed, {pending} more written by this bundle), past its budget of {budget} bytes (weir serve --user_state_memory_budget_mb). Weir keeps user state in memory: clear state the DoFn no longer needs (or set timers that do), or raise the budget",
+            cell.state_id, cell.transform_id
+        ))
+    }
+}
+
+/// Bytes a commit or an expiry added to and removed from a store.
+#[derive(Clone, Copy, Debug, Default)]
+struct Resize {
+    added: usize,
+    removed: usize,
+}
+
+impl Resize {
+    /// Something of `old` bytes became `new` bytes.
+    fn replaced(&mut self, old: usize, new: usize) {
+        self.removed += old;
+        self.added += new;
+    }
 }
 
 /// Committed user state of one stateful stage on one timely worker, for
@@ -190,7 +295,7 @@ impl CellCount {
 #[derive(Default)]
 pub struct UserState {
     committed: Mutex<Committed>,
-    count: Arc<CellCount>,
+    usage: Arc<StateUsage>,
 }
 
 #[derive(Default)]
@@ -204,13 +309,21 @@ struct Committed {
     /// How many cells of the maps above each (transform id, encoded window)
     /// has, so that expiry looks at each window once, not at every cell.
     windows: HashMap<String, HashMap<Vec<u8>, usize>>,
+    /// Estimated bytes of the cells above (see [`StateUsage::bytes`]).
+    bytes: usize,
 }
 
 impl Committed {
-    /// Counts a cell that `existed` before a commit and is `live` after it.
-    fn track(&mut self, key: &StateCell, existed: bool, live: bool) {
+    /// Counts a cell that `existed` before a commit and is `live` after it,
+    /// and its bytes in `size`.
+    fn track(&mut self, key: &StateCell, existed: bool, live: bool, size: &mut Resize) {
         if existed == live {
             return;
+        }
+        if live {
+            size.added += cell_bytes(key);
+        } else {
+            size.removed += cell_bytes(key);
         }
         let windows = self.windows.entry(key.transform_id.clone()).or_default();
         let count = windows.entry(key.window.clone()).or_default();
@@ -244,11 +357,12 @@ fn expiry_time(window_coder: &Coder, window: &[u8], allowed_lateness_ms: i64) ->
 }
 
 impl UserState {
-    /// An empty store whose cells count towards `count` (the job's).
-    pub fn new(count: Arc<CellCount>) -> Self {
+    /// An empty store whose cells and bytes count towards `usage` (the
+    /// job's).
+    pub fn new(usage: Arc<StateUsage>) -> Self {
         UserState {
             committed: Mutex::default(),
-            count,
+            usage,
         }
     }
 
@@ -302,9 +416,30 @@ impl UserState {
                 .is_some_and(|ws| ws.contains(c.window.as_slice()))
         };
         let before = committed.live_cells();
-        committed.bags.retain(|c, _| !doomed(c));
-        committed.multimaps.retain(|c, _| !doomed(c));
-        committed.ordered_lists.retain(|c, _| !doomed(c));
+        let mut size = Resize::default();
+        committed.bags.retain(|c, bag| {
+            let keep = !doomed(c);
+            if !keep {
+                size.removed += cell_bytes(c) + bag.len();
+            }
+            keep
+        });
+        committed.multimaps.retain(|c, map| {
+            let keep = !doomed(c);
+            if !keep {
+                size.removed +=
+                    cell_bytes(c) + map.iter().map(|(k, v)| map_key_bytes(k, v)).sum::<usize>();
+            }
+            keep
+        });
+        committed.ordered_lists.retain(|c, list| {
+            let keep = !doomed(c);
+            if !keep {
+                size.removed +=
+                    cell_bytes(c) + list.values().map(|v| ordered_values_bytes(v)).sum::<usize>();
+            }
+            keep
+        });
         for (t, gone) in &expired {
             if let Some(windows) = committed.windows.get_mut(t) {
                 windows.retain(|w, _| !gone.contains(w));
@@ -314,7 +449,9 @@ impl UserState {
             }
         }
         let after = committed.live_cells();
-        self.count.changed(before, after);
+        committed.bytes = committed.bytes.saturating_sub(size.removed);
+        self.usage.changed(before, after);
+        self.usage.resized(size);
         before - after
     }
 
@@ -325,9 +462,14 @@ impl UserState {
         self.committed().live_cells()
     }
 
-    /// The job's cell count this store adds to.
-    pub fn count(&self) -> &Arc<CellCount> {
-        &self.count
+    /// Estimated bytes of this store's cells (see [`StateUsage::bytes`]).
+    pub fn bytes(&self) -> usize {
+        self.committed().bytes
+    }
+
+    /// The job's usage this store adds to.
+    pub fn usage(&self) -> &Arc<StateUsage> {
+        &self.usage
     }
 }
 
@@ -374,6 +516,30 @@ struct Changes {
     bags: HashMap<StateCell, (bool, Vec<u8>)>,
     multimaps: HashMap<StateCell, MultimapChanges>,
     ordered_lists: HashMap<StateCell, OrderedListChanges>,
+    /// Bytes appended by the bundle and not cleared by it since (encodings
+    /// only), which [`StateUsage::admit`] counts against the budget.
+    pending: usize,
+    /// Why an append was refused: the bundle then fails at
+    /// [`BundleUserState::commit`], whatever the SDK made of the refusal
+    /// (Python's SDK does not look at an Append's error).
+    refused: Option<String>,
+}
+
+impl Changes {
+    /// Counts `more` bytes appended to `cell` against the job's budget in
+    /// `usage`. Errors: past the budget, or an append of this bundle was
+    /// refused before.
+    fn admit(&mut self, usage: &StateUsage, cell: &StateCell, more: usize) -> Result<(), String> {
+        if let Some(e) = &self.refused {
+            return Err(e.clone());
+        }
+        if let Err(e) = usage.admit(cell, self.pending, more) {
+            self.refused = Some(e.clone());
+            return Err(e);
+        }
+        self.pending += more;
+        Ok(())
+    }
 }
 
 /// One bundle's view of user state: its own writes over the committed state,
@@ -419,19 +585,26 @@ impl BundleUserState {
         out
     }
 
-    /// Appends encoded values to the bag.
-    pub fn append(&self, key: &StateCell, data: &[u8]) {
-        self.changes()
+    /// Appends encoded values to the bag. Errors: the job's user state
+    /// would pass its budget ([`StateUsage::budget`]).
+    pub fn append(&self, key: &StateCell, data: &[u8]) -> Result<(), String> {
+        let mut changes = self.changes();
+        changes.admit(&self.base.usage, key, data.len())?;
+        changes
             .bags
             .entry(key.clone())
             .or_default()
             .1
             .extend_from_slice(data);
+        Ok(())
     }
 
     /// Empties the bag.
     pub fn clear(&self, key: &StateCell) {
-        self.changes().bags.insert(key.clone(), (true, Vec::new()));
+        let mut changes = self.changes();
+        if let Some((_, dropped)) = changes.bags.insert(key.clone(), (true, Vec::new())) {
+            changes.pending = changes.pending.saturating_sub(dropped.len());
+        }
     }
 
     // ---- MultimapUserState / MultimapKeysUserState ----
@@ -465,9 +638,11 @@ impl BundleUserState {
     /// Appends encoded values to one map key (`MultimapUserState` Append).
     /// The map key exists from then on even when `data` is empty (values
     /// whose coder writes no bytes, such as the `VoidCoder` values of Java's
-    /// SetState).
-    pub fn multimap_append(&self, k: &MapKey, data: &[u8]) {
+    /// SetState). Errors: the job's user state would pass its budget
+    /// ([`StateUsage::budget`]).
+    pub fn multimap_append(&self, k: &MapKey, data: &[u8]) -> Result<(), String> {
         let mut changes = self.changes();
+        changes.admit(&self.base.usage, &k.cell, k.map_key.len() + data.len())?;
         let kc = changes
             .multimaps
             .entry(k.cell.clone())
@@ -477,11 +652,13 @@ impl BundleUserState {
             .or_default();
         kc.put = true;
         kc.appended.extend_from_slice(data);
+        Ok(())
     }
 
     /// Removes one map key and its values (`MultimapUserState` Clear).
     pub fn multimap_clear(&self, k: &MapKey) {
-        self.changes()
+        let mut changes = self.changes();
+        let dropped = changes
             .multimaps
             .entry(k.cell.clone())
             .or_default()
@@ -493,6 +670,11 @@ impl BundleUserState {
                     ..MapKeyChanges::default()
                 },
             );
+        if let Some(dropped) = dropped {
+            changes.pending = changes
+                .pending
+                .saturating_sub(k.map_key.len() + dropped.appended.len());
+        }
     }
 
     /// The multimap of one (transform, state id, window, key) as this
@@ -557,13 +739,20 @@ impl BundleUserState {
     /// Removes every map key (`MultimapKeysUserState` Clear; the same for
     /// `MultimapEntriesUserState` Clear).
     pub fn multimap_clear_all(&self, key: &StateCell) {
-        self.changes().multimaps.insert(
+        let mut changes = self.changes();
+        let dropped = changes.multimaps.insert(
             key.clone(),
             MultimapChanges {
                 cleared: true,
                 keys: BTreeMap::new(),
             },
         );
+        let dropped: usize = dropped
+            .iter()
+            .flat_map(|c| &c.keys)
+            .map(|(map_key, kc)| map_key.len() + kc.appended.len())
+            .sum();
+        changes.pending = changes.pending.saturating_sub(dropped);
     }
 
     // ---- OrderedListUserState ----
@@ -641,9 +830,12 @@ impl BundleUserState {
     /// Adds encoded `KV<varint sort key, length-prefixed value>` entries
     /// (`OrderedListUserState` Append; a range the key has does not apply).
     /// Errors: data that does not decode as such entries.
+    /// Errors also: the job's user state would pass its budget
+    /// ([`StateUsage::budget`]).
     pub fn ordered_list_append(&self, key: &StateCell, data: &[u8]) -> Result<(), String> {
         let entries = decode_ordered_entries(data)?;
         let mut changes = self.changes();
+        changes.admit(&self.base.usage, key, data.len())?;
         let added = &mut changes.ordered_lists.entry(key.clone()).or_default().added;
         for (sort_key, value) in entries {
             added.entry(sort_key).or_default().push(value);
@@ -660,67 +852,84 @@ impl BundleUserState {
         }
         let mut changes = self.changes();
         let change = changes.ordered_lists.entry(k.cell.clone()).or_default();
-        remove_range(&mut change.added, &range);
+        let dropped = remove_range(&mut change.added, &range);
         change.removed.push(range);
+        changes.pending = changes.pending.saturating_sub(dropped);
     }
 
-    /// Applies the bundle's writes to the committed state.
-    pub fn commit(&self) {
+    /// Applies the bundle's writes to the committed state. Errors (and
+    /// applies nothing): an append of the bundle was refused (the job's
+    /// user state would have passed its budget), so the bundle must fail.
+    pub fn commit(&self) -> Result<(), String> {
         let changes = std::mem::take(&mut *self.changes());
+        if let Some(refused) = changes.refused {
+            return Err(refused);
+        }
         let mut committed = self.committed();
         let committed = &mut *committed;
         let before = committed.live_cells();
+        let mut size = Resize::default();
         for (key, (cleared, appended)) in changes.bags {
             let existed = committed.bags.contains_key(&key);
             let bag = committed.bags.entry(key.clone()).or_default();
             if cleared {
+                size.removed += bag.len();
                 bag.clear();
             }
+            size.added += appended.len();
             bag.extend_from_slice(&appended);
             let live = !bag.is_empty();
             if !live {
                 committed.bags.remove(&key);
             }
-            committed.track(&key, existed, live);
+            committed.track(&key, existed, live, &mut size);
         }
         for (key, change) in changes.multimaps {
             let existed = committed.multimaps.contains_key(&key);
             let map = committed.multimaps.entry(key.clone()).or_default();
             if change.cleared {
+                size.removed += map.iter().map(|(k, v)| map_key_bytes(k, v)).sum::<usize>();
                 map.clear();
             }
             for (map_key, kc) in change.keys {
+                let old = map.get(&map_key).map_or(0, |v| map_key_bytes(&map_key, v));
                 if kc.cleared {
                     map.remove(&map_key);
                 }
                 if kc.put {
-                    map.entry(map_key)
+                    map.entry(map_key.clone())
                         .or_default()
                         .extend_from_slice(&kc.appended);
                 }
+                let new = map.get(&map_key).map_or(0, |v| map_key_bytes(&map_key, v));
+                size.replaced(old, new);
             }
             let live = !map.is_empty();
             if !live {
                 committed.multimaps.remove(&key);
             }
-            committed.track(&key, existed, live);
+            committed.track(&key, existed, live, &mut size);
         }
         for (key, change) in changes.ordered_lists {
             let existed = committed.ordered_lists.contains_key(&key);
             let list = committed.ordered_lists.entry(key.clone()).or_default();
             for range in &change.removed {
-                remove_range(list, range);
+                size.removed += remove_range(list, range);
             }
             for (sort_key, values) in change.added {
+                size.added += ordered_values_bytes(&values);
                 list.entry(sort_key).or_default().extend(values);
             }
             let live = !list.is_empty();
             if !live {
                 committed.ordered_lists.remove(&key);
             }
-            committed.track(&key, existed, live);
+            committed.track(&key, existed, live, &mut size);
         }
-        self.base.count.changed(before, committed.live_cells());
+        committed.bytes = (committed.bytes + size.added).saturating_sub(size.removed);
+        self.base.usage.changed(before, committed.live_cells());
+        self.base.usage.resized(size);
+        Ok(())
     }
 }
 
@@ -807,21 +1016,21 @@ mod tests {
         let base = Arc::new(UserState::default());
         let (w1, w2) = (b"w1".as_slice(), b"w2".as_slice());
         let a = BundleUserState::new(base.clone());
-        a.append(&bag(w1, "k"), &cat(&["x", "y"]));
-        a.append(&bag(w2, "k"), &cat(&["other window"]));
+        a.append(&bag(w1, "k"), &cat(&["x", "y"])).unwrap();
+        a.append(&bag(w2, "k"), &cat(&["other window"])).unwrap();
         assert_eq!(a.get(&bag(w1, "k")), cat(&["x", "y"]));
         assert_eq!(a.get(&bag(w2, "k")), cat(&["other window"]));
         // A failed attempt: never committed, leaves no trace.
         let failed = BundleUserState::new(base.clone());
-        failed.append(&bag(w1, "k"), &cat(&["lost"]));
+        failed.append(&bag(w1, "k"), &cat(&["lost"])).unwrap();
         assert_eq!(BundleUserState::new(base.clone()).get(&bag(w1, "k")), b"");
-        a.commit();
+        a.commit().unwrap();
         let b = BundleUserState::new(base.clone());
         assert_eq!(b.get(&bag(w1, "k")), cat(&["x", "y"]));
         b.clear(&bag(w1, "k"));
-        b.append(&bag(w1, "k"), &cat(&["z"]));
+        b.append(&bag(w1, "k"), &cat(&["z"])).unwrap();
         assert_eq!(b.get(&bag(w1, "k")), cat(&["z"]));
-        b.commit();
+        b.commit().unwrap();
         let c = BundleUserState::new(base);
         assert_eq!(c.get(&bag(w1, "k")), cat(&["z"]));
         assert_eq!(c.get(&bag(w2, "k")), cat(&["other window"]));
@@ -833,9 +1042,9 @@ mod tests {
         let base = Arc::new(UserState::default());
         let w = b"w".as_slice();
         let a = BundleUserState::new(base.clone());
-        a.multimap_append(&entry(w, "k", "b"), &cat(&["b1"]));
-        a.multimap_append(&entry(w, "k", "a"), &cat(&["a1", "a2"]));
-        a.multimap_append(&entry(w, "k", "b"), &cat(&["b2"]));
+        a.multimap_append(&entry(w, "k", "b"), &cat(&["b1"])).unwrap();
+        a.multimap_append(&entry(w, "k", "a"), &cat(&["a1", "a2"])).unwrap();
+        a.multimap_append(&entry(w, "k", "b"), &cat(&["b2"])).unwrap();
         assert_eq!(a.multimap_get(&entry(w, "k", "a")), cat(&["a1", "a2"]));
         assert_eq!(a.multimap_get(&entry(w, "k", "b")), cat(&["b1", "b2"]));
         assert_eq!(a.multimap_get(&entry(w, "k", "none")), b"");
@@ -843,15 +1052,15 @@ mod tests {
         // Other user keys and windows have their own multimaps.
         assert_eq!(a.multimap_keys(&map_keys(w, "k2")), b"");
         assert_eq!(a.multimap_keys(&map_keys(b"w2", "k")), b"");
-        a.commit();
+        a.commit().unwrap();
 
         let b = BundleUserState::new(base.clone());
         assert_eq!(b.multimap_keys(&map_keys(w, "k")), cat(&["a", "b"]));
         b.multimap_clear(&entry(w, "k", "a"));
         assert_eq!(b.multimap_get(&entry(w, "k", "a")), b"");
         assert_eq!(b.multimap_keys(&map_keys(w, "k")), cat(&["b"]));
-        b.multimap_append(&entry(w, "k", "a"), &cat(&["a3"]));
-        b.multimap_append(&entry(w, "k", "b"), &cat(&["b3"]));
+        b.multimap_append(&entry(w, "k", "a"), &cat(&["a3"])).unwrap();
+        b.multimap_append(&entry(w, "k", "b"), &cat(&["b3"])).unwrap();
         assert_eq!(b.multimap_get(&entry(w, "k", "a")), cat(&["a3"]));
         assert_eq!(
             b.multimap_get(&entry(w, "k", "b")),
@@ -861,7 +1070,7 @@ mod tests {
         // Not committed: the next bundle sees the first bundle's state.
         let c = BundleUserState::new(base.clone());
         assert_eq!(c.multimap_get(&entry(w, "k", "a")), cat(&["a1", "a2"]));
-        b.commit();
+        b.commit().unwrap();
 
         let d = BundleUserState::new(base.clone());
         assert_eq!(d.multimap_get(&entry(w, "k", "a")), cat(&["a3"]));
@@ -869,22 +1078,22 @@ mod tests {
             d.multimap_get(&entry(w, "k", "b")),
             cat(&["b1", "b2", "b3"])
         );
-        d.multimap_append(&entry(w, "k", "c"), &cat(&["c1"]));
+        d.multimap_append(&entry(w, "k", "c"), &cat(&["c1"])).unwrap();
         d.multimap_clear_all(&map_keys(w, "k"));
         assert_eq!(d.multimap_keys(&map_keys(w, "k")), b"");
         assert_eq!(d.multimap_get(&entry(w, "k", "b")), b"");
         assert_eq!(d.multimap_get(&entry(w, "k", "c")), b"");
-        d.multimap_append(&entry(w, "k", "b"), &cat(&["b4"]));
+        d.multimap_append(&entry(w, "k", "b"), &cat(&["b4"])).unwrap();
         assert_eq!(d.multimap_get(&entry(w, "k", "b")), cat(&["b4"]));
         assert_eq!(d.multimap_keys(&map_keys(w, "k")), cat(&["b"]));
-        d.commit();
+        d.commit().unwrap();
 
         let e = BundleUserState::new(base.clone());
         assert_eq!(e.multimap_keys(&map_keys(w, "k")), cat(&["b"]));
         assert_eq!(e.multimap_get(&entry(w, "k", "b")), cat(&["b4"]));
         assert_eq!(e.multimap_get(&entry(w, "k", "a")), b"");
         e.multimap_clear(&entry(w, "k", "b"));
-        e.commit();
+        e.commit().unwrap();
         assert!(base.committed.lock().unwrap().multimaps.is_empty());
     }
 
@@ -896,11 +1105,11 @@ mod tests {
         let base = Arc::new(UserState::default());
         let w = b"w".as_slice();
         let a = BundleUserState::new(base.clone());
-        a.multimap_append(&entry(w, "k", "x"), b"");
-        a.multimap_append(&entry(w, "k", "y"), b"");
-        a.multimap_append(&entry(w, "k", "x"), b"");
+        a.multimap_append(&entry(w, "k", "x"), b"").unwrap();
+        a.multimap_append(&entry(w, "k", "y"), b"").unwrap();
+        a.multimap_append(&entry(w, "k", "x"), b"").unwrap();
         assert_eq!(a.multimap_keys(&map_keys(w, "k")), cat(&["x", "y"]));
-        a.commit();
+        a.commit().unwrap();
         assert_eq!(base.live_cells(), 1);
 
         let b = BundleUserState::new(base.clone());
@@ -908,21 +1117,21 @@ mod tests {
         assert_eq!(b.multimap_get(&entry(w, "k", "x")), b"");
         // SetState.add(e) is remove(e) then put(e, null).
         b.multimap_clear(&entry(w, "k", "y"));
-        b.multimap_append(&entry(w, "k", "y"), b"");
+        b.multimap_append(&entry(w, "k", "y"), b"").unwrap();
         b.multimap_clear(&entry(w, "k", "x"));
         assert_eq!(b.multimap_keys(&map_keys(w, "k")), cat(&["y"]));
-        b.commit();
+        b.commit().unwrap();
         let c = BundleUserState::new(base.clone());
         assert_eq!(c.multimap_keys(&map_keys(w, "k")), cat(&["y"]));
         // Cleared and put again in one bundle: the key stays.
         c.multimap_clear_all(&map_keys(w, "k"));
-        c.multimap_append(&entry(w, "k", "z"), b"");
+        c.multimap_append(&entry(w, "k", "z"), b"").unwrap();
         assert_eq!(c.multimap_keys(&map_keys(w, "k")), cat(&["z"]));
-        c.commit();
+        c.commit().unwrap();
         let d = BundleUserState::new(base.clone());
         assert_eq!(d.multimap_keys(&map_keys(w, "k")), cat(&["z"]));
         d.multimap_clear(&entry(w, "k", "z"));
-        d.commit();
+        d.commit().unwrap();
         assert_eq!(
             base.live_cells(),
             0,
@@ -940,7 +1149,7 @@ mod tests {
         encode_ordered_entry(4, b"", &mut data);
         encode_ordered_entry(2, b"", &mut data);
         a.ordered_list_append(&all.cell, &data).unwrap();
-        a.commit();
+        a.commit().unwrap();
         let b = BundleUserState::new(base.clone());
         let page = b.ordered_list_get(&all, &[], usize::MAX).unwrap();
         assert_eq!(page.data, vec![2, 0, 4, 0]);
@@ -954,11 +1163,11 @@ mod tests {
         let base = Arc::new(UserState::default());
         let w = b"w".as_slice();
         let a = BundleUserState::new(base.clone());
-        a.multimap_append(&entry(w, "k", "b"), &[7, 8]);
-        a.multimap_append(&entry(w, "k", "a"), b"");
-        a.commit();
+        a.multimap_append(&entry(w, "k", "b"), &[7, 8]).unwrap();
+        a.multimap_append(&entry(w, "k", "a"), b"").unwrap();
+        a.commit().unwrap();
         let b = BundleUserState::new(base.clone());
-        b.multimap_append(&entry(w, "k", "b"), &[9]);
+        b.multimap_append(&entry(w, "k", "b"), &[9]).unwrap();
         let entries_key = map_keys(w, "k");
         // One byte a value.
         let got = b
@@ -990,7 +1199,7 @@ mod tests {
         let all = list("k", None);
         a.ordered_list_append(&all.cell, &entries(&[(5, "e"), (-3, "neg"), (1, "b1")]))
             .unwrap();
-        a.commit();
+        a.commit().unwrap();
         let b = BundleUserState::new(base.clone());
         b.ordered_list_append(&all.cell, &entries(&[(1, "b2"), (9, "i"), (i64::MIN, "min")]))
             .unwrap();
@@ -1032,7 +1241,7 @@ mod tests {
         );
         // The first bundle's state is what others see until commit.
         assert_eq!(read_all(&BundleUserState::new(base.clone()), &all).len(), 3);
-        b.commit();
+        b.commit().unwrap();
         let c = BundleUserState::new(base.clone());
         assert_eq!(
             read_all(&c, &all),
@@ -1045,7 +1254,7 @@ mod tests {
         );
         c.ordered_list_clear(&list("k", None));
         assert_eq!(read_all(&c, &all), vec![]);
-        c.commit();
+        c.commit().unwrap();
         assert!(base.committed.lock().unwrap().ordered_lists.is_empty());
     }
 
@@ -1062,7 +1271,7 @@ mod tests {
             entries(&xs.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>())
         };
         a.ordered_list_append(&all.cell, &enc(committed)).unwrap();
-        a.commit();
+        a.commit().unwrap();
         let b = BundleUserState::new(base);
         b.ordered_list_append(&all.cell, &enc(pending)).unwrap();
         for page_bytes in [1, 10, 25, 64, 1000] {
@@ -1136,10 +1345,10 @@ mod tests {
         let b = BundleUserState::new(base.clone());
         for w in windows {
             for k in keys {
-                b.append(&bag(w, k), &cat(&["v"]));
+                b.append(&bag(w, k), &cat(&["v"])).unwrap();
             }
         }
-        b.multimap_append(&entry(windows[0], "k", "m"), &cat(&["x"]));
+        b.multimap_append(&entry(windows[0], "k", "m"), &cat(&["x"])).unwrap();
         let mut l = list("k", None);
         l.cell.window = windows[0].to_vec();
         b.ordered_list_append(&l.cell, &entries(&[(1, "o")])).unwrap();
@@ -1149,8 +1358,8 @@ mod tests {
                 ..bag(windows[0], "k")
             },
             &cat(&["y"]),
-        );
-        b.commit();
+        ).unwrap();
+        b.commit().unwrap();
     }
 
     #[test]
@@ -1164,7 +1373,7 @@ mod tests {
         fill(&base, &[&w0, &w1, &w2], &["a", "b", "c"]);
         // 9 bags, a multimap, an ordered list, the other transform's bag.
         assert_eq!(base.live_cells(), 12);
-        assert_eq!(base.count().peak(), 12);
+        assert_eq!(base.usage().peak(), 12);
         let t = ["t".to_string()];
         let coder = Coder::IntervalWindow;
         // [0, 10 s) has max timestamp 9999 ms: with 5 s allowed lateness
@@ -1191,7 +1400,7 @@ mod tests {
         // The end of the input (i64::MAX) expires every interval window.
         assert_eq!(base.expire(&t, &coder, 5_000, Timestamp(i64::MAX)), 6);
         assert_eq!(base.live_cells(), 1);
-        assert_eq!(base.count().peak(), 12);
+        assert_eq!(base.usage().peak(), 12);
         assert!(base.committed().windows.get("t").is_none());
     }
 
@@ -1199,7 +1408,7 @@ mod tests {
     /// its peak is the most they held together.
     #[test]
     fn stores_of_one_job_share_their_cell_count() {
-        let count = Arc::new(CellCount::default());
+        let count = Arc::new(StateUsage::default());
         let (a, b) = (
             Arc::new(UserState::new(count.clone())),
             Arc::new(UserState::new(count.clone())),
@@ -1213,9 +1422,134 @@ mod tests {
         assert_eq!(a.expire(&t, &Coder::IntervalWindow, 0, Timestamp(10)), 4);
         assert_eq!((count.live(), count.peak()), (5, 9));
         let failed = BundleUserState::new(b.clone());
-        failed.append(&bag(&w0, "d"), &cat(&["never committed"]));
+        failed.append(&bag(&w0, "d"), &cat(&["never committed"])).unwrap();
         drop(failed);
         assert_eq!(count.live(), 5);
+    }
+
+    /// Estimated bytes of a bag cell holding `values` (the test's helpers
+    /// give transform "t", and bag, map and list state ids).
+    fn bag_bytes(window: &[u8], key: &str, values: &[u8]) -> usize {
+        CELL_OVERHEAD_BYTES + "t".len() + "bag".len() + window.len() + s(key).len() + values.len()
+    }
+
+    /// The job's bytes follow every commit exactly: bag values, multimap
+    /// keys and values, ordered-list values and each live cell's ids, as
+    /// clears and removals take them away again; expiry frees its cells'
+    /// bytes and a failed bundle adds none.
+    #[test]
+    fn bytes_follow_commits_clears_and_expiry() {
+        let usage = Arc::new(StateUsage::default());
+        let base = Arc::new(UserState::new(usage.clone()));
+        let w = interval(0, 10);
+        let a = BundleUserState::new(base.clone());
+        a.append(&bag(&w, "k"), &cat(&["x", "yz"])).unwrap();
+        a.multimap_append(&entry(&w, "k", "m"), &cat(&["v1"])).unwrap();
+        a.multimap_append(&entry(&w, "k", "m"), &cat(&["v2"])).unwrap();
+        a.multimap_append(&entry(&w, "k", "set"), b"").unwrap();
+        let mut l = list("k", None);
+        l.cell.window = w.clone();
+        a.ordered_list_append(&l.cell, &entries(&[(1, "o1"), (2, "o22")])).unwrap();
+        a.commit().unwrap();
+        let map_cell = CELL_OVERHEAD_BYTES + 1 + 3 + w.len() + 2;
+        let list_cell = CELL_OVERHEAD_BYTES + 1 + 4 + w.len() + 2;
+        let bag_size = bag_bytes(&w, "k", &cat(&["x", "yz"]));
+        let map = map_cell + (MAP_KEY_OVERHEAD_BYTES + 2 + 6) + (MAP_KEY_OVERHEAD_BYTES + 4);
+        let ordered = list_cell + (ORDERED_VALUE_OVERHEAD_BYTES + 3) + (ORDERED_VALUE_OVERHEAD_BYTES + 4);
+        assert_eq!(usage.bytes(), bag_size + map + ordered);
+        assert_eq!(base.bytes(), usage.bytes());
+
+        // A failed bundle's writes count nowhere.
+        let failed = BundleUserState::new(base.clone());
+        failed.append(&bag(&w, "k"), &cat(&["lost"])).unwrap();
+        drop(failed);
+        assert_eq!(usage.bytes(), bag_size + map + ordered);
+
+        // Value state: clear and rewrite; one map key removed; one sort key removed.
+        let b = BundleUserState::new(base.clone());
+        b.clear(&bag(&w, "k"));
+        b.append(&bag(&w, "k"), &cat(&["new"])).unwrap();
+        b.multimap_clear(&entry(&w, "k", "m"));
+        let mut one = list("k", Some((2, 3)));
+        one.cell.window = w.clone();
+        b.ordered_list_clear(&one);
+        b.commit().unwrap();
+        let bag_size = bag_bytes(&w, "k", &cat(&["new"]));
+        let map = map_cell + MAP_KEY_OVERHEAD_BYTES + 4;
+        let ordered = list_cell + ORDERED_VALUE_OVERHEAD_BYTES + 3;
+        assert_eq!(usage.bytes(), bag_size + map + ordered);
+
+        // The whole multimap cleared: its cell goes, with its bytes.
+        let c = BundleUserState::new(base.clone());
+        c.multimap_clear_all(&map_keys(&w, "k"));
+        c.commit().unwrap();
+        assert_eq!(usage.bytes(), bag_size + ordered);
+        let peak = usage.peak_bytes();
+
+        let t = ["t".to_string()];
+        assert_eq!(base.expire(&t, &Coder::IntervalWindow, 0, Timestamp(10)), 2);
+        assert_eq!((usage.bytes(), base.bytes()), (0, 0));
+        assert_eq!(usage.peak_bytes(), peak);
+    }
+
+    /// Past the job's budget an append is refused with a message naming the
+    /// state, its transform and the flag, and the bundle's commit fails with
+    /// it and applies nothing; what the bundle cleared of its own appends no
+    /// longer counts; committed bytes of every store of the job count.
+    #[test]
+    fn appends_past_the_budget_are_refused() {
+        let usage = Arc::new(StateUsage::with_budget(Some(2000)));
+        let base = Arc::new(UserState::new(usage.clone()));
+        let a = BundleUserState::new(base.clone());
+        a.append(&bag(b"", "k"), &[0; 1200]).unwrap();
+        let err = a.append(&bag(b"", "k"), &[0; 801]).unwrap_err();
+        for part in [
+            "user state \"bag\" of transform \"t\"",
+            "appending 801 bytes",
+            "about 2001 bytes",
+            "budget of 2000 bytes",
+            "--user_state_memory_budget_mb",
+        ] {
+            assert!(err.contains(part), "{part:?} not in {err:?}");
+        }
+        // A map key's bytes count with its values.
+        let b = BundleUserState::new(base.clone());
+        b.append(&bag(b"", "k"), &[0; 1200]).unwrap();
+        assert!(b.multimap_append(&entry(b"", "k", "m"), &[0; 799]).is_err());
+        // The bundle must fail: its refused appends are not in its state.
+        assert!(a.commit().unwrap_err().contains("appending 801 bytes"));
+        assert_eq!((usage.bytes(), base.live_cells()), (0, 0));
+
+        let a = BundleUserState::new(base.clone());
+        a.append(&bag(b"", "k"), &[0; 800]).unwrap();
+        a.clear(&bag(b"", "k"));
+        a.append(&bag(b"", "k"), &[0; 1500]).unwrap();
+        // 251 entries of sort key 0 and an empty value: 502 bytes.
+        let err = a.ordered_list_append(&list("k", None).cell, &[0; 502]).unwrap_err();
+        assert!(err.contains("budget of 2000 bytes"), "{err}");
+        // Once refused, every append of the bundle is.
+        assert_eq!(a.append(&bag(b"", "k"), &[0]).unwrap_err(), err);
+        assert_eq!(a.commit().unwrap_err(), err);
+
+        let a = BundleUserState::new(base.clone());
+        a.append(&bag(b"", "k"), &[0; 800]).unwrap();
+        a.clear(&bag(b"", "k"));
+        a.append(&bag(b"", "k"), &[0; 1500]).unwrap();
+        a.commit().unwrap();
+        assert_eq!(usage.bytes(), bag_bytes(b"", "k", &[0; 1500]));
+
+        // Another store of the job sees the bytes committed above.
+        let other = Arc::new(UserState::new(usage.clone()));
+        let b = BundleUserState::new(other);
+        let room = 2000 - usage.bytes();
+        b.append(&bag(b"", "k2"), &vec![0; room]).unwrap();
+        assert!(b.append(&bag(b"", "k2"), &[0]).is_err());
+
+        // No budget: no refusal.
+        let unbounded = Arc::new(UserState::default());
+        BundleUserState::new(unbounded)
+            .append(&bag(b"", "k"), &vec![0; 1 << 20])
+            .unwrap();
     }
 
     #[test]
@@ -1226,15 +1560,15 @@ mod tests {
         fill(&base, &[&w0], &["a"]);
         assert_eq!(base.expire(&t, &Coder::IntervalWindow, 0, Timestamp(10)), 3);
         let b = BundleUserState::new(base.clone());
-        b.append(&bag(&w0, "a"), &cat(&["again"]));
-        b.commit();
+        b.append(&bag(&w0, "a"), &cat(&["again"])).unwrap();
+        b.commit().unwrap();
         assert_eq!(base.live_cells(), 2);
-        assert_eq!(base.count().peak(), 4, "the peak was before the expiry");
+        assert_eq!(base.usage().peak(), 4, "the peak was before the expiry");
         assert_eq!(base.committed().windows["t"][&w0], 1);
         // A cell emptied by the DoFn leaves the index too.
         let c = BundleUserState::new(base.clone());
         c.clear(&bag(&w0, "a"));
-        c.commit();
+        c.commit().unwrap();
         assert!(base.committed().windows.get("t").is_none());
         assert_eq!(base.live_cells(), 1);
     }
@@ -1318,7 +1652,7 @@ mod tests {
                 }
             }
             if next(3) > 0 {
-                b.commit();
+                b.commit().unwrap();
                 model = view;
             }
             let mut want = model.clone();

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use weir_engine::side_input::SideInputs;
-use weir_engine::user_state::{BundleUserState, CellCount, StateCell};
+use weir_engine::user_state::{BundleUserState, StateCell, StateUsage};
 use weir_engine::{
     run_job, BundleProcessor, BundleRequest, BundleResult, Completion, EngineConfig, EngineError,
 };
@@ -1451,7 +1451,7 @@ impl GcSdk {
             let Window::Interval { start, .. } = wv.windows[0] else {
                 panic!("not an interval window")
             };
-            state.append(&buffer_cell(&k, &wv.windows[0]), &varint(v));
+            state.append(&buffer_cell(&k, &wv.windows[0]), &varint(v)).unwrap();
             log.push(GcEvent::Element(k.clone(), start.0, v));
             timers.extend(end_of_window_timer(&k, &wv.windows[0]));
         }
@@ -1466,7 +1466,7 @@ impl GcSdk {
             }
             log.push(GcEvent::Timer(key, start, read));
         }
-        state.commit();
+        state.commit().unwrap();
         result.timers = vec![timers];
         result
     }
@@ -1483,7 +1483,7 @@ impl BundleProcessor for GcSdk {
         stage: usize,
         input_watermark: Timestamp,
         _removed: usize,
-        cells: &CellCount,
+        cells: &StateUsage,
     ) {
         self.log
             .lock()

@@ -19,6 +19,15 @@ pub const LIVE_CELLS_URN: &str = "weir:metric:user_state:live_cells:v1";
 /// (`beam:metrics:latest_int64:v1`, no labels): with expiry, a streaming job
 /// holds the state of its open windows only, not of every window it saw.
 pub const PEAK_LIVE_CELLS_URN: &str = "weir:metric:user_state:peak_live_cells:v1";
+/// Estimated bytes the live user-state cells of a job hold in one process
+/// (`beam:metrics:latest_int64:v1`, no labels; reported with
+/// [`LIVE_CELLS_URN`]): their encodings plus a per-cell and per-value
+/// estimate of the maps around them. Appends past the job's budget
+/// (`weir serve --user_state_memory_budget_mb`) fail their bundle.
+pub const LIVE_BYTES_URN: &str = "weir:metric:user_state:live_bytes:v1";
+/// The most bytes [`LIVE_BYTES_URN`] counted at once
+/// (`beam:metrics:latest_int64:v1`, no labels).
+pub const PEAK_LIVE_BYTES_URN: &str = "weir:metric:user_state:peak_live_bytes:v1";
 
 type Key = (String, String, BTreeMap<String, String>);
 

@@ -50,6 +50,10 @@ pub struct ServerConfig {
     /// spills sorted runs under `spill_root` (`weir serve
     /// --gbk_memory_budget_mb`); None: no bound.
     pub gbk_memory_budget: Option<usize>,
+    /// Most estimated bytes of user state one job keeps in one process
+    /// (`weir serve --user_state_memory_budget_mb`;
+    /// [`weir_engine::EngineConfig::user_state_budget`]); None: no bound.
+    pub user_state_memory_budget: Option<usize>,
     /// Where GroupByKeys spill (one folder per job, removed when it ends).
     pub spill_root: std::path::PathBuf,
     /// Least wait before a splittable DoFn's deferred residual runs again

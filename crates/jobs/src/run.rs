@@ -397,6 +397,7 @@ async fn execute_with(
         .unwrap_or(EngineConfig::default().stuck_after),
         drain: job.drain.clone(),
         gbk_memory_budget: registry.config.gbk_memory_budget,
+        user_state_budget: registry.config.user_state_memory_budget,
         spill_dir: registry.config.spill_root.join(&job.id),
         progress: job.progress.clone(),
         cluster: peers,

@@ -493,8 +493,10 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
             );
             if let Some(cells) = value(weir_harness::metrics::LIVE_CELLS_URN) {
                 println!(
-                    "  user state: {cells} live cell(s), peak {} (state of expired windows is deleted)",
-                    value(weir_harness::metrics::PEAK_LIVE_CELLS_URN).unwrap_or(cells)
+                    "  user state: {cells} live cell(s), peak {}; about {}, peak {} (state of expired windows is deleted)",
+                    value(weir_harness::metrics::PEAK_LIVE_CELLS_URN).unwrap_or(cells),
+                    mib(value(weir_harness::metrics::LIVE_BYTES_URN).unwrap_or(0)),
+                    mib(value(weir_harness::metrics::PEAK_LIVE_BYTES_URN).unwrap_or(0)),
                 );
             }
             let rows = stage_rows(&metrics);

@@ -329,6 +329,13 @@ struct ServeArgs {
     /// (default: a quarter of the machine's RAM; 0: no bound).
     #[arg(long = "gbk_memory_budget_mb", alias = "gbk-memory-budget-mb")]
     gbk_memory_budget_mb: Option<usize>,
+    /// Most MiB of user state (state and timers' bags, maps and ordered
+    /// lists, estimated with their maps' overhead) one job keeps in this
+    /// process; an append past it fails its bundle, naming the state, so
+    /// one job cannot take the server's memory (default: a quarter of the
+    /// machine's RAM; 0: no bound).
+    #[arg(long = "user_state_memory_budget_mb", alias = "user-state-memory-budget-mb")]
+    user_state_memory_budget_mb: Option<usize>,
     /// Folder for GroupByKey spill files, one subfolder per job, removed when
     /// the job ends (default: <tmp>/weir-spill).
     #[arg(long = "spill_dir", alias = "spill-dir")]
@@ -616,8 +623,9 @@ async fn expansion_service(args: ExpansionArgs) -> anyhow::Result<()> {
 }
 
 /// A quarter of the machine's RAM (Linux /proc/meminfo's MemTotal), the
-/// default GroupByKey memory budget; None when it cannot be read.
-fn default_gbk_memory_budget() -> Option<usize> {
+/// default GroupByKey and user-state memory budgets; None when it cannot be
+/// read.
+fn quarter_of_ram() -> Option<usize> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let kib: usize = info
         .lines()
@@ -829,7 +837,12 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
         gbk_memory_budget: match args.gbk_memory_budget_mb {
             Some(0) => None,
             Some(mb) => Some(mb.saturating_mul(1 << 20)),
-            None => default_gbk_memory_budget(),
+            None => quarter_of_ram(),
+        },
+        user_state_memory_budget: match args.user_state_memory_budget_mb {
+            Some(0) => None,
+            Some(mb) => Some(mb.saturating_mul(1 << 20)),
+            None => quarter_of_ram(),
         },
         spill_root: args
             .spill_dir
@@ -992,7 +1005,7 @@ mod tests {
         };
         assert_eq!(s.gbk_memory_budget_mb, Some(64));
         assert_eq!(s.spill_dir, Some(PathBuf::from("/tmp/s")));
-        let budget = default_gbk_memory_budget().expect("/proc/meminfo on Linux");
+        let budget = quarter_of_ram().expect("/proc/meminfo on Linux");
         assert!(budget > 1 << 20, "a quarter of RAM: {budget}");
     }
 

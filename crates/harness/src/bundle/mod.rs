@@ -18,7 +18,7 @@ use weir_proto::beam;
 use crate::environment::SdkHarnesses;
 use crate::metrics::JobMetrics;
 use crate::registry::{BundleState, BundleUserState, ByteChunks, FnApi};
-use weir_engine::user_state::CellCount;
+use weir_engine::user_state::StateUsage;
 
 mod exchange;
 mod policy;
@@ -131,7 +131,7 @@ impl BundleProcessor for JobWorkers {
         _stage: usize,
         _input_watermark: weir_model::Timestamp,
         removed: usize,
-        cells: &CellCount,
+        cells: &StateUsage,
     ) {
         if removed > 0 {
             self.inner.report_state_cells(cells);
@@ -140,10 +140,12 @@ impl BundleProcessor for JobWorkers {
 }
 
 impl Inner {
-    /// Reports the job's live user-state cells and their peak (`cells`, the
-    /// job's count in this process) as the [`crate::metrics::LIVE_CELLS_URN`]
-    /// and [`crate::metrics::PEAK_LIVE_CELLS_URN`] gauges of its metrics.
-    fn report_state_cells(&self, cells: &CellCount) {
+    /// Reports the job's live user-state cells and bytes and their peaks
+    /// (`cells`, the job's usage in this process) as the
+    /// [`crate::metrics::LIVE_CELLS_URN`], [`crate::metrics::PEAK_LIVE_CELLS_URN`],
+    /// [`crate::metrics::LIVE_BYTES_URN`] and
+    /// [`crate::metrics::PEAK_LIVE_BYTES_URN`] gauges of its metrics.
+    fn report_state_cells(&self, cells: &StateUsage) {
         let mut last = self.state_report.lock().unwrap_or_else(|p| p.into_inner());
         // Gauges keep the report with the latest timestamp: never go back.
         let now = std::time::SystemTime::now()
@@ -165,6 +167,8 @@ impl Inner {
         self.metrics.add(&[
             gauge(crate::metrics::LIVE_CELLS_URN, cells.live()),
             gauge(crate::metrics::PEAK_LIVE_CELLS_URN, cells.peak()),
+            gauge(crate::metrics::LIVE_BYTES_URN, cells.bytes()),
+            gauge(crate::metrics::PEAK_LIVE_BYTES_URN, cells.peak_bytes()),
         ]);
     }
 }
@@ -329,9 +333,17 @@ impl Inner {
             .remove(&instruction_id);
         match result {
             Ok(r) => {
-                bundle.user_state.commit();
+                // A refused append (user state past the job's budget) fails
+                // the bundle, as the SDK may not have.
+                if let Err(e) = bundle.user_state.commit() {
+                    return Err((
+                        e,
+                        bundle.split_handed_over.load(Ordering::Relaxed),
+                        request.input.len(),
+                    ));
+                }
                 if stage.stateful {
-                    self.report_state_cells(request.user_state.count());
+                    self.report_state_cells(request.user_state.usage());
                 }
                 Ok(r)
             }

@@ -91,10 +91,7 @@ fn user_state(
             let c = cell(&k.transform_id, &k.user_state_id, &k.window, &k.key);
             match op {
                 R::Get(_) => Ok(get(state.get(&c))),
-                R::Append(a) => {
-                    state.append(&c, &a.data);
-                    Ok(APPENDED)
-                }
+                R::Append(a) => state.append(&c, &a.data).map(|()| APPENDED),
                 R::Clear(_) => {
                     state.clear(&c);
                     Ok(CLEARED)
@@ -102,10 +99,9 @@ fn user_state(
             }
         }
         (Key::MultimapUserState(k), Some(R::Get(_))) => Ok(get(state.multimap_get(&map_key(k)))),
-        (Key::MultimapUserState(k), Some(R::Append(a))) => {
-            state.multimap_append(&map_key(k), &a.data);
-            Ok(APPENDED)
-        }
+        (Key::MultimapUserState(k), Some(R::Append(a))) => state
+            .multimap_append(&map_key(k), &a.data)
+            .map(|()| APPENDED),
         (Key::MultimapUserState(k), Some(R::Clear(_))) => {
             state.multimap_clear(&map_key(k));
             Ok(CLEARED)

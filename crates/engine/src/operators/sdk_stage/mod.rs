@@ -128,7 +128,7 @@ pub(crate) fn sdk_stage<'s>(
             TimeSorted::new(ctx.graph.pcollections[sdk.input].windowing.allowed_lateness_ms)
         });
         // The user state of the keys routed to this worker (see crate::user_state).
-        let user_state = Arc::new(UserState::new(ctx.user_state_cells.clone()));
+        let user_state = Arc::new(UserState::new(ctx.user_state_usage.clone()));
         let submit_user_state = user_state.clone();
         // Under a memory budget, large bundle outputs wait on disk.
         let spill_outputs = ctx
@@ -535,7 +535,7 @@ pub(crate) fn sdk_stage<'s>(
                     if removed > 0 {
                         tracing::debug!(stage = %name, removed, watermark = gc.millis(), "expired user state");
                     }
-                    ctx.processor.user_state_expired(stage_index, gc, removed, user_state.count());
+                    ctx.processor.user_state_expired(stage_index, gc, removed, user_state.usage());
                 }
             }
             // Restrictions of a splittable DoFn: one bundle or small ones

@@ -1,0 +1,56 @@
+"""User state under the job's memory budget (`weir serve
+--user_state_memory_budget_mb`).
+
+Weir keeps user state in memory, so a job whose state outgrows its budget
+must fail cleanly, naming the state and the flag, while the server keeps
+serving other jobs; under the default budget the same pipeline gives the
+lines worked out from its input.
+"""
+
+import collections
+from pathlib import Path
+
+import pytest
+
+from conftest import start_weir_serve, serving
+
+SCRIPT = Path(__file__).resolve().with_name('pipelines_state.py')
+
+# state_big_bag: keys k0..k3, 20 values of 100,000 chars each.
+EXPECTED_BIG_BAG = collections.Counter(
+    'big k%d 20 values 2000000 chars' % k for k in range(4))
+
+
+@pytest.fixture
+def small_budget_server(tmp_path):
+  server = start_weir_serve(
+      tmp_path / 'weir-state-budget.log',
+      ['--bind', '127.0.0.1', '--staging_dir', tmp_path / 'staging',
+       '--user_state_memory_budget_mb', '1'])
+  with serving(server):
+    yield server
+
+
+def test_state_within_the_default_budget_gives_its_lines(beam, weir_server):
+  run = beam.run_named('state_big_bag', 'LOOPBACK', script=SCRIPT)
+  assert run.returncode == 0, run.describe(weir_server)
+  _, lines = run.output()
+  assert lines == EXPECTED_BIG_BAG, lines
+
+
+def test_state_past_the_budget_fails_the_job_and_the_server_serves_on(
+    tmp_path, small_budget_server):
+  from conftest import Beam
+  beam = Beam(tmp_path / 'weir', lambda: small_budget_server)
+  run = beam.run_named('state_big_bag', 'LOOPBACK', script=SCRIPT)
+  assert run.returncode != 0, 'the job must fail\n' + run.describe(small_budget_server)
+  text = (run.client_error() or '') + run.stderr
+  for part in ('user state "big"', 'budget of 1048576 bytes',
+               '--user_state_memory_budget_mb'):
+    assert part in text, '%r not in the error\n%s' % (
+        part, run.describe(small_budget_server))
+  # The same server runs the next job, with state under its budget.
+  ok = beam.run_named('state_bag', 'LOOPBACK', script=SCRIPT)
+  assert ok.returncode == 0, ok.describe(small_budget_server)
+  _, lines = ok.output()
+  assert 'final a [1, 1, 4, 5]' in lines, lines
