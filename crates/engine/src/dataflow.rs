@@ -48,6 +48,9 @@ pub(crate) struct JobContext {
     /// The job's user state in this process, over the stores of every
     /// stateful stage operator: live cells, their bytes and the budget.
     pub(crate) user_state_usage: Arc<crate::user_state::StateUsage>,
+    /// Batch stages' side inputs, built once per process and shared by its
+    /// workers.
+    pub(crate) shared_sides: Arc<crate::operators::sdk_stage::SharedSides>,
 }
 
 /// A stage's state as last seen by its operator, on one timely worker or
@@ -397,6 +400,7 @@ pub fn run_job(
         user_state_usage: Arc::new(crate::user_state::StateUsage::with_budget(
             config.user_state_budget,
         )),
+        shared_sides: Arc::default(),
         clock: if graph_has_test_stream {
             Clock::Test(Arc::new(std::sync::atomic::AtomicI64::new(wall_millis())))
         } else {

@@ -82,33 +82,39 @@ impl Refresh {
 /// page of a side input and reads the rest again on each pass.
 pub const PAGE_BYTES: usize = 128 << 20;
 
-/// The concatenated nested values of one window of an iterable side input,
-/// cut into pages at element boundaries.
+/// The nested values of one window of an iterable side input, in pages cut
+/// at element boundaries. Each page is a buffer of its own, so a large side
+/// input never regrows (and for a moment doubles) one buffer of its size.
 #[derive(Clone, Debug, Default)]
 struct Pages {
-    bytes: Vec<u8>,
-    /// Offset in `bytes` where each page after the first starts.
-    starts: Vec<usize>,
+    pages: Vec<Vec<u8>>,
 }
 
 impl Pages {
     /// Appends one encoded value, starting a new page first when the last
-    /// one holds `page_bytes` or more.
+    /// one holds `page_bytes` or more (the full page gives back its spare
+    /// capacity).
     fn push(&mut self, value: &[u8], page_bytes: usize) {
-        let last = self.starts.last().copied().unwrap_or(0);
-        if self.bytes.len() - last >= page_bytes {
-            self.starts.push(self.bytes.len());
+        match self.pages.last_mut() {
+            Some(last) if last.len() < page_bytes => last.extend_from_slice(value),
+            full => {
+                if let Some(full) = full {
+                    full.shrink_to_fit();
+                }
+                self.pages.push(value.to_vec());
+            }
         }
-        self.bytes.extend_from_slice(value);
     }
 
-    /// Page `i` (its token names page `i + 1`); `None` past the last page.
+    /// Page `i` (its token names page `i + 1`); `None` past the last page
+    /// (no values: one empty page).
     fn page(&self, i: usize) -> Option<Page> {
-        let start = if i == 0 { 0 } else { *self.starts.get(i - 1)? };
-        let end = self.starts.get(i).copied().unwrap_or(self.bytes.len());
+        if i > 0 && i >= self.pages.len() {
+            return None;
+        }
         Some(Page {
-            data: self.bytes[start..end].to_vec(),
-            continuation_token: token_of((i < self.starts.len()).then_some(i + 1)),
+            data: self.pages.get(i).cloned().unwrap_or_default(),
+            continuation_token: token_of((i + 1 < self.pages.len()).then_some(i + 1)),
         })
     }
 }
@@ -209,6 +215,7 @@ impl Default for SideInputs {
 static LINEAGES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// What to materialize for one side input.
+#[derive(Clone, Copy)]
 pub struct SideInputSpec<'a> {
     pub transform_id: &'a str,
     pub local_name: &'a str,
@@ -398,7 +405,7 @@ impl SideInputs {
     #[cfg(test)]
     fn iterable(&self, transform_id: &str, local_name: &str, window: &[u8]) -> Option<Vec<u8>> {
         let v = self.view(transform_id, local_name)?;
-        Some(v.iterable.get(window).map(|p| p.bytes.clone()).unwrap_or_default())
+        Some(v.iterable.get(window).map(|p| p.pages.concat()).unwrap_or_default())
     }
 
     /// Concatenated values for `key` (nested encoding) of a multimap side

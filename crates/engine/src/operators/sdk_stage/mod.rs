@@ -45,6 +45,7 @@ mod state;
 use bundles::{cut_bundle, BundleLimits};
 use expiry::{drop_expired, set_expiration_timers};
 use residuals::{residual_hold, resume_at};
+pub(crate) use sides::SharedSides;
 use sides::{release_ready, side_specs, with_windows};
 use sorted::TimeSorted;
 use spread::{even_parts, Spread, SPREAD_CHUNK_BYTES};
@@ -118,10 +119,10 @@ pub(crate) fn sdk_stage<'s>(
         let activator = Arc::new(worker.sync_activator_for(info.address.to_vec()));
         let wakeup = worker.activator_for(info.address.clone());
         let completions: Arc<Mutex<Vec<(u64, BundleEvent)>>> = Arc::default();
-        let state = Rc::new(RefCell::new(State::new(
-            sdk.side_inputs.len(),
-            TimerStore::new(&sdk.timer_families, sdk.window_expiration_family),
-        )));
+        let state = Rc::new(RefCell::new(State::new(TimerStore::new(
+            &sdk.timer_families,
+            sdk.window_expiration_family,
+        ))));
         // A DoFn that requires time-sorted input: its elements wait here for
         // the watermark (see sorted.rs).
         let mut sorted: Option<TimeSorted<Capability<Time>>> = sdk.time_sorted.then(|| {
@@ -205,6 +206,11 @@ pub(crate) fn sdk_stage<'s>(
         // Streaming: side inputs are live (updated as their data arrives, and
         // read per main-input window once ready; see side_input.rs).
         let live_sides = ctx.graph.streaming && !sdk.side_inputs.is_empty();
+        // Batch: the first worker of this process builds the side inputs as
+        // their data arrives and shares them with the process's other
+        // workers, which drop their copies of the data (see SharedSides).
+        let shares_sides = !live_sides && !sdk.side_inputs.is_empty();
+        let builds_sides = worker_index % ctx.local_workers == 0;
         if live_sides {
             let graph = ctx.graph.clone();
             let specs: Vec<SideInputSpec<'_>> = side_specs(&sdk, &graph).into_iter().map(|(s, _, _)| s).collect();
@@ -220,7 +226,14 @@ pub(crate) fn sdk_stage<'s>(
                 let firing = *cap.least().expect("non-empty stamp");
                 for (i, e) in data.drain(..) {
                     if !live_sides {
-                        st.side_data[i as usize].push(e);
+                        if builds_sides {
+                            let building = st.side_building.get_or_insert_with(|| {
+                                SideInputs::new(&sides.iter().map(|s| s.0).collect::<Vec<_>>())
+                            });
+                            if let Err(message) = building.insert(&sides[i as usize].0, &e, 0) {
+                                side_error.get_or_insert(message);
+                            }
+                        }
                         continue;
                     }
                     if sides[i as usize].1 == weir_graph::SideWindowFn::Global {
@@ -312,15 +325,19 @@ pub(crate) fn sdk_stage<'s>(
                 return;
             }
             if st.side_inputs.is_none() && side_frontier.is_empty() {
-                let specs: Vec<SideInputSpec<'_>> = sides.into_iter().map(|(s, _, _)| s).collect();
-                match SideInputs::build(&specs, &st.side_data) {
-                    Ok(s) => st.side_inputs = Some(Arc::new(s)),
-                    Err(message) => {
-                        ctx.fail(EngineError::BadData { stage: name.clone(), pcollection: "side input".into(), message });
-                        return;
-                    }
+                if !shares_sides {
+                    st.side_inputs = Some(Arc::default());
+                } else if builds_sides {
+                    let built = st.side_building.take().unwrap_or_else(|| {
+                        SideInputs::new(&sides.iter().map(|s| s.0).collect::<Vec<_>>())
+                    });
+                    let built = Arc::new(built);
+                    ctx.shared_sides.publish(stage_index, built.clone(), ctx.local_workers - 1);
+                    st.side_inputs = Some(built);
+                } else {
+                    // None until the builder publishes them; it wakes us.
+                    st.side_inputs = ctx.shared_sides.take(stage_index, &activator);
                 }
-                st.side_data.clear();
             }
             // Completed bundles: emit outputs at the bundle's hold, re-queue residuals.
             let done: Vec<_> = std::mem::take(&mut *completions.lock().unwrap_or_else(|p| p.into_inner()));

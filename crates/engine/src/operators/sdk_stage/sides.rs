@@ -1,12 +1,68 @@
 //! An SDK stage's side inputs: what to materialize of each, and (streaming)
 //! when held-back main-input elements may go.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use timely::scheduling::SyncActivator;
 use weir_graph::{SdkStage, StageGraph};
 
 use super::state::{SdkState, WindowedElement};
 use crate::operators::Element;
-use crate::side_input::{side_ready, Refresh, SideInputSpec, SideProgress};
+use crate::side_input::{side_ready, Refresh, SideInputSpec, SideInputs, SideProgress};
 use crate::time::{last_time_at, watermark_of, Hold, Time};
+
+/// A batch stage's materialized side inputs, shared by the timely workers of
+/// one process: the first worker of the process (its leader) builds them
+/// and publishes them here, and the others take them, so a process holds
+/// one copy of a side input, not one per worker. Keyed by stage index.
+#[derive(Default)]
+pub(crate) struct SharedSides {
+    slots: Mutex<HashMap<usize, Slot>>,
+}
+
+#[derive(Default)]
+struct Slot {
+    /// The published side inputs and how many workers have yet to take them.
+    ready: Option<(Arc<SideInputs>, usize)>,
+    /// Workers that looked before the leader published: woken then.
+    waiting: Vec<Arc<SyncActivator>>,
+}
+
+impl SharedSides {
+    /// Publishes stage `stage`'s side inputs for `takers` other workers and
+    /// wakes those already waiting.
+    pub(crate) fn publish(&self, stage: usize, sides: Arc<SideInputs>, takers: usize) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = slots.entry(stage).or_default();
+        for w in slot.waiting.drain(..) {
+            let _ = w.activate();
+        }
+        if takers == 0 {
+            slots.remove(&stage);
+        } else {
+            slot.ready = Some((sides, takers));
+        }
+    }
+
+    /// Stage `stage`'s side inputs once published (the slot goes when the
+    /// last worker took them); else `None`, and `wake` is activated when
+    /// they are.
+    pub(crate) fn take(&self, stage: usize, wake: &Arc<SyncActivator>) -> Option<Arc<SideInputs>> {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = slots.entry(stage).or_default();
+        let Some((sides, left)) = slot.ready.as_mut() else {
+            slot.waiting.push(wake.clone());
+            return None;
+        };
+        let sides = sides.clone();
+        *left -= 1;
+        if *left == 0 {
+            slots.remove(&stage);
+        }
+        Some(sides)
+    }
+}
 
 /// A side input of an SDK stage: what to materialize, its WindowFn, and
 /// whether its trigger is not the default one.
@@ -121,7 +177,6 @@ mod tests {
 
     use super::*;
     use crate::operators::sdk_stage::state::WindowedElement;
-    use crate::side_input::SideInputs;
     use crate::time::time_at;
     use crate::timers::TimerStore;
 
@@ -163,7 +218,7 @@ mod tests {
     }
 
     fn state(held_back: Vec<(Time, Vec<WindowedElement>)>) -> SdkState<Time> {
-        let mut st = SdkState::new(1, TimerStore::new(&[], None));
+        let mut st = SdkState::new(TimerStore::new(&[], None));
         st.side_inputs = Some(Arc::new(SideInputs::new(&[spec().0])));
         st.held_back = held_back;
         st
@@ -212,5 +267,29 @@ mod tests {
         release_ready(&mut st, &[spec()], &[]);
         assert!(st.pending.is_empty());
         assert_eq!(st.held_back.len(), 1);
+    }
+
+    /// The builder's side inputs reach every other worker of the process,
+    /// whether it looked before or after they were published; a worker that
+    /// looked early is woken; the slot goes once the last one took them.
+    #[test]
+    fn shared_side_inputs_reach_every_worker_once_published() {
+        timely::execute_directly(|worker| {
+            let shared = SharedSides::default();
+            let early = Arc::new(worker.sync_activator_for(vec![0]));
+            let late = Arc::new(worker.sync_activator_for(vec![1]));
+            assert!(shared.take(7, &early).is_none(), "nothing published yet");
+            let built = Arc::new(SideInputs::default());
+            shared.publish(7, built.clone(), 2);
+            let got = shared.take(7, &early).expect("published");
+            assert!(Arc::ptr_eq(&got, &built), "the same copy, not a new one");
+            assert!(shared.slots.lock().unwrap().contains_key(&7));
+            assert!(Arc::ptr_eq(&shared.take(7, &late).unwrap(), &built));
+            assert!(shared.slots.lock().unwrap().is_empty(), "the slot goes with the last taker");
+            // A process of one worker: nothing is kept.
+            shared.publish(8, built.clone(), 0);
+            assert!(shared.slots.lock().unwrap().is_empty());
+            assert_eq!(Arc::strong_count(&built), 2, "only `built` and `got` hold it");
+        });
     }
 }

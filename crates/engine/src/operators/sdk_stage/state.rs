@@ -33,9 +33,9 @@ pub(super) struct SdkState<H> {
     /// Input elements handed back by splits of the data channel and not yet
     /// sent again: they were counted as stage input when first sent.
     pub(super) returned: usize,
-    /// Batch: side-input data gathered until the side inputs are done, per
-    /// side input.
-    pub(super) side_data: Vec<Vec<Element>>,
+    /// Batch, on the worker that builds the process's side inputs (see
+    /// `SharedSides`): the side inputs so far, until their data is done.
+    pub(super) side_building: Option<SideInputs>,
     /// The materialized side inputs; None while a batch stage still waits
     /// for them.
     pub(super) side_inputs: Option<Arc<SideInputs>>,
@@ -81,9 +81,9 @@ pub(super) struct Emission<H> {
 }
 
 impl<H> SdkState<H> {
-    /// The state of a stage with `side_inputs` side inputs and `timers`
-    /// pending timers (none yet): nothing pending, in flight or held.
-    pub(super) fn new(side_inputs: usize, timers: TimerStore) -> Self {
+    /// The state of a stage with `timers` pending timers (none yet):
+    /// nothing pending, in flight or held.
+    pub(super) fn new(timers: TimerStore) -> Self {
         SdkState {
             pending: VecDeque::new(),
             delayed: DelayedResiduals::default(),
@@ -91,7 +91,7 @@ impl<H> SdkState<H> {
             cost: ElementCost::default(),
             next_bundle: 0,
             returned: 0,
-            side_data: vec![Vec::new(); side_inputs],
+            side_building: None,
             side_inputs: None,
             held_back: Vec::new(),
             side_generation: SideGeneration::default(),
