@@ -2,8 +2,9 @@
 --user_state_memory_budget_mb`).
 
 Weir keeps user state in memory, so a job whose state outgrows its budget
-must fail cleanly, naming the state and the flag, while the server keeps
-serving other jobs; under the default budget the same pipeline gives the
+must fail cleanly, naming the state and the flag, without retrying (in
+streaming too, where a failing bundle is otherwise retried forever), while
+the server keeps serving other jobs; under the default budget the same pipeline gives the
 lines worked out from its input.
 """
 
@@ -38,17 +39,20 @@ def test_state_within_the_default_budget_gives_its_lines(beam, weir_server):
   assert lines == EXPECTED_BIG_BAG, lines
 
 
+@pytest.mark.parametrize('extra', [(), ('--streaming',)], ids=['batch', 'streaming'])
 def test_state_past_the_budget_fails_the_job_and_the_server_serves_on(
-    tmp_path, small_budget_server):
+    tmp_path, small_budget_server, extra):
   from conftest import Beam
   beam = Beam(tmp_path / 'weir', lambda: small_budget_server)
-  run = beam.run_named('state_big_bag', 'LOOPBACK', script=SCRIPT)
+  run = beam.run_named('state_big_bag', 'LOOPBACK', extra=extra, script=SCRIPT)
   assert run.returncode != 0, 'the job must fail\n' + run.describe(small_budget_server)
   text = (run.client_error() or '') + run.stderr
   for part in ('user state "big"', 'budget of 1048576 bytes',
                '--user_state_memory_budget_mb'):
     assert part in text, '%r not in the error\n%s' % (
         part, run.describe(small_budget_server))
+  # A retry would be refused again: the first refusal fails the job.
+  assert 'bundle failed' not in text, text
   # The same server runs the next job, with state under its budget.
   ok = beam.run_named('state_bag', 'LOOPBACK', script=SCRIPT)
   assert ok.returncode == 0, ok.describe(small_budget_server)

@@ -79,8 +79,9 @@ pub struct EngineConfig {
     /// merges them back when they fire (non-merging WindowFns only); None:
     /// no bound.
     pub gbk_memory_budget: Option<usize>,
-    /// Most estimated bytes of user state the job keeps in this process
-    /// ([`user_state::StateUsage`]); an append past it fails its bundle with
+    /// About the most bytes of user state the job keeps in this process
+    /// (estimated, with the reservations of bundles in flight:
+    /// [`user_state::StateUsage`]); an append past it fails its bundle with
     /// a message naming the state. None: no bound.
     pub user_state_budget: Option<usize>,
     /// Where GroupByKeys spill: one subfolder per stage and worker, removed

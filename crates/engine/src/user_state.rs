@@ -196,6 +196,9 @@ pub struct StateUsage {
     peak: AtomicUsize,
     bytes: AtomicUsize,
     peak_bytes: AtomicUsize,
+    /// Bytes the job's uncommitted bundles have reserved under the budget
+    /// (their appends, estimated as they will be committed).
+    reserved: AtomicUsize,
     budget: Option<usize>,
 }
 
@@ -256,22 +259,39 @@ impl StateUsage {
         self.peak_bytes.fetch_max(bytes, Ordering::Relaxed);
     }
 
-    /// Whether a bundle that has `pending` bytes of uncommitted appends may
-    /// append `more` to `cell`. Errors, past the budget: the message names
-    /// the state, its transform, the sizes and the flag that sets the budget.
-    fn admit(&self, cell: &StateCell, pending: usize, more: usize) -> Result<(), String> {
+    /// Bytes uncommitted bundles have reserved (always 0 without a budget).
+    pub fn reserved(&self) -> usize {
+        self.reserved.load(Ordering::Relaxed)
+    }
+
+    /// Reserves `more` bytes for an append to `cell`, if the committed
+    /// bytes and every bundle's reservations stay within the budget.
+    /// Errors, past it: the message names the state, its transform, the
+    /// sizes and the flag that sets the budget.
+    fn admit(&self, cell: &StateCell, more: usize) -> Result<(), String> {
         let Some(budget) = self.budget else {
             return Ok(());
         };
+        let reserved = self.reserved.fetch_add(more, Ordering::Relaxed).saturating_add(more);
         let held = self.bytes();
-        let total = held.saturating_add(pending).saturating_add(more);
+        let total = held.saturating_add(reserved);
         if total <= budget {
             return Ok(());
         }
+        self.reserved.fetch_sub(more, Ordering::Relaxed);
         Err(format!(
-            "user state {:?} of transform {:?}: appending {more} bytes would take the job's user state to about {total} bytes ({held} committed, {pending} more written by this bundle), past its budget of {budget} bytes (weir serve --user_state_memory_budget_mb). Weir keeps user state in memory: clear state the DoFn no longer needs (or set timers that do), or raise the budget",
-            cell.state_id, cell.transform_id
+            "user state {:?} of transform {:?}: appending {more} bytes would take the job's user state to about {total} bytes ({held} committed, {} more in bundles not yet committed), past its budget of {budget} bytes (weir serve --user_state_memory_budget_mb). Weir keeps user state in memory: clear state the DoFn no longer needs (or set timers that do), or raise the budget",
+            cell.state_id,
+            cell.transform_id,
+            reserved - more,
         ))
+    }
+
+    /// Gives back `n` bytes reserved by [`StateUsage::admit`].
+    fn release(&self, n: usize) {
+        if self.budget.is_some() && n > 0 {
+            self.reserved.fetch_sub(n, Ordering::Relaxed);
+        }
     }
 }
 
@@ -499,6 +519,8 @@ struct MapKeyChanges {
     put: bool,
     /// The encoded values appended since.
     appended: Vec<u8>,
+    /// Bytes reserved for the appends since ([`Changes::pending`]).
+    reserved: usize,
 }
 
 /// One bundle's writes to one ordered-list cell, in the order that gives the
@@ -516,8 +538,10 @@ struct Changes {
     bags: HashMap<StateCell, (bool, Vec<u8>)>,
     multimaps: HashMap<StateCell, MultimapChanges>,
     ordered_lists: HashMap<StateCell, OrderedListChanges>,
-    /// Bytes appended by the bundle and not cleared by it since (encodings
-    /// only), which [`StateUsage::admit`] counts against the budget.
+    /// Bytes this bundle reserved under the job's budget
+    /// ([`StateUsage::admit`]): its appends not cleared by it since, and its
+    /// new cells and map keys, estimated as a commit will count them. Given
+    /// back when the bundle commits or is dropped.
     pending: usize,
     /// Why an append was refused: the bundle then fails at
     /// [`BundleUserState::commit`], whatever the SDK made of the refusal
@@ -526,19 +550,34 @@ struct Changes {
 }
 
 impl Changes {
-    /// Counts `more` bytes appended to `cell` against the job's budget in
-    /// `usage`. Errors: past the budget, or an append of this bundle was
+    /// Reserves `more` bytes for an append to `cell` under the job's budget
+    /// in `usage`. Errors: past the budget, or an append of this bundle was
     /// refused before.
     fn admit(&mut self, usage: &StateUsage, cell: &StateCell, more: usize) -> Result<(), String> {
         if let Some(e) = &self.refused {
             return Err(e.clone());
         }
-        if let Err(e) = usage.admit(cell, self.pending, more) {
+        if let Err(e) = usage.admit(cell, more) {
             self.refused = Some(e.clone());
             return Err(e);
         }
         self.pending += more;
         Ok(())
+    }
+
+    /// Gives back `n` reserved bytes of writes the bundle undid.
+    fn release(&mut self, usage: &StateUsage, n: usize) {
+        let n = n.min(self.pending);
+        self.pending -= n;
+        usage.release(n);
+    }
+}
+
+impl Drop for BundleUserState {
+    /// A bundle that never committed gives back its reservation.
+    fn drop(&mut self) {
+        let pending = self.changes().pending;
+        self.base.usage.release(pending);
     }
 }
 
@@ -566,6 +605,22 @@ impl BundleUserState {
         self.base.committed()
     }
 
+    /// Why an append of this bundle was refused (the job's user state would
+    /// have passed its budget); the bundle must then fail.
+    pub fn refused(&self) -> Option<String> {
+        self.changes().refused.clone()
+    }
+
+    /// Estimated bytes of a cell the bundle first writes to, unless it
+    /// holds committed state already (then a commit adds no cell).
+    fn new_cell_bytes(&self, key: &StateCell, committed: impl Fn(&Committed) -> bool) -> usize {
+        if committed(&self.committed()) {
+            0
+        } else {
+            cell_bytes(key)
+        }
+    }
+
     // ---- BagUserState ----
 
     /// The bag's concatenated encoded values as this bundle sees them.
@@ -589,7 +644,12 @@ impl BundleUserState {
     /// would pass its budget ([`StateUsage::budget`]).
     pub fn append(&self, key: &StateCell, data: &[u8]) -> Result<(), String> {
         let mut changes = self.changes();
-        changes.admit(&self.base.usage, key, data.len())?;
+        let cell = if changes.bags.contains_key(key) {
+            0
+        } else {
+            self.new_cell_bytes(key, |c| c.bags.contains_key(key))
+        };
+        changes.admit(&self.base.usage, key, cell + data.len())?;
         changes
             .bags
             .entry(key.clone())
@@ -603,7 +663,7 @@ impl BundleUserState {
     pub fn clear(&self, key: &StateCell) {
         let mut changes = self.changes();
         if let Some((_, dropped)) = changes.bags.insert(key.clone(), (true, Vec::new())) {
-            changes.pending = changes.pending.saturating_sub(dropped.len());
+            changes.release(&self.base.usage, dropped.len());
         }
     }
 
@@ -642,7 +702,20 @@ impl BundleUserState {
     /// ([`StateUsage::budget`]).
     pub fn multimap_append(&self, k: &MapKey, data: &[u8]) -> Result<(), String> {
         let mut changes = self.changes();
-        changes.admit(&self.base.usage, &k.cell, k.map_key.len() + data.len())?;
+        let change = changes.multimaps.get(&k.cell);
+        let cell = if change.is_some() {
+            0
+        } else {
+            self.new_cell_bytes(&k.cell, |c| c.multimaps.contains_key(&k.cell))
+        };
+        // A map key the bundle puts costs its entry unless it is committed
+        // and the bundle did not remove it.
+        let new_key = match change.and_then(|c| c.keys.get(&k.map_key)) {
+            Some(kc) => !kc.put && (kc.cleared || !self.has_map_key(k)),
+            None => change.is_some_and(|c| c.cleared) || !self.has_map_key(k),
+        };
+        let key_bytes = if new_key { map_key_bytes(&k.map_key, &[]) } else { 0 };
+        changes.admit(&self.base.usage, &k.cell, cell + key_bytes + data.len())?;
         let kc = changes
             .multimaps
             .entry(k.cell.clone())
@@ -652,7 +725,16 @@ impl BundleUserState {
             .or_default();
         kc.put = true;
         kc.appended.extend_from_slice(data);
+        kc.reserved += key_bytes + data.len();
         Ok(())
+    }
+
+    /// Whether the committed multimap has map key `k`.
+    fn has_map_key(&self, k: &MapKey) -> bool {
+        self.committed()
+            .multimaps
+            .get(&k.cell)
+            .is_some_and(|m| m.contains_key(&k.map_key))
     }
 
     /// Removes one map key and its values (`MultimapUserState` Clear).
@@ -671,9 +753,7 @@ impl BundleUserState {
                 },
             );
         if let Some(dropped) = dropped {
-            changes.pending = changes
-                .pending
-                .saturating_sub(k.map_key.len() + dropped.appended.len());
+            changes.release(&self.base.usage, dropped.reserved);
         }
     }
 
@@ -747,12 +827,8 @@ impl BundleUserState {
                 keys: BTreeMap::new(),
             },
         );
-        let dropped: usize = dropped
-            .iter()
-            .flat_map(|c| &c.keys)
-            .map(|(map_key, kc)| map_key.len() + kc.appended.len())
-            .sum();
-        changes.pending = changes.pending.saturating_sub(dropped);
+        let dropped: usize = dropped.iter().flat_map(|c| c.keys.values()).map(|kc| kc.reserved).sum();
+        changes.release(&self.base.usage, dropped);
     }
 
     // ---- OrderedListUserState ----
@@ -835,7 +911,13 @@ impl BundleUserState {
     pub fn ordered_list_append(&self, key: &StateCell, data: &[u8]) -> Result<(), String> {
         let entries = decode_ordered_entries(data)?;
         let mut changes = self.changes();
-        changes.admit(&self.base.usage, key, data.len())?;
+        let cell = if changes.ordered_lists.contains_key(key) {
+            0
+        } else {
+            self.new_cell_bytes(key, |c| c.ordered_lists.contains_key(key))
+        };
+        let values: usize = entries.iter().map(|(_, v)| ORDERED_VALUE_OVERHEAD_BYTES + v.len()).sum();
+        changes.admit(&self.base.usage, key, cell + values)?;
         let added = &mut changes.ordered_lists.entry(key.clone()).or_default().added;
         for (sort_key, value) in entries {
             added.entry(sort_key).or_default().push(value);
@@ -854,7 +936,7 @@ impl BundleUserState {
         let change = changes.ordered_lists.entry(k.cell.clone()).or_default();
         let dropped = remove_range(&mut change.added, &range);
         change.removed.push(range);
-        changes.pending = changes.pending.saturating_sub(dropped);
+        changes.release(&self.base.usage, dropped);
     }
 
     /// Applies the bundle's writes to the committed state. Errors (and
@@ -863,6 +945,7 @@ impl BundleUserState {
     pub fn commit(&self) -> Result<(), String> {
         let changes = std::mem::take(&mut *self.changes());
         if let Some(refused) = changes.refused {
+            self.base.usage.release(changes.pending);
             return Err(refused);
         }
         let mut committed = self.committed();
@@ -929,6 +1012,8 @@ impl BundleUserState {
         committed.bytes = (committed.bytes + size.added).saturating_sub(size.removed);
         self.base.usage.changed(before, committed.live_cells());
         self.base.usage.resized(size);
+        // The committed bytes now count what the reservation stood for.
+        self.base.usage.release(changes.pending);
         Ok(())
     }
 }
@@ -1494,62 +1579,91 @@ mod tests {
 
     /// Past the job's budget an append is refused with a message naming the
     /// state, its transform and the flag, and the bundle's commit fails with
-    /// it and applies nothing; what the bundle cleared of its own appends no
-    /// longer counts; committed bytes of every store of the job count.
+    /// it and applies nothing. A bundle reserves what its appends will cost
+    /// once committed (new cells and map keys included), bundles in flight
+    /// see each other's reservations, clears give back what they undo, and
+    /// a commit or a dropped bundle gives back the rest.
     #[test]
     fn appends_past_the_budget_are_refused() {
         let usage = Arc::new(StateUsage::with_budget(Some(2000)));
         let base = Arc::new(UserState::new(usage.clone()));
+        let (k, k2) = (bag(b"", "k"), bag(b"", "k2"));
+        let cell = bag_bytes(b"", "k", &[]);
         let a = BundleUserState::new(base.clone());
-        a.append(&bag(b"", "k"), &[0; 1200]).unwrap();
-        let err = a.append(&bag(b"", "k"), &[0; 801]).unwrap_err();
+        a.append(&k, &[0; 1000]).unwrap();
+        assert_eq!(usage.reserved(), cell + 1000);
+        let over = 2000 - (cell + 1000) + 1;
+        let err = a.append(&k, &vec![0; over]).unwrap_err();
         for part in [
-            "user state \"bag\" of transform \"t\"",
-            "appending 801 bytes",
-            "about 2001 bytes",
-            "budget of 2000 bytes",
-            "--user_state_memory_budget_mb",
+            "user state \"bag\" of transform \"t\"".to_string(),
+            format!("appending {over} bytes"),
+            "about 2001 bytes".into(),
+            "budget of 2000 bytes".into(),
+            "--user_state_memory_budget_mb".into(),
         ] {
-            assert!(err.contains(part), "{part:?} not in {err:?}");
+            assert!(err.contains(&part), "{part:?} not in {err:?}");
         }
-        // A map key's bytes count with its values.
-        let b = BundleUserState::new(base.clone());
-        b.append(&bag(b"", "k"), &[0; 1200]).unwrap();
-        assert!(b.multimap_append(&entry(b"", "k", "m"), &[0; 799]).is_err());
-        // The bundle must fail: its refused appends are not in its state.
-        assert!(a.commit().unwrap_err().contains("appending 801 bytes"));
-        assert_eq!((usage.bytes(), base.live_cells()), (0, 0));
-
-        let a = BundleUserState::new(base.clone());
-        a.append(&bag(b"", "k"), &[0; 800]).unwrap();
-        a.clear(&bag(b"", "k"));
-        a.append(&bag(b"", "k"), &[0; 1500]).unwrap();
-        // 251 entries of sort key 0 and an empty value: 502 bytes.
-        let err = a.ordered_list_append(&list("k", None).cell, &[0; 502]).unwrap_err();
-        assert!(err.contains("budget of 2000 bytes"), "{err}");
         // Once refused, every append of the bundle is.
-        assert_eq!(a.append(&bag(b"", "k"), &[0]).unwrap_err(), err);
+        assert_eq!(a.append(&k, &[0]).unwrap_err(), err);
+
+        // Another bundle in flight sees a's reservation.
+        let b = BundleUserState::new(base.clone());
+        let room = 2000 - usage.reserved() - bag_bytes(b"", "k2", &[]);
+        b.append(&k2, &vec![0; room]).unwrap();
+        assert_eq!(usage.reserved(), 2000);
+        assert!(b.append(&k2, &[0]).is_err());
+
+        // The bundle must fail: its refused appends are not in its state.
         assert_eq!(a.commit().unwrap_err(), err);
+        assert_eq!((usage.bytes(), base.live_cells()), (0, 0));
+        drop(b);
+        assert_eq!(usage.reserved(), 0, "a failed and a dropped bundle give back");
 
-        let a = BundleUserState::new(base.clone());
-        a.append(&bag(b"", "k"), &[0; 800]).unwrap();
-        a.clear(&bag(b"", "k"));
-        a.append(&bag(b"", "k"), &[0; 1500]).unwrap();
-        a.commit().unwrap();
-        assert_eq!(usage.bytes(), bag_bytes(b"", "k", &[0; 1500]));
+        // Clears give back what they undo: bags, map keys, ordered values.
+        let c = BundleUserState::new(base.clone());
+        c.append(&k, &[0; 1400]).unwrap();
+        c.clear(&k);
+        c.append(&k, &[0; 1400]).unwrap();
+        assert_eq!(usage.reserved(), cell + 1400);
+        let m = entry(b"", "k", "m");
+        c.multimap_append(&m, &[0; 10]).unwrap();
+        c.multimap_append(&m, &[0; 5]).unwrap();
+        let map_cell = CELL_OVERHEAD_BYTES + 1 + 3 + 2;
+        assert_eq!(usage.reserved(), cell + 1400 + map_cell + MAP_KEY_OVERHEAD_BYTES + 2 + 15);
+        c.multimap_clear(&m);
+        assert_eq!(usage.reserved(), cell + 1400 + map_cell);
+        // 2 entries of sort key 0 and an empty value: 40 bytes each once committed.
+        let l = list("k", None);
+        c.ordered_list_append(&l.cell, &[0; 4]).unwrap();
+        let list_cell = CELL_OVERHEAD_BYTES + 1 + 4 + 2;
+        assert_eq!(
+            usage.reserved(),
+            cell + 1400 + map_cell + list_cell + 2 * ORDERED_VALUE_OVERHEAD_BYTES
+        );
+        c.ordered_list_clear(&l);
+        assert_eq!(usage.reserved(), cell + 1400 + map_cell + list_cell);
+        c.commit().unwrap();
+        assert_eq!(usage.bytes(), bag_bytes(b"", "k", &[0; 1400]));
+        assert_eq!(usage.reserved(), 0, "the commit gives back the reservation");
 
-        // Another store of the job sees the bytes committed above.
+        // Appending to a committed cell reserves no second cell; another
+        // store of the job sees the committed bytes.
+        let d = BundleUserState::new(base.clone());
+        d.append(&k, &[0; 10]).unwrap();
+        assert_eq!(usage.reserved(), 10);
+        drop(d);
         let other = Arc::new(UserState::new(usage.clone()));
-        let b = BundleUserState::new(other);
-        let room = 2000 - usage.bytes();
-        b.append(&bag(b"", "k2"), &vec![0; room]).unwrap();
-        assert!(b.append(&bag(b"", "k2"), &[0]).is_err());
+        let e = BundleUserState::new(other);
+        let room = 2000 - usage.bytes() - bag_bytes(b"", "k2", &[]);
+        e.append(&k2, &vec![0; room]).unwrap();
+        assert!(e.append(&k2, &[0]).is_err());
 
-        // No budget: no refusal.
+        // No budget: no refusal, nothing reserved.
         let unbounded = Arc::new(UserState::default());
-        BundleUserState::new(unbounded)
-            .append(&bag(b"", "k"), &vec![0; 1 << 20])
+        BundleUserState::new(unbounded.clone())
+            .append(&k, &vec![0; 1 << 20])
             .unwrap();
+        assert_eq!(unbounded.usage().reserved(), 0);
     }
 
     #[test]

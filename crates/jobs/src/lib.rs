@@ -50,7 +50,7 @@ pub struct ServerConfig {
     /// spills sorted runs under `spill_root` (`weir serve
     /// --gbk_memory_budget_mb`); None: no bound.
     pub gbk_memory_budget: Option<usize>,
-    /// Most estimated bytes of user state one job keeps in one process
+    /// About the most bytes of user state one job keeps in one process
     /// (`weir serve --user_state_memory_budget_mb`;
     /// [`weir_engine::EngineConfig::user_state_budget`]); None: no bound.
     pub user_state_memory_budget: Option<usize>,

@@ -329,11 +329,11 @@ struct ServeArgs {
     /// (default: a quarter of the machine's RAM; 0: no bound).
     #[arg(long = "gbk_memory_budget_mb", alias = "gbk-memory-budget-mb")]
     gbk_memory_budget_mb: Option<usize>,
-    /// Most MiB of user state (state and timers' bags, maps and ordered
-    /// lists, estimated with their maps' overhead) one job keeps in this
-    /// process; an append past it fails its bundle, naming the state, so
-    /// one job cannot take the server's memory (default: a quarter of the
-    /// machine's RAM; 0: no bound).
+    /// About the most MiB of user state (bags, maps and ordered lists,
+    /// estimated with their maps' overhead) one job keeps in this process;
+    /// an append past it fails the job, naming the state, so one job cannot
+    /// take the server's memory (default: a quarter of the machine's RAM;
+    /// 0: no bound).
     #[arg(long = "user_state_memory_budget_mb", alias = "user-state-memory-budget-mb")]
     user_state_memory_budget_mb: Option<usize>,
     /// Folder for GroupByKey spill files, one subfolder per job, removed when

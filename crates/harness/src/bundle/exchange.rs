@@ -317,6 +317,12 @@ impl Inner {
         if !response.error.is_empty() {
             return Err(response.error.into());
         }
+        // An append past the job's user-state budget fails the bundle, even
+        // when the SDK carried on (Python's ignores an Append's error):
+        // before its metrics count and its finalization runs.
+        if let Some(refused) = bundle.user_state.refused() {
+            return Err(refused.into());
+        }
         let Some(beam::instruction_response::Response::ProcessBundle(pb)) = response.response
         else {
             return Err(format!(

@@ -173,6 +173,19 @@ impl Inner {
     }
 }
 
+/// Why an attempt of a bundle failed.
+struct AttemptFailure {
+    message: String,
+    /// Whether a retry may follow: not when the attempt handed residual
+    /// restrictions to the engine (the retry would redo that work), nor
+    /// when it was refused user state past the job's budget (the retry
+    /// would be refused again).
+    retry: bool,
+    /// Input elements the attempt kept (fewer after a split of its data
+    /// channel): a retry runs these.
+    kept: usize,
+}
+
 impl Inner {
     /// Runs a bundle, retrying a failed attempt on the least busy SDK
     /// worker (a fresh one when its worker died or was stuck): up to
@@ -180,7 +193,8 @@ impl Inner {
     /// Dataflow does. Outputs, timers, user state and metrics of a failed
     /// attempt are discarded, so a retry duplicates nothing. A bundle that
     /// already handed residual restrictions to the engine is not retried
-    /// (the retry would redo that work); one whose data channel was split
+    /// (the retry would redo that work), nor one refused user state past
+    /// the job's budget (in streaming too); one whose data channel was split
     /// is retried with the input elements it kept (the primary).
     async fn run(&self, mut request: BundleRequest) -> Result<BundleResult, String> {
         let mut attempts = 0;
@@ -192,9 +206,9 @@ impl Inner {
                     tracing::debug!(stage = %request.stage_id, elements = request.input.len(), ms = started.elapsed().as_millis() as u64, "bundle done");
                     return Ok(r);
                 }
-                Err((e, split_handed_over, primary)) => {
+                Err(AttemptFailure { message: e, retry, kept: primary }) => {
                     tracing::warn!(job = %self.job_id, stage = %request.stage_name, attempt = attempts, "bundle failed: {e}");
-                    if split_handed_over
+                    if !retry
                         || !self.policy.retries_after(attempts)
                         || self.harnesses.is_stopping()
                     {
@@ -230,14 +244,9 @@ impl Inner {
         })
     }
 
-    /// One attempt; on failure also says whether split-off work was handed to the engine.
-    /// One attempt of `request`; its error comes with whether residual
-    /// restrictions were handed over and how many input elements the
-    /// attempt kept (fewer after a split of its data channel).
-    async fn attempt(
-        &self,
-        request: &BundleRequest,
-    ) -> Result<BundleResult, (String, bool, usize)> {
+    /// One attempt of `request`; its failure says whether a retry may
+    /// follow and how many input elements the attempt kept.
+    async fn attempt(&self, request: &BundleRequest) -> Result<BundleResult, AttemptFailure> {
         let stage = match &self.graph.stages[request.stage].kind {
             StageKind::Sdk(stage) => stage,
             StageKind::GroupByKey {
@@ -245,16 +254,18 @@ impl Inner {
                 ..
             } => &**stage,
             _ => {
-                return Err((
-                    format!("stage {} runs no SDK bundles", request.stage_name),
-                    false,
-                    request.input.len(),
-                ))
+                return Err(AttemptFailure {
+                    message: format!("stage {} runs no SDK bundles", request.stage_name),
+                    retry: true,
+                    kept: request.input.len(),
+                })
             }
         };
         let descriptor = match self.descriptor_for(request) {
             Ok(d) => d,
-            Err(Failure::Error(e) | Failure::Stuck(e)) => return Err((e, false, request.input.len())),
+            Err(Failure::Error(e) | Failure::Stuck(e)) => {
+                return Err(AttemptFailure { message: e, retry: true, kept: request.input.len() })
+            }
         };
         // A splittable DoFn's restrictions are small but may run long.
         let small = !stage.splittable
@@ -274,7 +285,7 @@ impl Inner {
             .harnesses
             .pick(&stage.environment_id, &descriptor, small, alone)
             .await
-            .map_err(|e| (e, false, request.input.len()))?;
+            .map_err(|e| AttemptFailure { message: e, retry: true, kept: request.input.len() })?;
         // Unguessable: state requests, data and results are accepted only
         // for instructions issued to the worker that sends them.
         let instruction_id = self.fn_api.fresh_id(&format!("{}-bundle-", self.job_id));
@@ -331,30 +342,30 @@ impl Inner {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&instruction_id);
+        let failure = |message| AttemptFailure {
+            message,
+            // A retry would redo handed-over residuals, and would be
+            // refused the same user state again.
+            retry: !bundle.split_handed_over.load(Ordering::Relaxed)
+                && bundle.user_state.refused().is_none(),
+            kept: bundle
+                .split_primary
+                .load(Ordering::Relaxed)
+                .min(request.input.len()),
+        };
         match result {
             Ok(r) => {
-                // A refused append (user state past the job's budget) fails
-                // the bundle, as the SDK may not have.
+                // Checked before the bundle's metrics counted; kept here
+                // for any path that did not check.
                 if let Err(e) = bundle.user_state.commit() {
-                    return Err((
-                        e,
-                        bundle.split_handed_over.load(Ordering::Relaxed),
-                        request.input.len(),
-                    ));
+                    return Err(failure(e));
                 }
                 if stage.stateful {
                     self.report_state_cells(request.user_state.usage());
                 }
                 Ok(r)
             }
-            Err(e) => Err((
-                e,
-                bundle.split_handed_over.load(Ordering::Relaxed),
-                bundle
-                    .split_primary
-                    .load(Ordering::Relaxed)
-                    .min(request.input.len()),
-            )),
+            Err(e) => Err(failure(e)),
         }
     }
 }

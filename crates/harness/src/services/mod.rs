@@ -174,7 +174,8 @@ mod tests {
                 key: vec![1, b'k'],
             },
             b"job-a secret state",
-        );
+        )
+        .unwrap();
         fn_api
             .bundles
             .lock()
