@@ -259,6 +259,19 @@ def paged_side_input(p):
           s=beam.pvalue.AsList(side)))
 
 
+def big_side_input(p):
+  """An AsList side input of 4 strings of 1 MiB, read by two main-input
+  elements (more than a 1 MiB side-input budget)."""
+  side = p | 'Side' >> beam.Create(range(4)) | 'Strings' >> beam.Map(
+      lambda i: chr(ord('a') + i) * (1024 * 1024))
+  return (
+      p
+      | 'Main' >> beam.Create(['x', 'y'])
+      | 'Read' >> beam.Map(
+          lambda m, s: '%s: %d strings, %d bytes' % (m, len(s), sum(len(v) for v in s)),
+          s=beam.pvalue.AsList(side)))
+
+
 def flaky(p):
   """A DoFn that fails the first time it sees element 3 (a marker file under
   --output's folder remembers), so only a runner that retries the bundle
@@ -359,7 +372,7 @@ def slow_elements(p):
 PIPELINES = {
     f.__name__: f
     for f in (gbk, flatten, side_input, combine_per_key, good, boom, windowed, custom_merging,
-              multimap_side_input, sdf_split, sdf_restrictions, large_elements, paged_side_input, flaky, crash, slow, hot_key, four_shards,
+              multimap_side_input, sdf_split, sdf_restrictions, large_elements, paged_side_input, big_side_input, flaky, crash, slow, hot_key, four_shards,
               fan_out_gbk, slow_elements)
 }
 

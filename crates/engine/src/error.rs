@@ -16,6 +16,9 @@ pub enum EngineError {
     /// A GroupByKey could not spill to (or read back from) local disk.
     #[error("stage {stage}: {message}")]
     Spill { stage: String, message: String },
+    /// What a stage keeps in memory passed its budget (side inputs).
+    #[error("stage {stage}: {message}")]
+    OverBudget { stage: String, message: String },
     /// The job was cancelled.
     #[error("job cancelled")]
     Cancelled,

@@ -84,6 +84,10 @@ pub struct EngineConfig {
     /// [`user_state::StateUsage`]); an append past it fails its bundle with
     /// a message naming the state. None: no bound.
     pub user_state_budget: Option<usize>,
+    /// About the most bytes one stage's side inputs take in this process
+    /// ([`side_input::SideInputs::bytes`]); past it the job fails, naming
+    /// the side inputs. None: no bound.
+    pub side_input_budget: Option<usize>,
     /// Where GroupByKeys spill: one subfolder per stage and worker, removed
     /// when the job ends.
     pub spill_dir: std::path::PathBuf,
@@ -170,6 +174,7 @@ impl Default for EngineConfig {
             drain: Default::default(),
             gbk_memory_budget: None,
             user_state_budget: None,
+            side_input_budget: None,
             spill_dir: std::env::temp_dir().join("weir-spill"),
             progress: Progress::default(),
             cluster: None,

@@ -90,7 +90,21 @@ struct Pages {
     pages: Vec<Vec<u8>>,
 }
 
+/// Estimated bytes a multimap side input's key costs besides its values:
+/// its two copies (the window's map and its key list) and their entries.
+pub const MULTIMAP_KEY_OVERHEAD_BYTES: usize = 64;
+
+/// Estimated bytes of one multimap key without its values.
+fn multimap_key_bytes(key: &[u8]) -> usize {
+    MULTIMAP_KEY_OVERHEAD_BYTES + 2 * key.len()
+}
+
 impl Pages {
+    /// Bytes of the values held.
+    fn bytes(&self) -> usize {
+        self.pages.iter().map(Vec::len).sum()
+    }
+
     /// Appends one encoded value, starting a new page first when the last
     /// one holds `page_bytes` or more (the full page gives back its spare
     /// capacity).
@@ -202,6 +216,8 @@ pub struct SideInputs {
     /// multimap's keys and entries when they are read ([`PAGE_BYTES`]
     /// unless set with [`SideInputs::with_page_bytes`]).
     page_bytes: usize,
+    /// Estimated bytes the views hold ([`SideInputs::bytes`]).
+    bytes: usize,
 }
 
 impl Default for SideInputs {
@@ -258,6 +274,7 @@ impl SideInputs {
             lineage: LINEAGES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             version: 0,
             page_bytes: PAGE_BYTES,
+            bytes: 0,
         }
     }
 
@@ -275,6 +292,14 @@ impl SideInputs {
     /// token (`ProcessBundleRequest.cache_tokens`, beam_fn_api.proto).
     pub fn identity(&self) -> (u64, u64) {
         (self.lineage, self.version)
+    }
+
+    /// Estimated bytes the views hold: the encoded values, and for each
+    /// multimap key its two copies (the map's and the key list's) plus
+    /// [`MULTIMAP_KEY_OVERHEAD_BYTES`]. Windows replaced by later firings
+    /// no longer count.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Adds one element (an encoded windowed value) of `spec`'s side input,
@@ -327,9 +352,14 @@ impl SideInputs {
                     Some(&current) if firing < current => continue,
                     Some(&current) if firing == current => {}
                     _ => {
-                        view.iterable.remove(&wb);
-                        view.multimap.remove(&wb);
+                        let gone = view.iterable.remove(&wb).map_or(0, |p| p.bytes())
+                            + view.multimap.remove(&wb).map_or(0, |m| {
+                                m.iter()
+                                    .map(|(k, (v, _))| multimap_key_bytes(k) + v.len())
+                                    .sum()
+                            });
                         view.keys.remove(&wb);
+                        self.bytes = self.bytes.saturating_sub(gone);
                         view.firing.insert(wb.clone(), firing);
                     }
                 }
@@ -338,17 +368,21 @@ impl SideInputs {
                 *f = (*f).max(firing);
             }
             match &kv {
-                None => view
-                    .iterable
-                    .entry(wb)
-                    .or_default()
-                    .push(&wv.value, page_bytes),
+                None => {
+                    self.bytes += wv.value.len();
+                    view.iterable
+                        .entry(wb)
+                        .or_default()
+                        .push(&wv.value, page_bytes)
+                }
                 Some((k, v)) => {
                     let by_key = view.multimap.entry(wb.clone()).or_default();
                     let entry = by_key.entry(k.clone()).or_insert_with(|| {
                         view.keys.entry(wb).or_default().push(k.clone());
+                        self.bytes += multimap_key_bytes(k);
                         (Vec::new(), 0)
                     });
+                    self.bytes += v.len();
                     entry.0.extend_from_slice(v);
                     entry.1 += 1;
                 }
@@ -938,6 +972,38 @@ mod tests {
             assert!(err.contains("no page of iterable side input s of transform t"), "{err}");
         }
         assert_eq!(s.iterable_page("t", "other", &g, &[]), Ok(None));
+    }
+
+    /// The estimated bytes count each value, a multimap key once (its two
+    /// copies and overhead), and no longer the windows a later firing
+    /// replaced.
+    #[test]
+    fn bytes_count_values_and_keys_and_forget_replaced_windows() {
+        let iter = spec(Refresh::LatestFiring, &Coder::IntervalWindow);
+        let kv = Coder::Kv(Box::new(Coder::VarInt), Box::new(Coder::VarInt));
+        let map = SideInputSpec {
+            local_name: "m",
+            kind: SideInputKind::Multimap,
+            value_coder: &kv,
+            ..spec(Refresh::All, &Coder::IntervalWindow)
+        };
+        let mut s = SideInputs::new(&[iter, map]);
+        let (w1, w2) = (interval(0, 10), interval(10, 20));
+        for v in [1, 2, 3] {
+            s.insert(&iter, &element(v, w1.clone(), PaneInfo::default()), 0).unwrap();
+        }
+        s.insert(&iter, &element(4, w2.clone(), PaneInfo::default()), 0).unwrap();
+        assert_eq!(s.bytes(), 4);
+        for (k, v) in [(7u8, 70u8), (7, 71), (8, 80)] {
+            s.insert(&map, &element_bytes(vec![k, v], w1.clone(), PaneInfo::default()), 0)
+                .unwrap();
+        }
+        let key = MULTIMAP_KEY_OVERHEAD_BYTES + 2;
+        assert_eq!(s.bytes(), 4 + 2 * key + 3);
+        // A later firing of w1 replaces its three values with one.
+        s.insert(&iter, &element(9, w1.clone(), PaneInfo::default()), 1).unwrap();
+        assert_eq!(s.bytes(), 2 + 2 * key + 3);
+        assert_eq!(s.iterable("t", "s", &encoded(&w1)), Some(vec![9]));
     }
 
     /// A multimap's keys and its `KV<key, iterable<value>>` entries page

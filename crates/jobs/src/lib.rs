@@ -54,6 +54,10 @@ pub struct ServerConfig {
     /// (`weir serve --user_state_memory_budget_mb`;
     /// [`weir_engine::EngineConfig::user_state_budget`]); None: no bound.
     pub user_state_memory_budget: Option<usize>,
+    /// About the most bytes one stage's side inputs take in one process
+    /// (`weir serve --side_input_memory_budget_mb`;
+    /// [`weir_engine::EngineConfig::side_input_budget`]); None: no bound.
+    pub side_input_memory_budget: Option<usize>,
     /// Where GroupByKeys spill (one folder per job, removed when it ends).
     pub spill_root: std::path::PathBuf,
     /// Least wait before a splittable DoFn's deferred residual runs again

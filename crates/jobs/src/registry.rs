@@ -938,6 +938,7 @@ mod tests {
                 security: Default::default(),
                 gbk_memory_budget: None,
                 user_state_memory_budget: None,
+                side_input_memory_budget: None,
                 spill_root: std::env::temp_dir().join("weir-spill"),
                 min_resume_delay: weir_engine::DEFAULT_MIN_RESUME_DELAY,
             },

@@ -398,6 +398,7 @@ async fn execute_with(
         drain: job.drain.clone(),
         gbk_memory_budget: registry.config.gbk_memory_budget,
         user_state_budget: registry.config.user_state_memory_budget,
+        side_input_budget: registry.config.side_input_memory_budget,
         spill_dir: registry.config.spill_root.join(&job.id),
         progress: job.progress.clone(),
         cluster: peers,

@@ -336,6 +336,11 @@ struct ServeArgs {
     /// 0: no bound).
     #[arg(long = "user_state_memory_budget_mb", alias = "user-state-memory-budget-mb")]
     user_state_memory_budget_mb: Option<usize>,
+    /// About the most MiB one stage's side inputs take in this process
+    /// (built once per process in batch); past it the job fails, naming the
+    /// side inputs (default: a quarter of the machine's RAM; 0: no bound).
+    #[arg(long = "side_input_memory_budget_mb", alias = "side-input-memory-budget-mb")]
+    side_input_memory_budget_mb: Option<usize>,
     /// Folder for GroupByKey spill files, one subfolder per job, removed when
     /// the job ends (default: <tmp>/weir-spill).
     #[arg(long = "spill_dir", alias = "spill-dir")]
@@ -622,9 +627,18 @@ async fn expansion_service(args: ExpansionArgs) -> anyhow::Result<()> {
     outcome
 }
 
+/// A memory budget flag's bytes: N MiB, none for 0, else [`quarter_of_ram`].
+fn budget_bytes(mb: Option<usize>) -> Option<usize> {
+    match mb {
+        Some(0) => None,
+        Some(mb) => Some(mb.saturating_mul(1 << 20)),
+        None => quarter_of_ram(),
+    }
+}
+
 /// A quarter of the machine's RAM (Linux /proc/meminfo's MemTotal), the
-/// default GroupByKey and user-state memory budgets; None when it cannot be
-/// read.
+/// default GroupByKey, user-state and side-input memory budgets; None when
+/// it cannot be read.
 fn quarter_of_ram() -> Option<usize> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let kib: usize = info
@@ -834,16 +848,9 @@ async fn serve(args: ServeArgs, worker: Option<weir_jobs::cluster::WorkerConfig>
         },
         capture_prepare_dir: args.capture_prepare_dir,
         security: std::sync::Arc::new(security),
-        gbk_memory_budget: match args.gbk_memory_budget_mb {
-            Some(0) => None,
-            Some(mb) => Some(mb.saturating_mul(1 << 20)),
-            None => quarter_of_ram(),
-        },
-        user_state_memory_budget: match args.user_state_memory_budget_mb {
-            Some(0) => None,
-            Some(mb) => Some(mb.saturating_mul(1 << 20)),
-            None => quarter_of_ram(),
-        },
+        gbk_memory_budget: budget_bytes(args.gbk_memory_budget_mb),
+        user_state_memory_budget: budget_bytes(args.user_state_memory_budget_mb),
+        side_input_memory_budget: budget_bytes(args.side_input_memory_budget_mb),
         spill_root: args
             .spill_dir
             .unwrap_or_else(|| std::env::temp_dir().join("weir-spill")),

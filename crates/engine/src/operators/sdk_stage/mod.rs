@@ -249,6 +249,27 @@ pub(crate) fn sdk_stage<'s>(
                 ctx.fail(EngineError::BadData { stage: name.clone(), pcollection: "side input".into(), message });
                 return;
             }
+            // The side inputs of a stage are held in memory, once per process
+            // (batch) or per worker (streaming): past their budget the job
+            // fails rather than the server.
+            let held = if live_sides { st.side_inputs.as_deref() } else { st.side_building.as_ref() };
+            if let (Some(budget), Some(held)) = (ctx.config.side_input_budget, held) {
+                if held.bytes() > budget {
+                    let names: Vec<String> = sides
+                        .iter()
+                        .map(|(s, _, _)| format!("{:?} of transform {:?}", s.local_name, s.transform_id))
+                        .collect();
+                    ctx.fail(EngineError::OverBudget {
+                        stage: name.clone(),
+                        message: format!(
+                            "its side inputs ({}) hold about {} bytes in this process, past their budget of {budget} bytes (weir serve --side_input_memory_budget_mb). Weir keeps side inputs in memory: read a smaller side input (a combined or filtered view), or raise the budget",
+                            names.join(", "),
+                            held.bytes()
+                        ),
+                    });
+                    return;
+                }
+            }
             // A stateful DoFn never sees data of expired windows (the input
             // watermark past the window's end plus the allowed lateness): its
             // state for them is gone, as in Beam's StatefulDoFnRunner.

@@ -1,8 +1,8 @@
-"""User state under the job's memory budget (`weir serve
---user_state_memory_budget_mb`).
+"""User state and side inputs under their memory budgets (`weir serve
+--user_state_memory_budget_mb`, `--side_input_memory_budget_mb`).
 
-Weir keeps user state in memory, so a job whose state outgrows its budget
-must fail cleanly, naming the state and the flag, without retrying (in
+Weir keeps user state and side inputs in memory, so a job whose state or
+side input outgrows its budget must fail cleanly, naming the state and the flag, without retrying (in
 streaming too, where a failing bundle is otherwise retried forever), while
 the server keeps serving other jobs; under the default budget the same pipeline gives the
 lines worked out from its input.
@@ -25,9 +25,9 @@ EXPECTED_BIG_BAG = collections.Counter(
 @pytest.fixture
 def small_budget_server(tmp_path):
   server = start_weir_serve(
-      tmp_path / 'weir-state-budget.log',
+      tmp_path / 'weir-small-budgets.log',
       ['--bind', '127.0.0.1', '--staging_dir', tmp_path / 'staging',
-       '--user_state_memory_budget_mb', '1'])
+       '--user_state_memory_budget_mb', '1', '--side_input_memory_budget_mb', '1'])
   with serving(server):
     yield server
 
@@ -58,3 +58,31 @@ def test_state_past_the_budget_fails_the_job_and_the_server_serves_on(
   assert ok.returncode == 0, ok.describe(small_budget_server)
   _, lines = ok.output()
   assert 'final a [1, 1, 4, 5]' in lines, lines
+
+
+# big_side_input: 4 strings of 1 MiB, read by x and y.
+EXPECTED_BIG_SIDE = collections.Counter(
+    '%s: 4 strings, 4194304 bytes' % m for m in 'xy')
+
+
+def test_side_input_within_the_default_budget_gives_its_lines(beam, weir_server):
+  run = beam.run_named('big_side_input', 'LOOPBACK')
+  assert run.returncode == 0, run.describe(weir_server)
+  _, lines = run.output()
+  assert lines == EXPECTED_BIG_SIDE, lines
+
+
+def test_side_input_past_the_budget_fails_the_job_and_the_server_serves_on(
+    tmp_path, small_budget_server):
+  from conftest import Beam
+  beam = Beam(tmp_path / 'weir', lambda: small_budget_server)
+  run = beam.run_named('big_side_input', 'LOOPBACK')
+  assert run.returncode != 0, 'the job must fail\n' + run.describe(small_budget_server)
+  text = (run.client_error() or '') + run.stderr
+  for part in ('its side inputs ("python_side_input0" of transform "ref_AppliedPTransform_Read_',
+               'past their budget of 1048576 bytes',
+               '--side_input_memory_budget_mb'):
+    assert part in text, '%r not in the error\n%s' % (
+        part, run.describe(small_budget_server))
+  ok = beam.run_named('state_bag', 'LOOPBACK', script=SCRIPT)
+  assert ok.returncode == 0, ok.describe(small_budget_server)
