@@ -243,21 +243,6 @@ pub struct SideInputSpec<'a> {
 }
 
 impl SideInputs {
-    /// Builds the views of `specs` from their elements (encoded windowed
-    /// values), all of them one firing (batch).
-    ///
-    /// # Errors
-    /// A message when an element does not decode, or a multimap side input is not KV-coded.
-    pub fn build(specs: &[SideInputSpec<'_>], data: &[Vec<Vec<u8>>]) -> Result<SideInputs, String> {
-        let mut s = SideInputs::new(specs);
-        for (spec, elements) in specs.iter().zip(data) {
-            for e in elements {
-                s.insert(spec, e, 0)?;
-            }
-        }
-        Ok(s)
-    }
-
     /// Empty views of `specs` (no data in any window yet).
     pub fn new(specs: &[SideInputSpec<'_>]) -> SideInputs {
         let views = specs
@@ -1065,11 +1050,14 @@ mod tests {
     #[test]
     fn batch_build_keeps_every_element() {
         let spec = spec(Refresh::All, &Coder::GlobalWindow);
-        let data = vec![vec![
+        // A batch stage inserts every element as one firing.
+        let mut s = SideInputs::new(std::slice::from_ref(&spec));
+        for e in [
             element(1, Window::Global, PaneInfo::NO_FIRING),
             element(2, Window::Global, PaneInfo::ON_TIME_AND_ONLY_FIRING),
-        ]];
-        let s = SideInputs::build(std::slice::from_ref(&spec), &data).unwrap();
+        ] {
+            s.insert(&spec, &e, 0).unwrap();
+        }
         assert_eq!(
             s.iterable("t", "s", &encoded(&Window::Global)),
             Some(vec![1, 2])

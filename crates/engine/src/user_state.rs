@@ -179,9 +179,37 @@ fn map_key_bytes(map_key: &[u8], values: &[u8]) -> usize {
     MAP_KEY_OVERHEAD_BYTES + map_key.len() + values.len()
 }
 
+/// Estimated bytes of every map key of a multimap and their values.
+fn multimap_bytes(map: &BTreeMap<Vec<u8>, Vec<u8>>) -> usize {
+    map.iter().map(|(k, v)| map_key_bytes(k, v)).sum()
+}
+
+/// Estimated bytes of one ordered-list value.
+fn ordered_value_bytes(value: &[u8]) -> usize {
+    ORDERED_VALUE_OVERHEAD_BYTES + value.len()
+}
+
 /// Estimated bytes of the values of one sort key of an ordered list.
 fn ordered_values_bytes(values: &[Vec<u8>]) -> usize {
-    values.iter().map(|v| ORDERED_VALUE_OVERHEAD_BYTES + v.len()).sum()
+    values.iter().map(|v| ordered_value_bytes(v)).sum()
+}
+
+/// Removes the cells of `cells` that `doomed` picks; returns their
+/// estimated bytes: each cell's own and `values_bytes` of its state.
+fn remove_cells<V>(
+    cells: &mut HashMap<StateCell, V>,
+    doomed: impl Fn(&StateCell) -> bool,
+    values_bytes: impl Fn(&V) -> usize,
+) -> usize {
+    let mut removed = 0;
+    cells.retain(|c, values| {
+        let keep = !doomed(c);
+        if !keep {
+            removed += cell_bytes(c) + values_bytes(values);
+        }
+        keep
+    });
+    removed
 }
 
 /// What the user state of one job holds in one process, over all its
@@ -436,30 +464,14 @@ impl UserState {
                 .is_some_and(|ws| ws.contains(c.window.as_slice()))
         };
         let before = committed.live_cells();
-        let mut size = Resize::default();
-        committed.bags.retain(|c, bag| {
-            let keep = !doomed(c);
-            if !keep {
-                size.removed += cell_bytes(c) + bag.len();
-            }
-            keep
-        });
-        committed.multimaps.retain(|c, map| {
-            let keep = !doomed(c);
-            if !keep {
-                size.removed +=
-                    cell_bytes(c) + map.iter().map(|(k, v)| map_key_bytes(k, v)).sum::<usize>();
-            }
-            keep
-        });
-        committed.ordered_lists.retain(|c, list| {
-            let keep = !doomed(c);
-            if !keep {
-                size.removed +=
-                    cell_bytes(c) + list.values().map(|v| ordered_values_bytes(v)).sum::<usize>();
-            }
-            keep
-        });
+        let size = Resize {
+            added: 0,
+            removed: remove_cells(&mut committed.bags, doomed, Vec::len)
+                + remove_cells(&mut committed.multimaps, doomed, multimap_bytes)
+                + remove_cells(&mut committed.ordered_lists, doomed, |list| {
+                    list.values().map(|v| ordered_values_bytes(v)).sum()
+                }),
+        };
         for (t, gone) in &expired {
             if let Some(windows) = committed.windows.get_mut(t) {
                 windows.retain(|w, _| !gone.contains(w));
@@ -611,10 +623,15 @@ impl BundleUserState {
         self.changes().refused.clone()
     }
 
-    /// Estimated bytes of a cell the bundle first writes to, unless it
-    /// holds committed state already (then a commit adds no cell).
-    fn new_cell_bytes(&self, key: &StateCell, committed: impl Fn(&Committed) -> bool) -> usize {
-        if committed(&self.committed()) {
+    /// Estimated bytes a commit adds for cell `key`: none when the bundle
+    /// already `touched` it (counted then) or it holds committed state.
+    fn new_cell_bytes(
+        &self,
+        key: &StateCell,
+        touched: bool,
+        committed: impl Fn(&Committed) -> bool,
+    ) -> usize {
+        if touched || committed(&self.committed()) {
             0
         } else {
             cell_bytes(key)
@@ -644,11 +661,9 @@ impl BundleUserState {
     /// would pass its budget ([`StateUsage::budget`]).
     pub fn append(&self, key: &StateCell, data: &[u8]) -> Result<(), String> {
         let mut changes = self.changes();
-        let cell = if changes.bags.contains_key(key) {
-            0
-        } else {
-            self.new_cell_bytes(key, |c| c.bags.contains_key(key))
-        };
+        let cell = self.new_cell_bytes(key, changes.bags.contains_key(key), |c| {
+            c.bags.contains_key(key)
+        });
         changes.admit(&self.base.usage, key, cell + data.len())?;
         changes
             .bags
@@ -703,11 +718,9 @@ impl BundleUserState {
     pub fn multimap_append(&self, k: &MapKey, data: &[u8]) -> Result<(), String> {
         let mut changes = self.changes();
         let change = changes.multimaps.get(&k.cell);
-        let cell = if change.is_some() {
-            0
-        } else {
-            self.new_cell_bytes(&k.cell, |c| c.multimaps.contains_key(&k.cell))
-        };
+        let cell = self.new_cell_bytes(&k.cell, change.is_some(), |c| {
+            c.multimaps.contains_key(&k.cell)
+        });
         // A map key the bundle puts costs its entry unless it is committed
         // and the bundle did not remove it.
         let new_key = match change.and_then(|c| c.keys.get(&k.map_key)) {
@@ -911,12 +924,10 @@ impl BundleUserState {
     pub fn ordered_list_append(&self, key: &StateCell, data: &[u8]) -> Result<(), String> {
         let entries = decode_ordered_entries(data)?;
         let mut changes = self.changes();
-        let cell = if changes.ordered_lists.contains_key(key) {
-            0
-        } else {
-            self.new_cell_bytes(key, |c| c.ordered_lists.contains_key(key))
-        };
-        let values: usize = entries.iter().map(|(_, v)| ORDERED_VALUE_OVERHEAD_BYTES + v.len()).sum();
+        let cell = self.new_cell_bytes(key, changes.ordered_lists.contains_key(key), |c| {
+            c.ordered_lists.contains_key(key)
+        });
+        let values: usize = entries.iter().map(|(_, v)| ordered_value_bytes(v)).sum();
         changes.admit(&self.base.usage, key, cell + values)?;
         let added = &mut changes.ordered_lists.entry(key.clone()).or_default().added;
         for (sort_key, value) in entries {
@@ -971,7 +982,7 @@ impl BundleUserState {
             let existed = committed.multimaps.contains_key(&key);
             let map = committed.multimaps.entry(key.clone()).or_default();
             if change.cleared {
-                size.removed += map.iter().map(|(k, v)| map_key_bytes(k, v)).sum::<usize>();
+                size.removed += multimap_bytes(map);
                 map.clear();
             }
             for (map_key, kc) in change.keys {

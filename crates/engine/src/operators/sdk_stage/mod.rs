@@ -27,7 +27,6 @@ use super::{Element, Elements, TaggedElements};
 use crate::bundle::{BundleRequest, BundleResult, OnSplit, Splits};
 use crate::dataflow::{JobContext, StageStatus};
 use crate::group_by_key::GroupByKeyBuffer;
-use crate::side_input::{SideInputSpec, SideInputs};
 use crate::time::{wall_millis, watermark_of, Time};
 use crate::timers::TimerStore;
 use crate::outputs::{OutputReader, OutputSpill};
@@ -46,7 +45,7 @@ use bundles::{cut_bundle, BundleLimits};
 use expiry::{drop_expired, set_expiration_timers};
 use residuals::{residual_hold, resume_at};
 pub(crate) use sides::SharedSides;
-use sides::{release_ready, side_specs, with_windows};
+use sides::{empty_views, release_ready, side_specs, with_windows};
 use sorted::TimeSorted;
 use spread::{even_parts, Spread, SPREAD_CHUNK_BYTES};
 use state::{Emission, InFlight};
@@ -213,8 +212,7 @@ pub(crate) fn sdk_stage<'s>(
         let builds_sides = worker_index % ctx.local_workers == 0;
         if live_sides {
             let graph = ctx.graph.clone();
-            let specs: Vec<SideInputSpec<'_>> = side_specs(&sdk, &graph).into_iter().map(|(s, _, _)| s).collect();
-            state.borrow_mut().side_inputs = Some(Arc::new(SideInputs::new(&specs)));
+            state.borrow_mut().side_inputs = Some(Arc::new(empty_views(&side_specs(&sdk, &graph))));
         }
         move |(input, frontier), (side_input, side_frontier), output| {
             let mut st = state.borrow_mut();
@@ -227,9 +225,7 @@ pub(crate) fn sdk_stage<'s>(
                 for (i, e) in data.drain(..) {
                     if !live_sides {
                         if builds_sides {
-                            let building = st.side_building.get_or_insert_with(|| {
-                                SideInputs::new(&sides.iter().map(|s| s.0).collect::<Vec<_>>())
-                            });
+                            let building = st.side_building.get_or_insert_with(|| empty_views(&sides));
                             if let Err(message) = building.insert(&sides[i as usize].0, &e, 0) {
                                 side_error.get_or_insert(message);
                             }
@@ -349,10 +345,7 @@ pub(crate) fn sdk_stage<'s>(
                 if !shares_sides {
                     st.side_inputs = Some(Arc::default());
                 } else if builds_sides {
-                    let built = st.side_building.take().unwrap_or_else(|| {
-                        SideInputs::new(&sides.iter().map(|s| s.0).collect::<Vec<_>>())
-                    });
-                    let built = Arc::new(built);
+                    let built = Arc::new(st.side_building.take().unwrap_or_else(|| empty_views(&sides)));
                     ctx.shared_sides.publish(stage_index, built.clone(), ctx.local_workers - 1);
                     st.side_inputs = Some(built);
                 } else {

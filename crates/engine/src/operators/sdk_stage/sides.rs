@@ -64,6 +64,11 @@ impl SharedSides {
     }
 }
 
+/// Views of `sides` with no data yet.
+pub(super) fn empty_views(sides: &[SideSpec<'_>]) -> SideInputs {
+    SideInputs::new(&sides.iter().map(|s| s.0).collect::<Vec<_>>())
+}
+
 /// A side input of an SDK stage: what to materialize, its WindowFn, and
 /// whether its trigger is not the default one.
 pub(super) type SideSpec<'a> = (SideInputSpec<'a>, weir_graph::SideWindowFn, bool);
