@@ -20,117 +20,367 @@ use weir_model::{Coder, PaneInfo, Timestamp, Window};
 use crate::merge_windows::Merges;
 use crate::spill::{write_run, Merger, RecordRef, RunReader};
 
-/// The values of one (key, window): their nested encodings back to back.
+/// Which of a group's element timestamps its pane's timestamp can need:
+/// the earliest (`EarliestInPane`) or else the latest (`LatestInPane`, and
+/// a custom window's end); one is kept per group, not both.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeepTs {
+    earliest: bool,
+}
+
+impl KeepTs {
+    fn new(output_time: &OutputTime) -> Self {
+        KeepTs {
+            earliest: matches!(output_time, OutputTime::EarliestInPane),
+        }
+    }
+    /// The kept timestamp of no elements.
+    fn none(self) -> Timestamp {
+        if self.earliest {
+            Timestamp::MAX
+        } else {
+            Timestamp::MIN
+        }
+    }
+    fn fold(self, a: Timestamp, b: Timestamp) -> Timestamp {
+        if self.earliest {
+            a.min(b)
+        } else {
+            a.max(b)
+        }
+    }
+}
+
+/// Appends `bytes` to a group's values, growing its allocation by half
+/// (not doubling, as `Vec` would): at most a third of it goes unused.
+fn extend_values(values: &mut Vec<u8>, bytes: &[u8]) {
+    if values.capacity() - values.len() < bytes.len() {
+        values.reserve_exact(bytes.len().max(values.capacity() / 2));
+    }
+    values.extend_from_slice(bytes);
+}
+
+/// The values of one (key, window): their nested encodings back to back,
+/// and the timestamp [`KeepTs`] keeps of theirs.
 #[derive(Debug)]
 pub(crate) struct Group {
     pub(crate) values: Vec<u8>,
     pub(crate) count: u64,
-    pub(crate) min_ts: Timestamp,
-    pub(crate) max_ts: Timestamp,
+    pub(crate) ts: Timestamp,
 }
 
 impl Group {
-    fn new() -> Self {
-        Group {
-            values: Vec::new(),
-            count: 0,
-            min_ts: Timestamp::MAX,
-            max_ts: Timestamp::MIN,
-        }
-    }
-    fn add(&mut self, ts: Timestamp, value: &[u8]) {
-        self.values.extend_from_slice(value);
-        self.count += 1;
-        self.min_ts = self.min_ts.min(ts);
-        self.max_ts = self.max_ts.max(ts);
-    }
-    fn absorb(&mut self, other: Group) {
+    fn absorb(&mut self, other: Group, keep: KeepTs) {
         if self.values.is_empty() {
             self.values = other.values;
         } else {
-            self.values.extend_from_slice(&other.values);
+            extend_values(&mut self.values, &other.values);
         }
         self.count += other.count;
-        self.min_ts = self.min_ts.min(other.min_ts);
-        self.max_ts = self.max_ts.max(other.max_ts);
+        self.ts = keep.fold(self.ts, other.ts);
     }
 }
 
-/// One key's groups: a single window (the common case, no inner map) or
-/// several, ordered by (max timestamp, window) so complete ones come first.
+/// One key's groups: none, a single window (the common case, its values
+/// in the slot's `data`), or several, ordered by (max timestamp, window)
+/// so complete ones come first.
 #[derive(Debug)]
 enum KeyGroups {
-    One(Window, Group),
-    Many(BTreeMap<(Timestamp, Window), Group>),
+    None,
+    One {
+        window: Window,
+        count: u64,
+        ts: Timestamp,
+    },
+    /// With the values the key got while it had windows, for hot-key
+    /// detection (a `One` group's count is its key's).
+    Many(BTreeMap<(Timestamp, Window), Group>, u64),
 }
 
-impl KeyGroups {
-    /// The group of `w`, created if absent (then `true`).
-    fn entry(&mut self, w: &Window) -> (&mut Group, bool) {
-        if let KeyGroups::One(have, _) = self {
-            if have == w {
-                let KeyGroups::One(_, g) = self else {
-                    unreachable!()
-                };
-                return (g, false);
-            }
-            let KeyGroups::One(have, g) = std::mem::replace(self, KeyGroups::Many(BTreeMap::new()))
-            else {
-                unreachable!()
-            };
-            let KeyGroups::Many(map) = self else {
-                unreachable!()
-            };
-            map.insert((have.max_timestamp(), have), g);
+/// One buffered key. Its memory is one allocation when it has one window
+/// (the values, then the key), plus this struct in a chunk of [`Slots`].
+#[derive(Debug)]
+struct Slot {
+    /// The values of a `KeyGroups::One` group, then the key's encoding
+    /// (the last `key_len` bytes).
+    data: Vec<u8>,
+    key_len: u32,
+    /// The key's hash ([`KeyHash`]): the lookup table rehashes from it.
+    hash: KeyHash,
+    groups: KeyGroups,
+}
+
+impl Slot {
+    fn new(key: &[u8], hash: KeyHash, value_bytes: usize) -> Result<Slot, String> {
+        let key_len = u32::try_from(key.len())
+            .map_err(|_| format!("a key of {} bytes: GroupByKey takes keys under 4 GiB", key.len()))?;
+        let mut data = Vec::with_capacity(key.len() + value_bytes);
+        data.extend_from_slice(key);
+        Ok(Slot {
+            data,
+            key_len,
+            hash,
+            groups: KeyGroups::None,
+        })
+    }
+
+    fn key(&self) -> &[u8] {
+        &self.data[self.data.len() - self.key_len as usize..]
+    }
+
+    /// The `One` group's values (empty otherwise).
+    fn one_values(&self) -> &[u8] {
+        &self.data[..self.data.len() - self.key_len as usize]
+    }
+
+    /// Appends `bytes` to the `One` group's values, keeping the key last.
+    fn append_one(&mut self, bytes: &[u8]) {
+        let start = self.data.len() - self.key_len as usize;
+        extend_values(&mut self.data, bytes);
+        self.data[start..].rotate_left(self.key_len as usize);
+    }
+
+    /// Takes the `One` group's values out of `data`, which keeps the key.
+    fn split_one(&mut self) -> Vec<u8> {
+        let key = self.data.split_off(self.data.len() - self.key_len as usize);
+        std::mem::replace(&mut self.data, key)
+    }
+
+    fn is_empty(&self) -> bool {
+        match &self.groups {
+            KeyGroups::None => true,
+            KeyGroups::One { .. } => false,
+            KeyGroups::Many(map, _) => map.is_empty(),
         }
-        let KeyGroups::Many(map) = self else {
+    }
+
+    /// The values this key got while it had windows.
+    fn seen(&self) -> u64 {
+        match &self.groups {
+            KeyGroups::None => 0,
+            KeyGroups::One { count, .. } => *count,
+            KeyGroups::Many(_, seen) => *seen,
+        }
+    }
+
+    /// Moves a `One` group into `Many`, so another window can join it.
+    fn to_many(&mut self) -> &mut BTreeMap<(Timestamp, Window), Group> {
+        match std::mem::replace(&mut self.groups, KeyGroups::Many(BTreeMap::new(), 0)) {
+            KeyGroups::One { window, count, ts } => {
+                let values = self.split_one();
+                let mut map = BTreeMap::new();
+                map.insert((window.max_timestamp(), window), Group { values, count, ts });
+                self.groups = KeyGroups::Many(map, count);
+            }
+            many @ KeyGroups::Many(..) => self.groups = many,
+            KeyGroups::None => {}
+        }
+        let KeyGroups::Many(map, _) = &mut self.groups else {
             unreachable!()
         };
+        map
+    }
+
+    /// Adds one value at `ts` to the group of `w`; true when the group is new.
+    fn add(&mut self, w: &Window, ts: Timestamp, value: &[u8], keep: KeepTs) -> bool {
+        match &mut self.groups {
+            KeyGroups::None => {
+                self.groups = KeyGroups::One {
+                    window: w.clone(),
+                    count: 1,
+                    ts,
+                };
+                self.append_one(value);
+                return true;
+            }
+            KeyGroups::One {
+                window,
+                count,
+                ts: kept,
+            } if window == w => {
+                *count += 1;
+                *kept = keep.fold(*kept, ts);
+                self.append_one(value);
+                return false;
+            }
+            _ => {}
+        }
+        let map = self.to_many();
+        let mut new = false;
+        let g = map.entry((w.max_timestamp(), w.clone())).or_insert_with(|| {
+            new = true;
+            Group {
+                values: Vec::new(),
+                count: 0,
+                ts: keep.none(),
+            }
+        });
+        extend_values(&mut g.values, value);
+        g.count += 1;
+        g.ts = keep.fold(g.ts, ts);
+        if let KeyGroups::Many(_, seen) = &mut self.groups {
+            *seen += 1;
+        }
+        new
+    }
+
+    /// Adds group `g` to the group of `w`; true when that group is new.
+    fn put(&mut self, w: &Window, g: Group, keep: KeepTs) -> bool {
+        match &mut self.groups {
+            KeyGroups::None => {
+                // The values become the allocation, the key joins them.
+                let key = std::mem::replace(&mut self.data, g.values);
+                self.data.extend_from_slice(&key);
+                self.groups = KeyGroups::One {
+                    window: w.clone(),
+                    count: g.count,
+                    ts: g.ts,
+                };
+                return true;
+            }
+            KeyGroups::One { window, count, ts } if window == w => {
+                *count += g.count;
+                *ts = keep.fold(*ts, g.ts);
+                self.append_one(&g.values);
+                return false;
+            }
+            _ => {}
+        }
+        let map = self.to_many();
         let k = (w.max_timestamp(), w.clone());
-        let new = !map.contains_key(&k);
-        (map.entry(k).or_insert_with(Group::new), new)
+        match map.get_mut(&k) {
+            Some(have) => {
+                have.absorb(g, keep);
+                false
+            }
+            None => {
+                map.insert(k, g);
+                true
+            }
+        }
     }
 
     fn remove(&mut self, w: &Window) -> Option<Group> {
-        match self {
-            KeyGroups::One(have, _) if have == w => {
-                let KeyGroups::One(_, g) =
-                    std::mem::replace(self, KeyGroups::Many(BTreeMap::new()))
+        match &self.groups {
+            KeyGroups::One { window, .. } if window == w => {
+                let KeyGroups::One { count, ts, .. } =
+                    std::mem::replace(&mut self.groups, KeyGroups::None)
                 else {
                     unreachable!()
                 };
-                Some(g)
+                Some(Group {
+                    values: self.split_one(),
+                    count,
+                    ts,
+                })
             }
-            KeyGroups::One(..) => None,
-            KeyGroups::Many(map) => map.remove(&(w.max_timestamp(), w.clone())),
+            KeyGroups::Many(..) => {
+                let KeyGroups::Many(map, _) = &mut self.groups else {
+                    unreachable!()
+                };
+                map.remove(&(w.max_timestamp(), w.clone()))
+            }
+            _ => None,
         }
     }
 
     fn windows(&self) -> Vec<Window> {
-        match self {
-            KeyGroups::One(w, _) => vec![w.clone()],
-            KeyGroups::Many(map) => map.keys().map(|(_, w)| w.clone()).collect(),
+        match &self.groups {
+            KeyGroups::None => Vec::new(),
+            KeyGroups::One { window, .. } => vec![window.clone()],
+            KeyGroups::Many(map, _) => map.keys().map(|(_, w)| w.clone()).collect(),
         }
     }
 
     fn any_window(&self, mut f: impl FnMut(&Window) -> bool) -> bool {
-        match self {
-            KeyGroups::One(w, _) => f(w),
-            KeyGroups::Many(map) => map.keys().any(|(_, w)| f(w)),
+        match &self.groups {
+            KeyGroups::None => false,
+            KeyGroups::One { window, .. } => f(window),
+            KeyGroups::Many(map, _) => map.keys().any(|(_, w)| f(w)),
         }
-    }
-
-    fn is_empty(&self) -> bool {
-        matches!(self, KeyGroups::Many(map) if map.is_empty())
     }
 }
 
-#[derive(Debug)]
-struct Slot {
-    key: Vec<u8>,
-    groups: KeyGroups,
-    /// Values seen for this key since the last hot-key report.
-    seen: u64,
+/// The slots holding windows that complete at each time.
+#[derive(Debug, Default)]
+struct Expiry {
+    /// Window max timestamp -> slots that got a window with it. Entries go
+    /// stale when windows merge or fire; stale ones are skipped.
+    by_time: BTreeMap<Timestamp, Vec<u32>>,
+    /// Some slot got the global window. The global window is not indexed
+    /// by slot: it completes once, for every key at once, and then a pass
+    /// over the slots fires them all.
+    global: bool,
+}
+
+impl Expiry {
+    /// Indexes slot `id`'s new window `w`.
+    fn index(&mut self, w: &Window, id: u32) {
+        if *w == Window::Global {
+            self.global = true;
+        } else {
+            self.by_time.entry(w.max_timestamp()).or_default().push(id);
+        }
+    }
+
+    /// True when a window may be complete under `complete`.
+    fn due(&self, complete: impl Fn(Timestamp) -> bool) -> bool {
+        self.by_time.first_key_value().is_some_and(|(t, _)| complete(*t))
+            || (self.global && complete(Window::Global.max_timestamp()))
+    }
+
+    fn clear(&mut self) {
+        self.by_time.clear();
+        self.global = false;
+    }
+}
+
+/// Keys per chunk of [`Slots`]: a chunk is 128 KiB, a size allocators
+/// serve without rounding up.
+const SLOT_CHUNK: usize = (128 << 10) / std::mem::size_of::<Option<Slot>>();
+
+/// The slots of a buffer, by id, in chunks of [`SLOT_CHUNK`]: growing
+/// never copies slots nor leaves half of a doubled vector unused.
+#[derive(Debug, Default)]
+struct Slots {
+    chunks: Vec<Vec<Option<Slot>>>,
+    len: usize,
+}
+
+impl Slots {
+    /// Appends an empty slot; returns its id.
+    fn push_empty(&mut self) -> usize {
+        if self.len % SLOT_CHUNK == 0 {
+            self.chunks.push(Vec::with_capacity(SLOT_CHUNK));
+        }
+        self.chunks.last_mut().expect("a chunk").push(None);
+        self.len += 1;
+        self.len - 1
+    }
+
+    fn get(&self, id: u32) -> Option<&Slot> {
+        let id = id as usize;
+        self.chunks.get(id / SLOT_CHUNK)?.get(id % SLOT_CHUNK)?.as_ref()
+    }
+
+    fn entry(&mut self, id: u32) -> &mut Option<Slot> {
+        let id = id as usize;
+        &mut self.chunks[id / SLOT_CHUNK][id % SLOT_CHUNK]
+    }
+
+    fn get_mut(&mut self, id: u32) -> Option<&mut Slot> {
+        let id = id as usize;
+        self.chunks.get_mut(id / SLOT_CHUNK)?.get_mut(id % SLOT_CHUNK)?.as_mut()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Slot> {
+        self.chunks.iter().flatten().flatten()
+    }
+
+    fn clear(&mut self) {
+        self.chunks.clear();
+        self.len = 0;
+    }
 }
 
 /// Buffered groups of one GroupByKey on one worker.
@@ -139,29 +389,30 @@ pub struct GroupByKeyBuffer {
     window_coder: Coder,
     windowing: Windowing,
     hasher: foldhash::fast::RandomState,
-    /// Slot ids with their key's hash ([`KeyHash`]): lookups compare keys
-    /// only on equal hashes, and growing the table rehashes no key.
-    table: HashTable<(u32, KeyHash)>,
-    slots: Vec<Option<Slot>>,
+    /// Slot ids, found by their key's hash (rehashed from the hash in
+    /// each slot when the table grows).
+    table: HashTable<u32>,
+    slots: Slots,
     /// Slot ids free for reuse (not in `table`).
     free: Vec<u32>,
     /// Slot ids freed but still in `table` (skipped by lookups); dropped
     /// from it in one pass once they outnumber the live keys.
     dead: Vec<u32>,
     live: usize,
-    /// Window max timestamp -> slots that got a window with it. Entries go
-    /// stale when windows merge or fire; stale ones are skipped.
-    expiry: BTreeMap<Timestamp, Vec<u32>>,
+    /// Which slots have windows that complete when.
+    expiry: Expiry,
     /// The key with most values so far (slot, key, count), for hot-key
     /// detection, and the values seen in all.
     hot: Option<(Option<u32>, Vec<u8>, u64)>,
     total: u64,
-    /// Keys that got values since the last hot-key report.
+    /// Keys that got a slot since the last hot-key report.
     keys_seen: u64,
     /// Keys with windows a custom merging WindowFn has not merged yet.
     unmerged: HashSet<Vec<u8>>,
     /// Bytes of keys and values held (without per-group overhead).
     held_bytes: usize,
+    /// Which timestamp of its elements each group keeps.
+    keep: KeepTs,
     /// Set by [`Self::with_spill`].
     spill: Option<Spill>,
 }
@@ -182,9 +433,9 @@ struct Spill {
     error: Option<String>,
 }
 
-/// Memory a buffered key costs beyond its key and value bytes (slot, group,
-/// table and index entries, allocator headers), for the spill budget.
-const KEY_OVERHEAD: usize = 192;
+/// Memory a buffered key costs beyond its key and value bytes (its slot,
+/// table and expiry entries, allocator rounding), for the spill budget.
+const KEY_OVERHEAD: usize = 96;
 
 /// A key holding most of a GroupByKey's values on one worker.
 #[derive(Debug, PartialEq)]
@@ -204,7 +455,7 @@ const HOT_KEY_MIN_VALUES: u64 = 1000;
 /// `textio.Write`), and half the values on one key is no skew.
 const HOT_KEY_MIN_KEYS: u64 = 8;
 
-/// The hash of a key's bytes kept beside its slot id in the lookup table.
+/// The hash of a key's bytes, kept in its slot.
 type KeyHash = u32;
 
 /// A [`KeyHash`] as the table's 64-bit hash: multiplied by an odd
@@ -327,16 +578,17 @@ impl GroupByKeyBuffer {
     /// (`input_coder` must be a KV coder) grouped under `windowing`.
     pub fn new(input_coder: Coder, window_coder: Coder, windowing: Windowing) -> Self {
         GroupByKeyBuffer {
+            keep: KeepTs::new(&windowing.output_time),
             input_coder,
             window_coder,
             windowing,
             hasher: foldhash::fast::RandomState::default(),
             table: HashTable::new(),
-            slots: Vec::new(),
+            slots: Slots::default(),
             free: Vec::new(),
             dead: Vec::new(),
             live: 0,
-            expiry: BTreeMap::new(),
+            expiry: Expiry::default(),
             hot: None,
             total: 0,
             keys_seen: 0,
@@ -400,26 +652,38 @@ impl GroupByKeyBuffer {
         if self.live == 0 {
             return Ok(());
         }
-        fn record<'a>(key: &'a [u8], w: &Window, g: &'a Group) -> RecordRef<'a> {
+        // A group keeps one timestamp (KeepTs): it is both bounds of its
+        // record, and the merge's min and max keep it right.
+        fn record<'a>(
+            key: &'a [u8],
+            w: &Window,
+            count: u64,
+            ts: Timestamp,
+            values: &'a [u8],
+        ) -> RecordRef<'a> {
             let mut window = Vec::new();
             w.encode(&mut window);
             RecordRef {
                 expiry: w.max_timestamp(),
                 key,
                 window,
-                min_ts: g.min_ts,
-                max_ts: g.max_ts,
-                count: g.count,
-                values: &g.values,
+                min_ts: ts,
+                max_ts: ts,
+                count,
+                values,
             }
         }
         let mut records = Vec::with_capacity(self.live);
-        for slot in self.slots.iter().flatten() {
+        for slot in self.slots.iter() {
             match &slot.groups {
-                KeyGroups::One(w, g) => records.push(record(&slot.key, w, g)),
-                KeyGroups::Many(map) => {
-                    records.extend(map.iter().map(|((_, w), g)| record(&slot.key, w, g)))
+                KeyGroups::None => {}
+                KeyGroups::One { window, count, ts } => {
+                    records.push(record(slot.key(), window, *count, *ts, slot.one_values()))
                 }
+                KeyGroups::Many(map, _) => records.extend(
+                    map.iter()
+                        .map(|((_, w), g)| record(slot.key(), w, g.count, g.ts, &g.values)),
+                ),
             }
         }
         let parts = records.len();
@@ -455,10 +719,7 @@ impl GroupByKeyBuffer {
     /// complete groups are merged out, at most `chunk` bytes per call.
     fn take_complete_spilled(&mut self, complete: &impl Fn(Timestamp) -> bool) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
-        let mem_due = self
-            .expiry
-            .first_key_value()
-            .is_some_and(|(t, _)| complete(*t));
+        let mem_due = self.expiry.due(complete);
         let spill = self.spill.as_ref().expect("spilling");
         let run_due = spill.merger.next_expiry().is_some_and(complete);
         if !mem_due && !run_due {
@@ -538,56 +799,58 @@ impl GroupByKeyBuffer {
     }
 
     fn find(&self, key: &[u8]) -> Option<u32> {
-        let h = self.key_hash(key);
-        let slots = &self.slots;
-        self.table
-            .find(spread(h), |&(id, other)| {
-                other == h && slots[id as usize].as_ref().is_some_and(|s| s.key == key)
-            })
-            .map(|&(id, _)| id)
+        self.find_hashed(key, self.key_hash(key))
     }
 
-    /// The slot of `key`, created if absent.
-    fn slot_for(&mut self, key: &[u8]) -> u32 {
-        if let Some(id) = self.find(key) {
-            return id;
+    fn find_hashed(&self, key: &[u8], h: KeyHash) -> Option<u32> {
+        let slots = &self.slots;
+        self.table
+            .find(spread(h), |&id| {
+                slots.get(id).is_some_and(|s| s.hash == h && s.key() == key)
+            })
+            .copied()
+    }
+
+    /// The slot of `key`, created if absent with room for `value_bytes`.
+    fn slot_for(&mut self, key: &[u8], value_bytes: usize) -> Result<u32, String> {
+        let h = self.key_hash(key);
+        if let Some(id) = self.find_hashed(key, h) {
+            return Ok(id);
         }
+        let slot = Slot::new(key, h, value_bytes)?;
         let id = match self.free.pop() {
             Some(id) => id,
-            None => {
-                self.slots.push(None);
-                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 keys per worker")
-            }
+            None => u32::try_from(self.slots.push_empty())
+                .map_err(|_| "GroupByKey takes fewer than 2^32 keys per worker".to_string())?,
         };
-        self.slots[id as usize] = Some(Slot {
-            key: key.to_vec(),
-            groups: KeyGroups::Many(BTreeMap::new()),
-            seen: 0,
-        });
+        *self.slots.entry(id) = Some(slot);
         self.live += 1;
+        self.keys_seen += 1;
         self.held_bytes += key.len();
-        let h = self.key_hash(key);
         if !self.dead.is_empty() && self.table.len() >= self.table.capacity() {
             // The table is about to grow: drop dead entries first.
             self.drop_dead();
         }
-        self.table
-            .insert_unique(spread(h), (id, h), |&(_, other)| spread(other));
-        id
+        let slots = &self.slots;
+        // A dead entry (freed slot) rehashes anywhere: lookups skip it.
+        self.table.insert_unique(spread(h), id, |&id| {
+            slots.get(id).map_or(0, |s| spread(s.hash))
+        });
+        Ok(id)
     }
 
     /// Removes freed slots from the table; their ids become reusable.
     fn drop_dead(&mut self) {
         let slots = &self.slots;
-        self.table.retain(|(id, _)| slots[*id as usize].is_some());
+        self.table.retain(|id| slots.get(*id).is_some());
         self.free.append(&mut self.dead);
     }
 
     fn free_slot(&mut self, id: u32) {
-        let Some(slot) = self.slots[id as usize].take() else {
+        let Some(slot) = self.slots.entry(id).take() else {
             return;
         };
-        self.held_bytes -= slot.key.len();
+        self.held_bytes -= slot.key_len as usize;
         self.live -= 1;
         self.dead.push(id);
         if self.live == 0 {
@@ -606,35 +869,25 @@ impl GroupByKeyBuffer {
     }
 
     fn slot_mut(&mut self, id: u32) -> &mut Slot {
-        self.slots[id as usize].as_mut().expect("live slot")
+        self.slots.get_mut(id).expect("live slot")
     }
 
     /// Adds one input element (an encoded windowed KV).
     pub fn insert(&mut self, element: &[u8]) -> Result<(), String> {
         let p = parse(&self.input_coder, &self.window_coder, element)?;
-        let id = self.slot_for(p.key);
         let windows = p.windows.as_slice();
+        let id = self.slot_for(p.key, p.value.len() * windows.len())?;
         let n = windows.len() as u64;
+        let keep = self.keep;
         // Split borrows: the slot is updated while its new windows are indexed.
         let (slots, expiry) = (&mut self.slots, &mut self.expiry);
-        let slot = slots[id as usize].as_mut().expect("live slot");
-        if slot.seen == 0 {
-            self.keys_seen += 1;
-        }
-        slot.seen += n;
-        let seen = slot.seen;
+        let slot = slots.get_mut(id).expect("live slot");
         for w in windows {
-            let mut new = false;
-            if slot.groups.is_empty() {
-                slot.groups = KeyGroups::One(w.clone(), Group::new());
-                new = true;
-            }
-            let (g, created) = slot.groups.entry(w);
-            g.add(p.timestamp, p.value);
-            if new || created {
-                expiry.entry(w.max_timestamp()).or_default().push(id);
+            if slot.add(w, p.timestamp, p.value, keep) {
+                expiry.index(w, id);
             }
         }
+        let seen = slot.seen();
         self.held_bytes += p.value.len() * windows.len();
         self.total += n;
         let over = self.spill.as_ref().is_some_and(|s| {
@@ -657,9 +910,8 @@ impl GroupByKeyBuffer {
         }
         match self.windowing.window_fn {
             WindowFn::Sessions { .. } => {
-                let slot = self.slot_mut(id);
-                let merges = match &slot.groups {
-                    KeyGroups::Many(map) if map.len() > 1 => {
+                let merges = match &self.slot_mut(id).groups {
+                    KeyGroups::Many(map, _) if map.len() > 1 => {
                         session_merges(map.keys().map(|(_, w)| w))
                     }
                     _ => Vec::new(),
@@ -683,24 +935,20 @@ impl GroupByKeyBuffer {
             if members == [target.clone()] {
                 continue;
             }
+            let keep = self.keep;
             let slot = self.slot_mut(id);
-            let mut g = Group::new();
+            let mut g = Group {
+                values: Vec::new(),
+                count: 0,
+                ts: keep.none(),
+            };
             for m in members {
-                if let Some(old) = slot.groups.remove(&m) {
-                    g.absorb(old);
+                if let Some(old) = slot.remove(&m) {
+                    g.absorb(old, keep);
                 }
             }
-            let was_empty = slot.groups.is_empty();
-            if was_empty {
-                slot.groups = KeyGroups::One(target.clone(), Group::new());
-            }
-            let (into, new) = slot.groups.entry(&target);
-            into.absorb(g);
-            if was_empty || new {
-                self.expiry
-                    .entry(target.max_timestamp())
-                    .or_default()
-                    .push(id);
+            if slot.put(&target, g, keep) {
+                self.expiry.index(&target, id);
             }
         }
     }
@@ -711,9 +959,9 @@ impl GroupByKeyBuffer {
     pub fn needs_merge(&self, complete: impl Fn(Timestamp) -> bool) -> bool {
         self.unmerged.iter().any(|k| {
             self.find(k).is_some_and(|id| {
-                self.slots[id as usize]
-                    .as_ref()
-                    .is_some_and(|s| s.groups.any_window(|w| complete(w.max_timestamp())))
+                self.slots
+                    .get(id)
+                    .is_some_and(|s| s.any_window(|w| complete(w.max_timestamp())))
             })
         })
     }
@@ -725,7 +973,7 @@ impl GroupByKeyBuffer {
         keys.into_iter()
             .filter_map(|k| {
                 let id = self.find(&k)?;
-                let windows = self.slots[id as usize].as_ref()?.groups.windows();
+                let windows = self.slots.get(id)?.windows();
                 Some((k, windows))
             })
             .collect()
@@ -741,8 +989,9 @@ impl GroupByKeyBuffer {
 
     /// The key with most values, when it holds at least half of all values
     /// this buffer saw and at least a thousand (one key's values cannot be
-    /// spread over workers); then resets the counts. A key's count covers
-    /// the values it got while it had buffered windows.
+    /// spread over workers); then resets the counts of all values and of
+    /// keys. A key's count covers the values it got while it had buffered
+    /// windows, so a key still buffered keeps its count.
     pub fn take_hot_key(&mut self) -> Option<HotKey> {
         let hot = self.hot.take();
         let total = std::mem::take(&mut self.total);
@@ -753,10 +1002,6 @@ impl GroupByKeyBuffer {
             self.dead.clear();
             self.table.clear();
             self.expiry.clear();
-        } else {
-            for s in self.slots.iter_mut().flatten() {
-                s.seen = 0;
-            }
         }
         let (_, key, values) = hot?;
         (keys >= HOT_KEY_MIN_KEYS && values >= HOT_KEY_MIN_VALUES && values * 2 >= total).then_some(HotKey {
@@ -797,12 +1042,21 @@ impl GroupByKeyBuffer {
             return self.take_complete_spilled(&complete);
         }
         let mut out = Vec::new();
-        while let Some(entry) = self.expiry.first_entry() {
+        while let Some(entry) = self.expiry.by_time.first_entry() {
             if !complete(*entry.key()) {
                 break;
             }
             for id in entry.remove() {
                 self.fire_slot(id, &complete, &mut out);
+            }
+        }
+        if self.expiry.global && complete(Window::Global.max_timestamp()) {
+            self.expiry.global = false;
+            for id in 0..self.slots.len {
+                if self.live == 0 {
+                    break;
+                }
+                self.fire_slot(id as u32, &complete, &mut out);
             }
         }
         out
@@ -817,36 +1071,42 @@ impl GroupByKeyBuffer {
     ) {
         let output_time = self.windowing.output_time.clone();
         let end_of_global_window = self.windowing.end_of_global_window;
-        let Some(slot) = self.slots.get_mut(id as usize).and_then(Option::as_mut) else {
+        let Some(slot) = self.slots.get_mut(id) else {
             return;
         };
         let mut fired = 0usize;
-        let mut emit = |key: &[u8], w: &Window, g: &Group| {
-            let ts = pane_timestamp(&output_time, end_of_global_window, w, g.min_ts, g.max_ts);
+        let mut emit = |key: &[u8], w: &Window, count: u64, ts: Timestamp, values: &[u8]| {
+            let ts = pane_timestamp(&output_time, end_of_global_window, w, ts, ts);
             let mut bytes = Vec::new();
-            encode_pane(key, w, ts, g.count, &g.values, &mut bytes);
+            encode_pane(key, w, ts, count, values, &mut bytes);
             out.push(bytes);
-            fired += g.values.len();
+            fired += values.len();
         };
         match &mut slot.groups {
-            KeyGroups::One(w, g) => {
-                if !complete(w.max_timestamp()) {
+            KeyGroups::None => {}
+            KeyGroups::One { window, .. } => {
+                if !complete(window.max_timestamp()) {
                     return;
                 }
-                emit(&slot.key, w, g);
-                slot.groups = KeyGroups::Many(BTreeMap::new());
+                let KeyGroups::One { window, count, ts } =
+                    std::mem::replace(&mut slot.groups, KeyGroups::None)
+                else {
+                    unreachable!()
+                };
+                emit(slot.key(), &window, count, ts, slot.one_values());
             }
-            KeyGroups::Many(map) => {
+            KeyGroups::Many(map, _) => {
                 while let Some(e) = map.first_entry() {
                     if !complete(e.key().0) {
                         break;
                     }
                     let ((_, w), g) = e.remove_entry();
-                    emit(&slot.key, &w, &g);
+                    let key = &slot.data[slot.data.len() - slot.key_len as usize..];
+                    emit(key, &w, g.count, g.ts, &g.values);
                 }
             }
         }
-        let empty = slot.groups.is_empty();
+        let empty = slot.is_empty();
         self.held_bytes -= fired;
         if empty {
             self.free_slot(id);
@@ -1295,6 +1555,48 @@ mod index_tests {
                 ("b".into(), iw(30, 40), 39, vec![2]),
             ]
         );
+    }
+
+    /// Keys of many lengths, values interleaved, some keys gaining a second
+    /// window (their one group then moves out of the key's allocation) and
+    /// losing it: every group fires with its own key, values and timestamp.
+    #[test]
+    fn interleaved_keys_of_any_length_keep_their_groups() {
+        for output_time in [OutputTime::EarliestInPane, OutputTime::LatestInPane] {
+            let earliest = matches!(output_time, OutputTime::EarliestInPane);
+            let mut b = buffer(WindowFn::NonMerging, output_time);
+            let mut want: BTreeMap<(String, Window), (i64, Vec<u8>)> = BTreeMap::new();
+            for round in 0..6u8 {
+                for len in 0..40usize {
+                    let key = "k".repeat(len);
+                    // Keys of odd length get a second window in round 3.
+                    let w = if round == 3 && len % 2 == 1 { iw(100, 200) } else { iw(0, 100) };
+                    let ts = (w.max_timestamp().0 - i64::from(round) * 7 - len as i64).max(0);
+                    let v = round * 40 + len as u8 % 40;
+                    b.insert(&element(&key, v % 128, ts, vec![w.clone()])).unwrap();
+                    let e = want.entry((key, w)).or_insert((ts, Vec::new()));
+                    e.0 = if earliest { e.0.min(ts) } else { e.0.max(ts) };
+                    e.1.push(v % 128);
+                }
+            }
+            let first: Vec<_> = want
+                .iter()
+                .filter(|((_, w), _)| *w == iw(0, 100))
+                .map(|((k, w), (ts, vs))| (k.clone(), w.clone(), *ts, vs.clone()))
+                .collect();
+            let mut first_sorted = first.clone();
+            first_sorted.sort();
+            assert_eq!(decoded(&b.take_complete(|t| Timestamp(100) > t)), first_sorted);
+            let mut rest: Vec<_> = want
+                .iter()
+                .filter(|((_, w), _)| *w == iw(100, 200))
+                .map(|((k, w), (ts, vs))| (k.clone(), w.clone(), *ts, vs.clone()))
+                .collect();
+            rest.sort();
+            assert_eq!(decoded(&b.take_complete(|_| true)), rest);
+            assert!(b.is_empty());
+            assert_eq!(b.held_bytes(), 0);
+        }
     }
 
     /// The output bytes equal those built the plain way (decode, collect
