@@ -272,7 +272,8 @@ def main():
     rows = [dict(benchmark='GroupByKey (Python)', case='GBK %d records' % n,
                  runner='weir' if runner == 'weir_process' else runner, env=envs[runner],
                  wall=r['wall'], runner_cpu=r['runner_cpu'], sdk_cpu=r['sdk_cpu'],
-                 rss_mib=r['total_rss'] / mib)
+                 rss_mib=r['total_rss'] / mib,
+                 runner_rss_mib=r['runner_rss'] / mib if r.get('runner_rss') else None)
             for (runner, n), r in sorted(results.items(),
                                          key=lambda kv: (kv[0][1], order.get(kv[0][0], 9)))]
     with open(args.json, 'w') as f:

@@ -269,6 +269,7 @@ def main():
                        wall=med(rs, 'wall'), runner_cpu=med(rs, 'runner_cpu'),
                        sdk_cpu=med(rs, 'sdk_cpu'),
                        rss_mib=max(r['runner_rss'] + r['client_rss'] for r in rs) / mib,
+                       runner_rss_mib=max(r['runner_rss'] for r in rs) / mib,
                        elements=min(r['total'] for r in rs), counted=min(r['count'] for r in rs),
                        p50_ms=med(rs, 'p50_ms'), p99_ms=max(r.get('p99_ms', float('nan')) for r in rs),
                        max_ms=max(r.get('max_ms', float('nan')) for r in rs),

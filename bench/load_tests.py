@@ -180,7 +180,11 @@ def run_client(py, module, opts, out_dir, timeout, server=None):
       sdk_cpu += wb.tree_cpu_total(sampler.weir_proc)
   text = read(log_path)
   r = dict(wall=wall, ok=(rc == 0), log=log_path, metrics=metrics(text),
-           runner_cpu=sampler.runner.cpu() if server else None, sdk_cpu=sdk_cpu)
+           runner_cpu=sampler.runner.cpu() if server else None, sdk_cpu=sdk_cpu,
+           # Peaks at the 0.1 s samples: the whole (client, server and its
+           # SDK workers) and the server alone.
+           peak_rss=sampler.peak_rss,
+           runner_rss=sampler.runner.peak_rss if server else None)
   if timed_out:
     r['error'] = 'TIMEOUT after %.0f s' % timeout
   elif rc != 0:
@@ -268,6 +272,9 @@ def median_result(rs, strict):
   for k in ('wall', 'runner_cpu', 'sdk_cpu'):
     vals = [r[k] for r in ok if r.get(k) is not None]
     out[k] = statistics.median(vals) if vals else None
+  for k in ('peak_rss', 'runner_rss'):
+    vals = [r[k] for r in ok if r.get(k) is not None]
+    out[k] = max(vals) if vals else None
   return out
 
 
@@ -414,7 +421,10 @@ def main():
                  env=envs[runner],
                  wall=r['wall'] if r['ok'] else None,
                  runner_cpu=r['runner_cpu'] if r['ok'] else None,
-                 sdk_cpu=r['sdk_cpu'] if r['ok'] else None, rss_mib=None,
+                 sdk_cpu=r['sdk_cpu'] if r['ok'] else None,
+                 rss_mib=r['peak_rss'] / 2**20 if r['ok'] and r.get('peak_rss') else None,
+                 runner_rss_mib=(r['runner_rss'] / 2**20
+                                 if r['ok'] and r.get('runner_rss') else None),
                  ok=r['ok'])
             for (name, runner), r in results.items()]
     with open(args.json, 'w') as f:

@@ -199,7 +199,8 @@ def main():
                          env='LOOPBACK', wall=med(rs, 'wall'), runner_cpu=med(rs, 'runner_cpu'),
                          sdk_cpu=med(rs, 'sdk_cpu'),
                          rss_mib=(max(r['runner_rss'] for r in rs) +
-                                  max(r['client_rss'] for r in rs)) / mib))
+                                  max(r['client_rss'] for r in rs)) / mib,
+                         runner_rss_mib=max(r['runner_rss'] for r in rs) / mib))
     with open(args.json, 'w') as f:
       json.dump(dict(benchmark='polyglot', copies=args.copies, rounds=args.rounds,
                      ok=not failed, rows=rows,

@@ -4,9 +4,9 @@ a chart (called by bench/all.sh).
 Each benchmark's JSON has `rows`: one per (case, runner[, environment]) with
 wall s, runner CPU s (the job server process; none for DirectRunner), SDK
 CPU s (everything else: SDK harnesses and the client), peak RSS MiB (runner +
-SDK). Writes
+SDK) and the runner's own peak RSS MiB. Writes
   * OUT/summary.md: one table of every row, with the Weir / other ratios of
-    wall time and total CPU (runner + SDK) of the same case, the latency
+    wall time, total CPU (runner + SDK) and runner RSS of the same case, the latency
     table, and each benchmark's status (ok, FAILED, not run);
   * OUT/ratios.png: bars of Weir/Prism and Weir/DirectRunner, wall and CPU,
     per case (log scale; below 1 means Weir is faster or cheaper).
@@ -75,25 +75,29 @@ def main():
   if args.note:
     lines += [args.note, '']
   lines += ['Wall time, CPU seconds of the runner (the job server process) and of the SDK '
-            '(harnesses and client; all of DirectRunner), peak RSS of runner + SDK. '
+            '(harnesses and client; all of DirectRunner), peak RSS of runner + SDK and of '
+            'the runner alone (sampled every 0.1 s or so). '
             'Ratios are Weir / this row, for the same case (Weir in the same environment '
-            'where there is one): below 1 means Weir is faster or cheaper. CPU is runner + SDK.',
+            'where there is one): below 1 means Weir is faster or cheaper. CPU is runner + SDK; '
+            'RSS is the runner\'s (the job server process; DirectRunner has none).',
             '',
             '| benchmark | case | runner | environment | wall s | CPU s runner | CPU s SDK '
-            '| peak RSS MiB | Weir/this wall | Weir/this CPU |',
-            '|---|---|---|---|---:|---:|---:|---:|---:|---:|']
+            '| peak RSS MiB | runner RSS MiB | Weir/this wall | Weir/this CPU '
+            '| Weir/this runner RSS |',
+            '|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|']
   for r in rows:
-    wr = cr = None
+    wr = cr = rr = None
     if r['runner'] != 'weir':
       w = weir_for(rows, r['case'], r)
       if w:
         wr = ratio(w.get('wall'), r.get('wall'))
         cr = ratio(total_cpu(w), total_cpu(r))
+        rr = ratio(w.get('runner_rss_mib'), r.get('runner_rss_mib'))
         ratios.append((r['case'], r['runner'], wr, cr))
-    lines.append('| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
+    lines.append('| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
         r['benchmark'], r['case'], r['runner'], r.get('env', ''), fmt(r.get('wall')),
         fmt(r.get('runner_cpu')), fmt(r.get('sdk_cpu')), fmt(r.get('rss_mib'), 0),
-        fmt(wr), fmt(cr)))
+        fmt(r.get('runner_rss_mib'), 0), fmt(wr), fmt(cr), fmt(rr)))
 
   lat = docs.get('latency')
   if lat:

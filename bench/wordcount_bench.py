@@ -100,6 +100,7 @@ class Group:
     self.cpu_by_proc = {}
     self.baseline = {}
     self.rss_now = 0
+    self.peak_rss = 0  # most RSS of the set at one sample
 
   def sample(self, procs):
     rss = 0
@@ -113,6 +114,7 @@ class Group:
         continue
       self.cpu_by_proc[key] = max(self.cpu_by_proc.get(key, 0.0), cpu)
     self.rss_now = rss
+    self.peak_rss = max(self.peak_rss, rss)
 
   def set_baseline(self):
     self.baseline = dict(self.cpu_by_proc)
@@ -361,8 +363,8 @@ def run_weir(py, weir_bin, input_path, out_dir, env_type, interval, timeout, pri
     # From the server's start: a prewarmed fork server's import counts.
     tree = tree_cpu_total(s.weir_proc)
     sdk_cpu = max(s.sdk.cpu(), tree)
-    return dict(wall=wall, peak_rss=s.peak_rss, runner_cpu=s.runner.cpu(),
-                sdk_cpu=sdk_cpu, sdk_cpu_sampled=s.sdk.cpu(), sdk_cpu_tree=tree,
+    return dict(wall=wall, peak_rss=s.peak_rss, runner_rss=s.runner.peak_rss,
+                runner_cpu=s.runner.cpu(), sdk_cpu=sdk_cpu, sdk_cpu_sampled=s.sdk.cpu(), sdk_cpu_tree=tree,
                 sdk_procs=s.sdk.count(), client_cpu=s.client_cpu(),
                 client_cpu_sampled=s.client.cpu(),
                 samples=s.samples, prefix=prefix)
@@ -539,7 +541,7 @@ def median_run(rs):
   for k, v in rs[0].items():
     if isinstance(v, (int, float)) and not isinstance(v, bool):
       vals = [r[k] for r in rs]
-      out[k] = max(vals) if k == 'peak_rss' else statistics.median(vals)
+      out[k] = max(vals) if k in ('peak_rss', 'runner_rss') else statistics.median(vals)
   return out
 
 
@@ -571,7 +573,8 @@ def print_rounds(runs, cpu):
 def write_json(args, results, same, size_mb, runs):
   """Results, and `rows` in bench/summary.py's form: SDK CPU is everything
   that is not the runner (Weir's SDK workers and the client; all of
-  DirectRunner's client process tree), RSS the process tree's peak."""
+  DirectRunner's client process tree), RSS the process tree's peak and the
+  runner's own."""
   mib = 1024 * 1024
   case = 'wordcount %.0f MB' % size_mb
   rows = []
@@ -581,7 +584,8 @@ def write_json(args, results, same, size_mb, runs):
                           else args.weir_env),
                      wall=r['wall'], runner_cpu=r.get('runner_cpu'),
                      sdk_cpu=r.get('sdk_cpu', 0.0) + r['client_cpu'],
-                     rss_mib=r['peak_rss'] / mib))
+                     rss_mib=r['peak_rss'] / mib,
+                     runner_rss_mib=r['runner_rss'] / mib if r.get('runner_rss') else None))
   with open(args.json, 'w') as f:
     json.dump(dict(benchmark='wordcount', copies=args.copies, size_mb=size_mb,
                    rounds=args.rounds, outputs_equal=same, ok=same, results=results,
