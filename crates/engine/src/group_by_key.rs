@@ -14,7 +14,7 @@ use std::hash::BuildHasher;
 
 use hashbrown::HashTable;
 use weir_graph::{OutputTime, WindowFn, Windowing};
-use weir_model::windowed_value::decode_windows;
+use weir_model::windowed_value::{begin_iterable, decode_windows, end_iterable};
 use weir_model::{Coder, PaneInfo, Timestamp, Window};
 
 use crate::merge_windows::Merges;
@@ -547,9 +547,9 @@ pub(crate) fn encode_pane(
     window.encode(out);
     PaneInfo::ON_TIME_AND_ONLY_FIRING.encode(out);
     out.extend_from_slice(key);
-    let n = i32::try_from(count).expect("iterable longer than i32::MAX elements");
-    out.extend_from_slice(&n.to_be_bytes());
+    let chunked = begin_iterable(count, out);
     out.extend_from_slice(values);
+    end_iterable(chunked, out);
 }
 
 /// The timestamp of a fired group's pane under `output_time`; a global
@@ -1597,6 +1597,15 @@ mod index_tests {
             assert!(b.is_empty());
             assert_eq!(b.held_bytes(), 0);
         }
+    }
+
+    /// A group past `i32::MAX` values fires in the iterable's chunked form
+    /// (no panic): count -1, one chunk of them all, an empty chunk.
+    #[test]
+    fn a_group_past_i32_max_values_fires_chunked() {
+        let mut out = Vec::new();
+        encode_pane(b"\x01k", &Window::Global, Timestamp(0), 1 << 31, b"vv", &mut out);
+        assert!(out.ends_with(b"\x01k\xff\xff\xff\xff\x80\x80\x80\x80\x08vv\x00"));
     }
 
     /// The output bytes equal those built the plain way (decode, collect

@@ -232,15 +232,41 @@ pub fn split_kv<'a>(kv_coder: &Coder, bytes: &'a [u8]) -> Result<(&'a [u8], &'a 
     }
 }
 
-/// Encode an iterable of already-encoded element byte strings in the non-chunked form: 4-byte BE count then the elements.
-///
-/// Each element must already be in nested form for the element coder; the
-/// count must fit in an `i32` (panics otherwise).
+/// Encode an iterable of already-encoded element byte strings (each in
+/// nested form for the element coder): see [`begin_iterable`].
 pub fn encode_iterable<'a>(elements: impl ExactSizeIterator<Item = &'a [u8]>, out: &mut Vec<u8>) {
-    let n = i32::try_from(elements.len()).expect("iterable longer than i32::MAX elements");
-    out.extend_from_slice(&n.to_be_bytes());
+    let chunked = begin_iterable(elements.len() as u64, out);
     for e in elements {
         out.extend_from_slice(e);
+    }
+    end_iterable(chunked, out);
+}
+
+/// Writes the head of an iterable of `count` elements (`beam:coder:iterable:v1`)
+/// whose encodings the caller appends next: the 4-byte BE count, or past
+/// `i32::MAX` elements the chunked form's count -1 and one chunk's varint
+/// count. Returns whether it chose the chunked form, whose end
+/// [`end_iterable`] then writes after the elements.
+pub fn begin_iterable(count: u64, out: &mut Vec<u8>) -> bool {
+    match i32::try_from(count) {
+        Ok(n) => {
+            out.extend_from_slice(&n.to_be_bytes());
+            false
+        }
+        Err(_) => {
+            out.extend_from_slice(&(-1i32).to_be_bytes());
+            // Under 2^63 elements: no u64 count of real data is larger.
+            crate::varint::encode_varint(count as i64, out);
+            true
+        }
+    }
+}
+
+/// Ends an iterable [`begin_iterable`] began: the chunked form's empty
+/// last chunk (varint 0), nothing for the counted form.
+pub fn end_iterable(chunked: bool, out: &mut Vec<u8>) {
+    if chunked {
+        out.push(0);
     }
 }
 
@@ -258,6 +284,24 @@ mod tests {
             .step_by(2)
             .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
             .collect()
+    }
+
+    /// Past `i32::MAX` elements an iterable takes the chunked form, which
+    /// the iterable coder reads back.
+    #[test]
+    fn iterables_past_i32_max_elements_are_chunked() {
+        let mut out = Vec::new();
+        let chunked = begin_iterable(1 << 31, &mut out);
+        end_iterable(chunked, &mut out);
+        assert!(chunked);
+        assert_eq!(hex(&out), "ffffffff" .to_owned() + "8080808008" + "00");
+        let mut small = Vec::new();
+        assert!(!begin_iterable(3, &mut small));
+        assert_eq!(hex(&small), "00000003");
+        // The chunked form of three varints reads back as them.
+        let coder = Coder::Iterable(Box::new(Coder::VarInt));
+        let bytes = unhex("ffffffff 03 01 02 03 00");
+        assert_eq!(coder.encoded_len(&bytes).unwrap(), bytes.len());
     }
 
     #[test]
