@@ -3,11 +3,17 @@
 //! when the watermark passes the window's end.
 //!
 //! The cost of an element does not grow with what is buffered: keys live in
-//! a slab found through a foldhash table over their encoded bytes, each
-//! group's values are one contiguous byte run (the body of the encoded
-//! iterable it fires as), and every window is indexed by its max timestamp,
-//! so [`GroupByKeyBuffer::take_complete`] visits only windows that became
-//! complete (no scan of all keys per activation).
+//! chunked slots found through a foldhash table over their encoded bytes,
+//! each group's values are one contiguous byte run (the body of the encoded
+//! iterable it fires as), and every window but the global one is indexed by
+//! its max timestamp, so [`GroupByKeyBuffer::take_complete`] visits only
+//! windows that became complete (no scan of all keys per activation; the
+//! global window completes once, for all keys, and then one pass fires
+//! them).
+//!
+//! Memory: a key of one window is one allocation, its values then its key
+//! (see [`Slot`]), so a buffer of small records holds under twice their
+//! encoded bytes (`tests/gbk_memory.rs`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::hash::BuildHasher;
@@ -97,8 +103,13 @@ enum KeyGroups {
     Many(BTreeMap<(Timestamp, Window), Group>, u64),
 }
 
+/// Longest key whose one window's values share its allocation: each value
+/// appended moves the key, so a longer key keeps its group in a map.
+const SHARED_KEY_MAX: usize = 64;
+
 /// One buffered key. Its memory is one allocation when it has one window
-/// (the values, then the key), plus this struct in a chunk of [`Slots`].
+/// and a key of at most [`SHARED_KEY_MAX`] bytes (the values, then the key),
+/// plus this struct in a chunk of [`Slots`].
 #[derive(Debug)]
 struct Slot {
     /// The values of a `KeyGroups::One` group, then the key's encoding
@@ -183,8 +194,9 @@ impl Slot {
 
     /// Adds one value at `ts` to the group of `w`; true when the group is new.
     fn add(&mut self, w: &Window, ts: Timestamp, value: &[u8], keep: KeepTs) -> bool {
+        let shared = self.key_len as usize <= SHARED_KEY_MAX;
         match &mut self.groups {
-            KeyGroups::None => {
+            KeyGroups::None if shared => {
                 self.groups = KeyGroups::One {
                     window: w.clone(),
                     count: 1,
@@ -226,11 +238,12 @@ impl Slot {
 
     /// Adds group `g` to the group of `w`; true when that group is new.
     fn put(&mut self, w: &Window, g: Group, keep: KeepTs) -> bool {
+        let shared = self.key_len as usize <= SHARED_KEY_MAX;
         match &mut self.groups {
-            KeyGroups::None => {
+            KeyGroups::None if shared => {
                 // The values become the allocation, the key joins them.
                 let key = std::mem::replace(&mut self.data, g.values);
-                self.data.extend_from_slice(&key);
+                extend_values(&mut self.data, &key);
                 self.groups = KeyGroups::One {
                     window: w.clone(),
                     count: g.count,
@@ -876,7 +889,13 @@ impl GroupByKeyBuffer {
     pub fn insert(&mut self, element: &[u8]) -> Result<(), String> {
         let p = parse(&self.input_coder, &self.window_coder, element)?;
         let windows = p.windows.as_slice();
-        let id = self.slot_for(p.key, p.value.len() * windows.len())?;
+        if windows.is_empty() {
+            // In no window: the element is in no group (Beam drops it).
+            return Ok(());
+        }
+        // Room for the first window's value beside a short key.
+        let room = if p.key.len() <= SHARED_KEY_MAX { p.value.len() } else { 0 };
+        let id = self.slot_for(p.key, room)?;
         let n = windows.len() as u64;
         let keep = self.keep;
         // Split borrows: the slot is updated while its new windows are indexed.
@@ -1567,7 +1586,9 @@ mod index_tests {
             let mut b = buffer(WindowFn::NonMerging, output_time);
             let mut want: BTreeMap<(String, Window), (i64, Vec<u8>)> = BTreeMap::new();
             for round in 0..6u8 {
-                for len in 0..40usize {
+                // Short keys share their one window's allocation, longer
+                // ones (past SHARED_KEY_MAX with the length byte) do not.
+                for len in (0..40usize).chain([63, 64, 65, 100]) {
                     let key = "k".repeat(len);
                     // Keys of odd length get a second window in round 3.
                     let w = if round == 3 && len % 2 == 1 { iw(100, 200) } else { iw(0, 100) };
@@ -1597,6 +1618,16 @@ mod index_tests {
             assert!(b.is_empty());
             assert_eq!(b.held_bytes(), 0);
         }
+    }
+
+    /// An element in no window joins no group and leaves nothing behind.
+    #[test]
+    fn an_element_in_no_window_is_dropped() {
+        let mut b = buffer(WindowFn::NonMerging, OutputTime::EndOfWindow);
+        b.insert(&element("k", 1, 0, vec![])).unwrap();
+        assert!(b.is_empty());
+        assert_eq!(b.held_bytes(), 0);
+        assert!(b.take_complete(|_| true).is_empty());
     }
 
     /// A group past `i32::MAX` values fires in the iterable's chunked form
