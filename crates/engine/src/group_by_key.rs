@@ -76,6 +76,20 @@ pub(crate) struct Group {
 }
 
 impl Group {
+    fn empty(keep: KeepTs) -> Group {
+        Group {
+            values: Vec::new(),
+            count: 0,
+            ts: keep.none(),
+        }
+    }
+
+    fn add(&mut self, ts: Timestamp, value: &[u8], keep: KeepTs) {
+        extend_values(&mut self.values, value);
+        self.count += 1;
+        self.ts = keep.fold(self.ts, ts);
+    }
+
     fn absorb(&mut self, other: Group, keep: KeepTs) {
         if self.values.is_empty() {
             self.values = other.values;
@@ -107,6 +121,11 @@ enum KeyGroups {
 /// appended moves the key, so a longer key keeps its group in a map.
 const SHARED_KEY_MAX: usize = 64;
 
+/// The key in a slot's `data`: its last `key_len` bytes.
+fn key_of(data: &[u8], key_len: u32) -> &[u8] {
+    &data[data.len() - key_len as usize..]
+}
+
 /// One buffered key. Its memory is one allocation when it has one window
 /// and a key of at most [`SHARED_KEY_MAX`] bytes (the values, then the key),
 /// plus this struct in a chunk of [`Slots`].
@@ -122,10 +141,13 @@ struct Slot {
 }
 
 impl Slot {
+    /// A slot for `key` with room for a first value of `value_bytes` when
+    /// the key shares its allocation ([`Self::shares`]).
     fn new(key: &[u8], hash: KeyHash, value_bytes: usize) -> Result<Slot, String> {
         let key_len = u32::try_from(key.len())
             .map_err(|_| format!("a key of {} bytes: GroupByKey takes keys under 4 GiB", key.len()))?;
-        let mut data = Vec::with_capacity(key.len() + value_bytes);
+        let room = if key.len() <= SHARED_KEY_MAX { value_bytes } else { 0 };
+        let mut data = Vec::with_capacity(key.len() + room);
         data.extend_from_slice(key);
         Ok(Slot {
             data,
@@ -136,7 +158,12 @@ impl Slot {
     }
 
     fn key(&self) -> &[u8] {
-        &self.data[self.data.len() - self.key_len as usize..]
+        key_of(&self.data, self.key_len)
+    }
+
+    /// Whether a one-window group's values share the key's allocation.
+    fn shares(&self) -> bool {
+        self.key_len as usize <= SHARED_KEY_MAX
     }
 
     /// The `One` group's values (empty otherwise).
@@ -175,7 +202,7 @@ impl Slot {
     }
 
     /// Moves a `One` group into `Many`, so another window can join it.
-    fn to_many(&mut self) -> &mut BTreeMap<(Timestamp, Window), Group> {
+    fn make_many(&mut self) -> &mut BTreeMap<(Timestamp, Window), Group> {
         match std::mem::replace(&mut self.groups, KeyGroups::Many(BTreeMap::new(), 0)) {
             KeyGroups::One { window, count, ts } => {
                 let values = self.split_one();
@@ -194,7 +221,7 @@ impl Slot {
 
     /// Adds one value at `ts` to the group of `w`; true when the group is new.
     fn add(&mut self, w: &Window, ts: Timestamp, value: &[u8], keep: KeepTs) -> bool {
-        let shared = self.key_len as usize <= SHARED_KEY_MAX;
+        let shared = self.shares();
         match &mut self.groups {
             KeyGroups::None if shared => {
                 self.groups = KeyGroups::One {
@@ -217,19 +244,14 @@ impl Slot {
             }
             _ => {}
         }
-        let map = self.to_many();
+        let map = self.make_many();
         let mut new = false;
-        let g = map.entry((w.max_timestamp(), w.clone())).or_insert_with(|| {
-            new = true;
-            Group {
-                values: Vec::new(),
-                count: 0,
-                ts: keep.none(),
-            }
-        });
-        extend_values(&mut g.values, value);
-        g.count += 1;
-        g.ts = keep.fold(g.ts, ts);
+        map.entry((w.max_timestamp(), w.clone()))
+            .or_insert_with(|| {
+                new = true;
+                Group::empty(keep)
+            })
+            .add(ts, value, keep);
         if let KeyGroups::Many(_, seen) = &mut self.groups {
             *seen += 1;
         }
@@ -238,7 +260,7 @@ impl Slot {
 
     /// Adds group `g` to the group of `w`; true when that group is new.
     fn put(&mut self, w: &Window, g: Group, keep: KeepTs) -> bool {
-        let shared = self.key_len as usize <= SHARED_KEY_MAX;
+        let shared = self.shares();
         match &mut self.groups {
             KeyGroups::None if shared => {
                 // The values become the allocation, the key joins them.
@@ -259,7 +281,7 @@ impl Slot {
             }
             _ => {}
         }
-        let map = self.to_many();
+        let map = self.make_many();
         let k = (w.max_timestamp(), w.clone());
         match map.get_mut(&k) {
             Some(have) => {
@@ -274,7 +296,7 @@ impl Slot {
     }
 
     fn remove(&mut self, w: &Window) -> Option<Group> {
-        match &self.groups {
+        match &mut self.groups {
             KeyGroups::One { window, .. } if window == w => {
                 let KeyGroups::One { count, ts, .. } =
                     std::mem::replace(&mut self.groups, KeyGroups::None)
@@ -287,12 +309,7 @@ impl Slot {
                     ts,
                 })
             }
-            KeyGroups::Many(..) => {
-                let KeyGroups::Many(map, _) = &mut self.groups else {
-                    unreachable!()
-                };
-                map.remove(&(w.max_timestamp(), w.clone()))
-            }
+            KeyGroups::Many(map, _) => map.remove(&(w.max_timestamp(), w.clone())),
             _ => None,
         }
     }
@@ -342,6 +359,14 @@ impl Expiry {
             || (self.global && complete(Window::Global.max_timestamp()))
     }
 
+    /// True, once, when the global window is complete under `complete`
+    /// and some slot has it: then every slot is to be fired.
+    fn take_global(&mut self, complete: impl Fn(Timestamp) -> bool) -> bool {
+        let due = self.global && complete(Window::Global.max_timestamp());
+        self.global &= !due;
+        due
+    }
+
     fn clear(&mut self) {
         self.by_time.clear();
         self.global = false;
@@ -363,7 +388,7 @@ struct Slots {
 impl Slots {
     /// Appends an empty slot; returns its id.
     fn push_empty(&mut self) -> usize {
-        if self.len % SLOT_CHUNK == 0 {
+        if self.len.is_multiple_of(SLOT_CHUNK) {
             self.chunks.push(Vec::with_capacity(SLOT_CHUNK));
         }
         self.chunks.last_mut().expect("a chunk").push(None);
@@ -824,7 +849,8 @@ impl GroupByKeyBuffer {
             .copied()
     }
 
-    /// The slot of `key`, created if absent with room for `value_bytes`.
+    /// The slot of `key`, created if absent (with room for a first value of
+    /// `value_bytes`, see [`Slot::new`]).
     fn slot_for(&mut self, key: &[u8], value_bytes: usize) -> Result<u32, String> {
         let h = self.key_hash(key);
         if let Some(id) = self.find_hashed(key, h) {
@@ -893,9 +919,7 @@ impl GroupByKeyBuffer {
             // In no window: the element is in no group (Beam drops it).
             return Ok(());
         }
-        // Room for the first window's value beside a short key.
-        let room = if p.key.len() <= SHARED_KEY_MAX { p.value.len() } else { 0 };
-        let id = self.slot_for(p.key, room)?;
+        let id = self.slot_for(p.key, p.value.len())?;
         let n = windows.len() as u64;
         let keep = self.keep;
         // Split borrows: the slot is updated while its new windows are indexed.
@@ -956,11 +980,7 @@ impl GroupByKeyBuffer {
             }
             let keep = self.keep;
             let slot = self.slot_mut(id);
-            let mut g = Group {
-                values: Vec::new(),
-                count: 0,
-                ts: keep.none(),
-            };
+            let mut g = Group::empty(keep);
             for m in members {
                 if let Some(old) = slot.remove(&m) {
                     g.absorb(old, keep);
@@ -1069,8 +1089,7 @@ impl GroupByKeyBuffer {
                 self.fire_slot(id, &complete, &mut out);
             }
         }
-        if self.expiry.global && complete(Window::Global.max_timestamp()) {
-            self.expiry.global = false;
+        if self.expiry.take_global(&complete) {
             for id in 0..self.slots.len {
                 if self.live == 0 {
                     break;
@@ -1120,8 +1139,7 @@ impl GroupByKeyBuffer {
                         break;
                     }
                     let ((_, w), g) = e.remove_entry();
-                    let key = &slot.data[slot.data.len() - slot.key_len as usize..];
-                    emit(key, &w, g.count, g.ts, &g.values);
+                    emit(key_of(&slot.data, slot.key_len), &w, g.count, g.ts, &g.values);
                 }
             }
         }
@@ -1600,21 +1618,18 @@ mod index_tests {
                     e.1.push(v % 128);
                 }
             }
-            let first: Vec<_> = want
-                .iter()
-                .filter(|((_, w), _)| *w == iw(0, 100))
-                .map(|((k, w), (ts, vs))| (k.clone(), w.clone(), *ts, vs.clone()))
-                .collect();
-            let mut first_sorted = first.clone();
-            first_sorted.sort();
-            assert_eq!(decoded(&b.take_complete(|t| Timestamp(100) > t)), first_sorted);
-            let mut rest: Vec<_> = want
-                .iter()
-                .filter(|((_, w), _)| *w == iw(100, 200))
-                .map(|((k, w), (ts, vs))| (k.clone(), w.clone(), *ts, vs.clone()))
-                .collect();
-            rest.sort();
-            assert_eq!(decoded(&b.take_complete(|_| true)), rest);
+            // The expected groups of window `w`, sorted as `decoded` sorts.
+            let groups_of = |w: Window| {
+                let mut g: Vec<_> = want
+                    .iter()
+                    .filter(|((_, have), _)| *have == w)
+                    .map(|((k, w), (ts, vs))| (k.clone(), w.clone(), *ts, vs.clone()))
+                    .collect();
+                g.sort();
+                g
+            };
+            assert_eq!(decoded(&b.take_complete(|t| Timestamp(100) > t)), groups_of(iw(0, 100)));
+            assert_eq!(decoded(&b.take_complete(|_| true)), groups_of(iw(100, 200)));
             assert!(b.is_empty());
             assert_eq!(b.held_bytes(), 0);
         }
