@@ -69,7 +69,7 @@ def counters(p):
       total += sum(range(1000))
     return 'x%d' % x
 
-  return p | beam.Create(list(range(10))) | beam.Map(work)
+  return p | beam.Create(list(range(10))) | 'Work' >> beam.Map(work)
 
 
 def staged(p):
@@ -105,6 +105,12 @@ def main(argv):
       found = result.metrics().query(MetricsFilter().with_name(name))
       wanted[name] = sum(c.committed for c in found['counters'])
     everything = result.metrics().query()
+    # The steps the user counters are keyed by, and what a filter by the
+    # step's name finds (Dataflow and DirectRunner key them by step name).
+    steps = sorted({r.key.step for r in everything['counters']
+                    if r.key.metric.namespace == 'ops'})
+    by_step = result.metrics().query(
+        MetricsFilter().with_step('Work').with_namespace('ops'))['counters']
     weir = [
         '%s/%s' % (r.key.metric.namespace, r.key.metric.name)
         for kind in ('counters', 'gauges') for r in everything[kind]
@@ -116,6 +122,8 @@ def main(argv):
           'counters': wanted,
           'weir_metrics': sorted(weir),
           'unfiltered': {k: len(v) for k, v in everything.items()},
+          'steps': steps,
+          'by_step': {'%s/%s' % (c.key.step, c.key.metric.name): c.committed for c in by_step},
       }, f)
   return 0 if str(state) == 'DONE' else 3
 

@@ -145,6 +145,10 @@ def test_metrics_report_user_counters_and_resources(beam, weir_server, tmp_path)
   # The user counter reads as the SDK counted it; Weir's own metrics are
   # listed under namespace "weir" and do not disturb name filters.
   assert result['counters'] == {'ops_elements': 0, 'ops_counted': 10}, result
+  # Keyed by the step's name, as on Dataflow and DirectRunner, not by the
+  # transform's id in the pipeline proto.
+  assert result['steps'] == ['Work'], result
+  assert result['by_step'] == {'Work/ops_counted': 10}, result
   assert 'weir/metric:sdk:cpu_msecs:v1' in result['weir_metrics'], result
   assert 'weir/metric:runner:memory_bytes:v1' in result['weir_metrics'], result
 

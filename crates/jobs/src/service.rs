@@ -656,6 +656,7 @@ impl beam::job_service_server::JobService for JobService {
             sampler.sample(&job.id, &job.resources);
         }
         let mut infos = job.metrics.snapshot();
+        name_steps(&mut infos, &job.pipeline.lock().unwrap_or_else(|p| p.into_inner()));
         infos.extend(job.resources.monitoring_infos());
         // Per-stage figures only for Weir's own CLI: a Beam SDK keys
         // metrics by step and name, not by STAGE, so it would fold a job's
@@ -682,6 +683,36 @@ impl beam::job_service_server::JobService for JobService {
                 options: crate::options::runner_descriptors(),
             },
         ))
+    }
+}
+
+/// Puts each transform's unique name (`CountWords/Count`, what the user
+/// named it) in the `PTRANSFORM` label of `infos`, where the SDK reported
+/// its id in `pipeline` (`ref_AppliedPTransform_CountWords_12`); a transform
+/// Weir added (`<id>/weir:...`) gets the name of `<id>`. Beam's SDKs key a
+/// job's metrics by that label, and Dataflow and DirectRunner key them by
+/// step name, so `MetricsFilter().with_step("CountWords")` finds them
+/// (Beam's `MetricResults` matches a step by whole `/`-separated parts).
+/// Labels that name no transform stay as they are.
+fn name_steps(infos: &mut [beam::MonitoringInfo], pipeline: &beam::Pipeline) {
+    let Some(components) = &pipeline.components else {
+        return;
+    };
+    let name = |id: &str| {
+        components
+            .transforms
+            .get(id)
+            .map(|t| t.unique_name.as_str())
+            .filter(|n| !n.is_empty())
+    };
+    for info in infos {
+        let Some(label) = info.labels.get_mut(weir_proto::urns::monitoring::PTRANSFORM_LABEL) else {
+            continue;
+        };
+        let step = name(label).or_else(|| label.split_once("/weir:").and_then(|(id, _)| name(id)));
+        if let Some(step) = step {
+            *label = step.to_string();
+        }
     }
 }
 
@@ -767,6 +798,44 @@ fn fit_reply(jobs: &mut [beam::JobInfo], limit: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metrics_name_their_step_by_the_transform_s_unique_name() {
+        let transform = |name: &str| beam::PTransform { unique_name: name.into(), ..Default::default() };
+        let pipeline = beam::Pipeline {
+            components: Some(beam::Components {
+                transforms: [
+                    ("ref_AppliedPTransform_CountStep_14".to_string(), transform("CountStep")),
+                    ("s2".to_string(), transform("Outer/ParMultiDo(Fn)")),
+                    ("nameless".to_string(), transform("")),
+                ]
+                .into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let info = |label: Option<&str>| beam::MonitoringInfo {
+            urn: "beam:metric:user:sum_int64:v1".into(),
+            labels: label
+                .map(|l| [("PTRANSFORM".to_string(), l.to_string()), ("NAME".to_string(), "n".to_string())].into())
+                .unwrap_or_default(),
+            ..Default::default()
+        };
+        let mut infos = vec![
+            info(Some("ref_AppliedPTransform_CountStep_14")),
+            info(Some("s2/weir:lifted")),
+            info(Some("nameless")),
+            info(Some("unknown/weir:x")),
+            info(None),
+        ];
+        name_steps(&mut infos, &pipeline);
+        let steps: Vec<_> = infos.iter().map(|i| i.labels.get("PTRANSFORM").map(String::as_str)).collect();
+        assert_eq!(
+            steps,
+            [Some("CountStep"), Some("Outer/ParMultiDo(Fn)"), Some("nameless"), Some("unknown/weir:x"), None]
+        );
+        assert!(infos.iter().take(4).all(|i| i.labels["NAME"] == "n"));
+    }
     use crate::run::tests::env;
     use weir_proto::prost_types::{value::Kind, Struct, Value};
 

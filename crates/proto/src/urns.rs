@@ -141,6 +141,9 @@ pub mod monitoring {
     pub const TYPE_DISTRIBUTION_INT64: &str = "beam:metrics:distribution_int64:v1";
     pub const TYPE_LATEST_INT64: &str = "beam:metrics:latest_int64:v1";
     pub const TYPE_SET_STRING: &str = "beam:metrics:set_string:v1";
+    /// The label key naming a MonitoringInfo's transform
+    /// (`MonitoringInfo.MonitoringInfoLabels.TRANSFORM`).
+    pub const PTRANSFORM_LABEL: &str = "PTRANSFORM";
 }
 
 /// Runner capabilities Weir announces to SDK harnesses (provision info).
