@@ -68,6 +68,21 @@ def test_staging_location_holds_the_artifacts(beam, weir_server, tmp_path, form,
   assert 'artifacts are staged under --staging_location=%s/%s' % (location, job['JOB_ID']) in logs, logs
 
 
+def test_a_local_temp_location_outside_weir_s_folders_is_said_to_be_the_sdk_s(beam, weir_server, tmp_path):
+  # The SDK writes its temp files there itself; the server keeps its own in
+  # its folder, and the job's messages must not claim the option's folder
+  # is unused.
+  where = tmp_path / 'user-temp'
+  where.mkdir()
+  name = 'ops-temp-%s' % uuid.uuid4().hex[:8]
+  run, result = run_ops(beam, tmp_path, 'staged', 'LOOPBACK', '--temp_location=%s' % where,
+                        '--job_name=%s' % name)
+  assert run.returncode == 0 and result['state'] == 'DONE', run.describe(weir_server)
+  logs = weir_jobs(weir_server, 'logs', job_named(weir_server, name)['JOB_ID'])
+  assert re.search(r"Weir's own temp files go to Weir's folder \S+, and the SDK writes its temp "
+                   r'files to --temp_location=%s \(' % re.escape(str(where)), logs), logs
+
+
 @pytest.mark.parametrize('option,location,why', [
     ('temp_location', 'gs://weir-test-no-bucket/tmp', 'no Google Cloud credentials found'),
     ('staging_location', 's3://weir-test-no-bucket/staging', 'no AWS credentials found'),

@@ -500,15 +500,7 @@ impl beam::job_service_server::JobService for JobService {
             crate::artifacts::check_staged(&job, &staging).map_err(tonic::Status::failed_precondition)?;
             job.set_state(JobState::Starting);
         }
-        job.message(
-            MessageImportance::JobMessageDetailed,
-            format!(
-                "artifacts are staged under {}/{id}; temp files go to {}/{id}",
-                job.locations.staging.describe(),
-                job.locations.temp.describe(),
-                id = job.id
-            ),
-        );
+        job.message(MessageImportance::JobMessageDetailed, locations_message(&job));
         let registry = self.0.clone();
         let running = job.clone();
         tokio::spawn(async move {
@@ -684,6 +676,35 @@ impl beam::job_service_server::JobService for JobService {
             },
         ))
     }
+}
+
+/// Where the job's artifacts and temp files go, for its messages. A local
+/// temp location outside Weir's folders is the SDK's alone (the server
+/// keeps its own temp files in its folder, see
+/// [`crate::locations::resolve`]), and the message says so.
+fn locations_message(job: &Job) -> String {
+    let (staging, temp) = (&job.locations.staging, &job.locations.temp);
+    let mut text = format!(
+        "artifacts are staged under {}/{id}; temp files go to {}/{id}",
+        staging.describe(),
+        temp.describe(),
+        id = job.id
+    );
+    let v = &job.validated;
+    if temp.option.is_none() {
+        let sdk = [("temp_location", &v.temp_location), ("gcp_temp_location", &v.gcp_temp_location)]
+            .into_iter()
+            .find_map(|(name, value)| Some((v.spellings.get(name).map_or(name, String::as_str), value.as_deref()?)));
+        if let Some((option, location)) = sdk {
+            text = format!(
+                "artifacts are staged under {}/{id}; Weir's own temp files go to {}/{id}, and the SDK writes its temp files to --{option}={location} (outside Weir's folders, so the SDK reaches it itself)",
+                staging.describe(),
+                temp.describe(),
+                id = job.id
+            );
+        }
+    }
+    text
 }
 
 /// Puts each transform's unique name (`CountWords/Count`, what the user
