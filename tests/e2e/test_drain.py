@@ -84,3 +84,36 @@ def test_drain_truncates_running_restrictions_with_the_dofns_truncate(weir_serve
     if client.poll() is None:
       client.kill()
   assert weir_server.alive(), weir_server.log_tail()
+
+
+def test_drain_is_refused_for_a_batch_job_which_keeps_running(weir_server, tmp_path):
+  """Dataflow refuses to drain a batch job, and Beam's SDKs report a DRAINED
+  job as failed: the drain is refused, naming why, and the job runs on."""
+  before = set(states(weir_server))
+  client = subprocess.Popen(
+      [sys.executable, os.path.join(HERE, 'pipelines.py'), 'slow', '--output', str(tmp_path / 'out'),
+       '--runner=PortableRunner', '--job_endpoint=' + weir_server.endpoint,
+       '--environment_type=LOOPBACK'],
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  try:
+    deadline = time.time() + 90
+    job = None
+    while time.time() < deadline and job is None:
+      now = states(weir_server)
+      job = next((j for j in now if j not in before and now[j] == 'RUNNING'), None)
+      time.sleep(0.2)
+    assert job, weir_server.log_tail()
+    from conftest import WEIR_BIN
+    drain = subprocess.run([str(WEIR_BIN), 'jobs', '--endpoint', weir_server.endpoint, 'drain', job],
+                           capture_output=True, text=True, timeout=60)
+    assert drain.returncode != 0, drain.stdout
+    assert 'job %s is a batch job: only a streaming job' % job in drain.stderr, drain.stderr
+    time.sleep(1)
+    assert states(weir_server)[job] == 'RUNNING', states(weir_server)
+    assert weir_jobs(weir_server, 'cancel', job).split()[0] == job
+    client.communicate(timeout=60)
+    assert states(weir_server)[job] == 'CANCELLED'
+  finally:
+    if client.poll() is None:
+      client.kill()
+  assert weir_server.alive(), weir_server.log_tail()

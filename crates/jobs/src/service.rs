@@ -192,6 +192,31 @@ pub fn stop_job(job: &Job, drain: bool) -> JobState {
     }
 }
 
+/// Why `job` cannot be drained, as Dataflow refuses to drain a batch job:
+/// it is a batch job (no `--streaming`, no TestStream, no unbounded
+/// PCollection) that has not ended. Its bounded input ends by itself, and
+/// Beam's SDKs report a DRAINED job as failed, so draining one only turned
+/// a complete run into a failure. `None` when it can be drained.
+pub fn drain_refusal(job: &Job) -> Option<String> {
+    if is_terminal(job.state()) {
+        return None;
+    }
+    let unbounded = || {
+        let pipeline = job.pipeline.lock().unwrap_or_else(|p| p.into_inner());
+        pipeline.components.as_ref().is_some_and(|c| {
+            c.pcollections.values().any(|pc| pc.is_bounded == beam::is_bounded::Enum::Unbounded as i32)
+        })
+    };
+    let streaming =
+        job.validated.streaming || job.plan.as_ref().is_some_and(|p| p.graph.streaming) || unbounded();
+    (!streaming).then(|| {
+        format!(
+            "job {} is a batch job: only a streaming job (--streaming, a TestStream or an unbounded PCollection) can be drained, as on Dataflow; its bounded input ends by itself, or cancel it (weir jobs cancel {})",
+            job.id, job.id
+        )
+    })
+}
+
 /// How long Cancel waits for the job to end before it answers CANCELLING.
 const CANCEL_ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -596,6 +621,9 @@ impl beam::job_service_server::JobService for JobService {
         request: tonic::Request<beam::DrainJobRequest>,
     ) -> Result<tonic::Response<beam::DrainJobResponse>, tonic::Status> {
         let job = self.job(&request.get_ref().job_id)?;
+        if let Some(reason) = drain_refusal(&job) {
+            return Err(tonic::Status::failed_precondition(reason));
+        }
         Ok(tonic::Response::new(beam::DrainJobResponse {
             state: stop(&job, &job.drain, JobState::Draining) as i32,
         }))

@@ -259,6 +259,9 @@ async fn logs(
 fn stop(registry: &JobRegistry, id: &str, drain: bool) -> Response {
     match registry.get(id) {
         Some(job) => {
+            if let Some(reason) = drain.then(|| weir_jobs::service::drain_refusal(&job)).flatten() {
+                return (StatusCode::CONFLICT, reason).into_response();
+            }
             let state = weir_jobs::service::stop_job(&job, drain);
             Json(serde_json::json!({ "state": views::state_name(state) })).into_response()
         }

@@ -43,7 +43,7 @@ enum Command {
     Serve(ServeArgs),
     /// Boot a Python (default) or Java (--java) SDK harness for a PROCESS environment.
     Boot(BootArgs),
-    /// List, describe, cancel the jobs of a running Weir server, or show their logs.
+    /// List, describe, watch, cancel or drain the jobs of a running Weir server, or show their logs.
     Jobs(JobsArgs),
     /// Run jobs for a cluster coordinator (`weir serve --cluster_port`): this
     /// process registers with it and runs its part of each job it is given.
@@ -207,8 +207,8 @@ enum JobsAction {
     Watch { job_id: String },
     /// Cancel a job.
     Cancel { job_id: String },
-    /// Drain a job: its sources stop, work in flight finishes, windows fire,
-    /// and it ends DRAINED.
+    /// Drain a streaming job: its sources stop, work in flight finishes,
+    /// windows fire, and it ends DRAINED (a batch job's drain is refused).
     Drain { job_id: String },
     /// A job's messages: runner notes and SDK harness log entries (the
     /// last 10,000), one a line: time, importance, text.
