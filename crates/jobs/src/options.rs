@@ -527,8 +527,11 @@ pub fn validate(options: &Struct) -> Result<JobOptions, OptionError> {
     o.streaming = boolean("streaming")?.unwrap_or(false);
 
     // Resource utilization.
-    o.num_workers = to_u32("num_workers", count("num_workers", 1)?)?;
-    o.max_num_workers = to_u32("max_num_workers", count("max_num_workers", 1)?)?;
+    // 0 is Dataflow's "not set" (Java's int getters default to it, and
+    // reading one unset sends it): Weir's own default applies.
+    let workers = |name: &str| -> Result<Option<i64>, OptionError> { Ok(count(name, 0)?.filter(|&n| n > 0)) };
+    o.num_workers = to_u32("num_workers", workers("num_workers")?)?;
+    o.max_num_workers = to_u32("max_num_workers", workers("max_num_workers")?)?;
     if let (Some(n), Some(max)) = (o.num_workers, o.max_num_workers) {
         if max < n {
             let (k, _) = at("max_num_workers").expect("given");

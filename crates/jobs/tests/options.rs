@@ -208,8 +208,8 @@ fn a_java_clients_options_are_named_in_camel_case_in_errors_and_notes() {
         v
     };
     assert_eq!(
-        err(java(serde_json::json!({ "beam:option:num_workers:v1": 0 }))),
-        "pipeline option --numWorkers: must be a positive integer, got 0"
+        err(java(serde_json::json!({ "beam:option:num_workers:v1": -2 }))),
+        "pipeline option --numWorkers: must be 0 or more, got -2"
     );
     assert_eq!(
         err(java(serde_json::json!({ "beam:option:num_workers:v1": 3, "beam:option:max_num_workers:v1": 1 }))),
@@ -219,8 +219,8 @@ fn a_java_clients_options_are_named_in_camel_case_in_errors_and_notes() {
     assert!(o.notes.iter().any(|n| n.starts_with("--flexRSGoal=")), "{:#?}", o.notes);
     // Python's spelling stays Python's.
     assert_eq!(
-        err(serde_json::json!({ "beam:option:num_workers:v1": 0 })),
-        "pipeline option --num_workers: must be a positive integer, got 0"
+        err(serde_json::json!({ "beam:option:num_workers:v1": -2 })),
+        "pipeline option --num_workers: must be 0 or more, got -2"
     );
 }
 
@@ -271,9 +271,9 @@ fn java_camel_case_spellings_in_both_key_forms() {
     );
     // Errors name the option as the user spelled it.
     refused(
-        serde_json::json!({ "numWorkers": 0 }),
+        serde_json::json!({ "numWorkers": -1 }),
         "numWorkers",
-        "positive",
+        "0 or more",
     );
     refused(
         serde_json::json!({ "beam:option:workerRegion:v1": "a", "beam:option:workerZone:v1": "b" }),
@@ -616,22 +616,14 @@ fn worker_counts() {
         serde_json::json!(-3),
         serde_json::json!("-1"),
     ] {
-        refused(
-            one("num_workers", bad.clone()),
-            "num_workers",
-            "must be a positive integer",
-        );
-        refused(
-            one("max_num_workers", bad.clone()),
-            "max_num_workers",
-            "must be a positive integer",
-        );
-        if bad.as_i64().or_else(|| bad.as_str().and_then(|s| s.parse().ok())) != Some(0) {
-            refused(
-                one("number_of_worker_harness_threads", bad),
-                "number_of_worker_harness_threads",
-                "must be 0 or more",
-            );
+        if bad.as_i64().or_else(|| bad.as_str().and_then(|s| s.parse().ok())) == Some(0) {
+            // 0 is Dataflow's "not set" (Java's int getters read it unset).
+            let o = ok(serde_json::json!({ py("num_workers"): bad.clone(), py("max_num_workers"): bad }));
+            assert_eq!((o.num_workers, o.max_num_workers), (None, None));
+            continue;
+        }
+        for name in ["num_workers", "max_num_workers", "number_of_worker_harness_threads"] {
+            refused(one(name, bad.clone()), name, "must be 0 or more");
         }
     }
     // 0 is Dataflow Java's default for numberOfWorkerHarnessThreads: Weir decides.
@@ -1228,7 +1220,7 @@ async fn prepare_refuses_invalid_options_with_invalid_argument() {
     for (json, option) in [
         (one("labels", serde_json::json!(["Bad=x"])), "--labels"),
         (
-            serde_json::json!({ "beam:option:numWorkers:v1": 0 }),
+            serde_json::json!({ "beam:option:numWorkers:v1": -1 }),
             "--numWorkers",
         ),
         (
