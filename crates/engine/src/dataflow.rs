@@ -22,6 +22,7 @@ use crate::operators::flatten::flatten;
 use crate::operators::group_by_key::group_by_key;
 use crate::operators::impulse::impulse;
 use crate::operators::reshuffle::reshuffle;
+use crate::operators::observed;
 use crate::operators::sdk_stage::sdk_stage;
 use crate::operators::test_stream::test_stream;
 use crate::operators::{Element, Elements, TaggedElements};
@@ -590,10 +591,12 @@ fn build<'s>(
             }
             StageKind::Flatten { inputs, output } => {
                 let s = flatten(scope, inputs.iter().map(|&i| get(&streams, i)).collect());
+                let s = observed(s, ctx, stage_index);
                 streams[*output] = Some(s.probe_with(&stage_probes[stage_index]));
             }
             StageKind::Reshuffle { input, output } => {
                 let s = reshuffle(get(&streams, *input), ctx, index, peers);
+                let s = observed(s, ctx, stage_index);
                 streams[*output] = Some(s.probe_with(&stage_probes[stage_index]));
             }
             StageKind::GroupByKey { input, output, .. } => {

@@ -814,7 +814,14 @@ fn flatten_of_two_branches() {
             ),
         ];
         let sdk = FakeSdk::new(graph.clone(), functions);
-        run(graph, sdk.clone(), config(workers, 4), no_cancel()).expect("job succeeds");
+        let progress = weir_engine::Progress::default();
+        let config = EngineConfig { progress: progress.clone(), ..config(workers, 4) };
+        run(graph, sdk.clone(), config, no_cancel()).expect("job succeeds");
+        // The Flatten counts what passed through it and reports its input
+        // watermark (done), as every stage with an operator does.
+        let flatten = &progress.stages()[3];
+        assert_eq!((flatten.counts.elements_in, flatten.counts.elements_out), (15, 15), "workers = {workers}");
+        assert!(flatten.reported && flatten.status.watermark.is_none(), "{flatten:?}");
         let mut seen = seen.lock().unwrap().clone();
         seen.sort();
         let mut expected: Vec<(String, i64)> = (1..=10).map(|i| ("left".to_string(), i)).collect();
