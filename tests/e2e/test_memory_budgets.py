@@ -47,7 +47,7 @@ def test_state_past_the_budget_fails_the_job_and_the_server_serves_on(
   run = beam.run_named('state_big_bag', 'LOOPBACK', extra=extra, script=SCRIPT)
   assert run.returncode != 0, 'the job must fail\n' + run.describe(small_budget_server)
   text = (run.client_error() or '') + run.stderr
-  for part in ('user state "big"', 'budget of 1048576 bytes',
+  for part in ('user state "big" of transform "ParDo(BigBagDoFn)"', 'budget of 1048576 bytes',
                '--user_state_memory_budget_mb'):
     assert part in text, '%r not in the error\n%s' % (
         part, run.describe(small_budget_server))
@@ -79,7 +79,7 @@ def test_side_input_past_the_budget_fails_the_job_and_the_server_serves_on(
   run = beam.run_named('big_side_input', 'LOOPBACK')
   assert run.returncode != 0, 'the job must fail\n' + run.describe(small_budget_server)
   text = (run.client_error() or '') + run.stderr
-  for part in ('its side inputs ("python_side_input0" of transform "ref_AppliedPTransform_Read_',
+  for part in ('its side inputs ("python_side_input0" of transform "Read")',
                'past their budget of 1048576 bytes',
                '--side_input_memory_budget_mb'):
     assert part in text, '%r not in the error\n%s' % (

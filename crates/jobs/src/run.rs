@@ -452,12 +452,33 @@ fn for_the_user(e: &weir_engine::EngineError, plan: Option<&weir_plan::Plan>) ->
                     && !s.name.is_empty()
                     && s.name != s.id
                 {
-                    return format!("stage {} ({}) failed: {message}", s.id, s.name);
+                    return name_transforms(format!("stage {} ({}) failed: {message}", s.id, s.name), plan);
                 }
             }
         }
     }
-    e.to_string()
+    match plan {
+        Some(plan) => name_transforms(e.to_string(), plan),
+        None => e.to_string(),
+    }
+}
+
+/// `text` with each `transform "<id>"` of the plan's transforms (Weir's
+/// own messages quote a transform by its id, as the Fn API gives it) as
+/// `transform "<its unique name>"`, the name the user gave it.
+fn name_transforms(mut text: String, plan: &weir_plan::Plan) -> String {
+    if !text.contains("transform \"") {
+        return text;
+    }
+    for d in plan.descriptors.values() {
+        for (id, t) in &d.transforms {
+            let quoted = format!("transform {id:?}");
+            if !t.unique_name.is_empty() && text.contains(&quoted) {
+                text = text.replace(&quoted, &format!("transform {:?}", t.unique_name));
+            }
+        }
+    }
+    text
 }
 
 /// How many SDK harnesses each environment starts with, for the job's
