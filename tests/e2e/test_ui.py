@@ -131,6 +131,9 @@ def test_metrics_and_job_view_match_get_job_metrics(weir_server, tmp_path):
   assert any('finished' in e['text'] for e in logs['entries']), logs
   later = json.loads(get(weir_server, '/api/jobs/%s/logs?after=%d' % (job, logs['last'])))
   assert later['entries'] == [], later
+  with pytest.raises(urllib.error.HTTPError) as bad:
+    get(weir_server, '/api/jobs/%s/logs?after=abc' % job)
+  assert bad.value.code == 400 and 'expects the index of a log line' in bad.value.read().decode(), bad.value
 
 
 def screenshots_dir():

@@ -249,7 +249,13 @@ async fn logs(
     Path(id): Path<String>,
     Query(q): Query<std::collections::HashMap<String, String>>,
 ) -> Response {
-    let after = q.get("after").and_then(|a| a.parse().ok());
+    let after = match q.get("after").map(|a| a.parse()) {
+        Some(Err(_)) => {
+            let text = format!("after={:?}: expects the index of a log line (a whole number)", q["after"]);
+            return (StatusCode::BAD_REQUEST, text).into_response();
+        }
+        parsed => parsed.and_then(Result::ok),
+    };
     match registry.get(&id) {
         Some(job) => Json(views::logs(&job, after)).into_response(),
         None => no_job(&id),

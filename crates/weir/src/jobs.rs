@@ -396,6 +396,15 @@ async fn watch(client: &mut Client, job_id: &str) -> anyhow::Result<()> {
 
 /// Runs a `weir jobs` action against `args.endpoint`.
 pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
+    // The server's refusal as its text and code (`job ... is a batch job: ...
+    // (FailedPrecondition)`), not tonic's debug form of the whole status.
+    act(args).await.map_err(|e| match e.downcast_ref::<tonic::Status>() {
+        Some(status) => anyhow::anyhow!("{} ({:?})", status.message(), status.code()),
+        None => e,
+    })
+}
+
+async fn act(args: JobsArgs) -> anyhow::Result<()> {
     let url = weir_proto::grpc_uri(&args.endpoint);
     let header = match token(&args)? {
         Some(t) => Some(
