@@ -8,7 +8,7 @@
 #   gbk         bench/gbk_bench.py: GroupByKey scaling, Weir vs Prism vs DirectRunner
 #   polyglot    bench/polyglot_bench.py: Go and Java wordcount, Weir vs Prism
 #   polyglot_direct  the same on one copy of the plays (5.3 MB), Weir vs Prism vs
-#               each SDK's DirectRunner (Java's takes about 4 minutes even so; Go
+#               each SDK's DirectRunner, 2 rounds (Java's takes about 4 minutes a round even so; Go
 #               only with --quick)
 #   latency     bench/latency.py: streaming GroupByKey element-to-pane latency, Weir vs Prism
 #   trivial     bench/trivial.py: Create|Map fixed cost, Weir LOOPBACK/PROCESS vs Prism vs DirectRunner
@@ -114,7 +114,7 @@ else
   LOAD_1M=(--records 1000000 --tests gbk,combine,pardo,sideinput_iter --timeout 900)
   GBK=()
   POLY=()
-  POLY_DIRECT=(--copies 1 --rounds 1)
+  POLY_DIRECT=(--copies 1 --rounds 2)
   LAT=(--seconds 20 --rounds 2)
   TRIV=(--rounds 5)
   CLUSTER=(--rounds 2)

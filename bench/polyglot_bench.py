@@ -127,7 +127,7 @@ def run_once(lang, runner, args, input_path, out_dir):
                             os.path.join(out_dir, 'client.log'), args.interval,
                             args.timeout, proc)
     runner_cpu = wb._cpu(runner_proc) - cpu_before + s.sdk.cpu()
-    return dict(wall=wall, runner_cpu=runner_cpu, sdk_cpu=s.client.cpu(),
+    return dict(wall=wall, runner_cpu=runner_cpu, sdk_cpu=s.client_cpu(),
                 runner_rss=s.runner_peak, client_rss=s.client_peak, prefix=prefix)
   finally:
     wb.stop_server(proc)

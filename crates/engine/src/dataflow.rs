@@ -274,8 +274,10 @@ impl JobContext {
         let waiting: Vec<String> = all
             .iter()
             .enumerate()
-            .filter(|(_, st)| {
-                st.watermark.is_some() || st.in_flight > 0 || st.pending > 0 || st.held_back > 0
+            .filter(|(i, st)| {
+                // A Flatten or Reshuffle holds nothing: it is never where a job waits.
+                !self.graph.stages[*i].kind.passes_through()
+                    && (st.watermark.is_some() || st.in_flight > 0 || st.pending > 0 || st.held_back > 0)
             })
             .take(3)
             .map(|(i, st)| {

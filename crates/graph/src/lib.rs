@@ -261,6 +261,14 @@ pub enum StageKind {
     Sdk(SdkStage),
 }
 
+impl StageKind {
+    /// Whether the stage only passes elements on (a Flatten, a Reshuffle):
+    /// it holds none, so a job never waits at it.
+    pub fn passes_through(&self) -> bool {
+        matches!(self, StageKind::Flatten { .. } | StageKind::Reshuffle { .. })
+    }
+}
+
 /// A fused stage executed by an SDK harness.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct SdkStage {

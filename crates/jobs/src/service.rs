@@ -194,11 +194,12 @@ pub fn stop_job(job: &Job, drain: bool) -> JobState {
 
 /// Why `job` cannot be drained, as Dataflow refuses to drain a batch job:
 /// it is a batch job (no `--streaming`, no TestStream, no unbounded
-/// PCollection) that has not ended. Its bounded input ends by itself, and
+/// PCollection) that runs. Its bounded input ends by itself, and
 /// Beam's SDKs report a DRAINED job as failed, so draining one only turned
 /// a complete run into a failure. `None` when it can be drained.
 pub fn drain_refusal(job: &Job) -> Option<String> {
-    if is_terminal(job.state()) {
+    // A job not run yet is cancelled by a drain (`stop`), whatever its kind.
+    if is_terminal(job.state()) || job.state() == JobState::Stopped {
         return None;
     }
     let unbounded = || {
@@ -737,30 +738,43 @@ fn locations_message(job: &Job) -> String {
 
 /// Puts each transform's unique name (`CountWords/Count`, what the user
 /// named it) in the `PTRANSFORM` label of `infos`, where the SDK reported
-/// its id in `pipeline` (`ref_AppliedPTransform_CountWords_12`); a transform
-/// Weir added (`<id>/weir:...`) gets the name of `<id>`. Beam's SDKs key a
-/// job's metrics by that label, and Dataflow and DirectRunner key them by
-/// step name, so `MetricsFilter().with_step("CountWords")` finds them
-/// (Beam's `MetricResults` matches a step by whole `/`-separated parts).
-/// Labels that name no transform stay as they are.
-fn name_steps(infos: &mut [beam::MonitoringInfo], pipeline: &beam::Pipeline) {
+/// its id in `pipeline` (`ref_AppliedPTransform_CountWords_12`), and
+/// `<name>/weir:<piece>` where it reported a piece Weir added
+/// (`<id>/weir:<piece>`). Beam's SDKs key a job's metrics by that label,
+/// and Dataflow and DirectRunner key them by step name, so
+/// `MetricsFilter().with_step("CountWords")` finds them (Beam's filters
+/// match a step by whole `/`-separated parts, so pieces match too). The
+/// renaming is one to one, since clients keep one value per key: a name
+/// that two transforms share (Go names a DoFn applied twice alike) or that
+/// is some transform's id stays an id. Labels that name no transform stay
+/// as they are.
+pub fn name_steps(infos: &mut [beam::MonitoringInfo], pipeline: &beam::Pipeline) {
     let Some(components) = &pipeline.components else {
         return;
     };
+    let transforms = &components.transforms;
+    let mut uses: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for t in transforms.values() {
+        *uses.entry(t.unique_name.as_str()).or_default() += 1;
+    }
     let name = |id: &str| {
-        components
-            .transforms
+        transforms
             .get(id)
             .map(|t| t.unique_name.as_str())
-            .filter(|n| !n.is_empty())
+            .filter(|n| !n.is_empty() && uses.get(n) == Some(&1) && !transforms.contains_key(*n))
     };
     for info in infos {
         let Some(label) = info.labels.get_mut(weir_proto::urns::monitoring::PTRANSFORM_LABEL) else {
             continue;
         };
-        let step = name(label).or_else(|| label.split_once("/weir:").and_then(|(id, _)| name(id)));
+        let step = match label.split_once("/weir:") {
+            Some((id, piece)) if !transforms.contains_key(label.as_str()) => {
+                name(id).map(|n| format!("{n}/weir:{piece}"))
+            }
+            _ => name(label).map(str::to_string),
+        };
         if let Some(step) = step {
-            *label = step.to_string();
+            *label = step;
         }
     }
 }
@@ -857,6 +871,11 @@ mod tests {
                     ("ref_AppliedPTransform_CountStep_14".to_string(), transform("CountStep")),
                     ("s2".to_string(), transform("Outer/ParMultiDo(Fn)")),
                     ("nameless".to_string(), transform("")),
+                    // Go names a DoFn applied twice alike: both keep their ids.
+                    ("e1".to_string(), transform("main.countFn")),
+                    ("e2".to_string(), transform("main.countFn")),
+                    // A name that is another transform's id stays an id.
+                    ("e3".to_string(), transform("e1")),
                 ]
                 .into(),
                 ..Default::default()
@@ -876,14 +895,31 @@ mod tests {
             info(Some("nameless")),
             info(Some("unknown/weir:x")),
             info(None),
+            info(Some("e1")),
+            info(Some("e2/weir:precombine")),
+            info(Some("e3")),
+            info(Some("s2")),
         ];
         name_steps(&mut infos, &pipeline);
         let steps: Vec<_> = infos.iter().map(|i| i.labels.get("PTRANSFORM").map(String::as_str)).collect();
         assert_eq!(
             steps,
-            [Some("CountStep"), Some("Outer/ParMultiDo(Fn)"), Some("nameless"), Some("unknown/weir:x"), None]
+            [
+                Some("CountStep"),
+                Some("Outer/ParMultiDo(Fn)/weir:lifted"),
+                Some("nameless"),
+                Some("unknown/weir:x"),
+                None,
+                Some("e1"),
+                Some("e2/weir:precombine"),
+                Some("e3"),
+                Some("Outer/ParMultiDo(Fn)"),
+            ]
         );
         assert!(infos.iter().take(4).all(|i| i.labels["NAME"] == "n"));
+        // One to one: no two labels became one.
+        let distinct: std::collections::HashSet<_> = steps.iter().collect();
+        assert_eq!(distinct.len(), steps.len());
     }
     use crate::run::tests::env;
     use weir_proto::prost_types::{value::Kind, Struct, Value};

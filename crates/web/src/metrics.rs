@@ -73,7 +73,9 @@ pub fn render(jobs: &JobRegistry) -> prometheus::Result<String> {
         job_state
             .with_label_values(&[id, job.name.as_str(), crate::views::state_name(job.state())])
             .set(1);
-        for info in job.metrics.snapshot() {
+        let mut infos = job.metrics.snapshot();
+        weir_jobs::service::name_steps(&mut infos, &job.pipeline.lock().unwrap_or_else(|p| p.into_inner()));
+        for info in infos {
             let Some(v) = crate::views::sum_value(&info) else { continue };
             let label = |k: &str| info.labels.get(k).map(String::as_str).unwrap_or("");
             if info.urn == m::ELEMENT_COUNT {

@@ -152,10 +152,15 @@ fn graph_view(graph: &StageGraph, counts: &BTreeMap<String, i64>, progress: &[we
 
 /// The first stage (pipeline order) that still has work or an unfinished
 /// input: where a slow or stuck job waits, as its stuck-job notice says.
-pub fn waits_at(progress: &[weir_engine::StageProgress]) -> Option<usize> {
-    progress.iter().position(|p| {
+/// A Flatten or Reshuffle of `graph` holds nothing, so it is never where a
+/// job waits.
+pub fn waits_at(progress: &[weir_engine::StageProgress], graph: Option<&weir_graph::StageGraph>) -> Option<usize> {
+    progress.iter().enumerate().position(|(i, p)| {
         let s = &p.status;
-        p.reported && (s.watermark.is_some() || s.in_flight > 0 || s.pending > 0 || s.held_back > 0)
+        let passes_through = graph.and_then(|g| g.stages.get(i)).is_some_and(|st| st.kind.passes_through());
+        p.reported
+            && !passes_through
+            && (s.watermark.is_some() || s.in_flight > 0 || s.pending > 0 || s.held_back > 0)
     })
 }
 
@@ -252,7 +257,8 @@ fn option_values(options: &prost_types::Struct) -> Value {
 /// watermarks per stage, where it waits, user metrics, and CPU and memory
 /// samples over time.
 pub fn job(job: &Job) -> Value {
-    let infos = job.metrics.snapshot();
+    let mut infos = job.metrics.snapshot();
+    weir_jobs::service::name_steps(&mut infos, &job.pipeline.lock().unwrap_or_else(|p| p.into_inner()));
     let progress = job.progress.stages();
     let graph = job
         .plan
@@ -271,7 +277,7 @@ pub fn job(job: &Job) -> Value {
     v["options"] = option_values(&job.options);
     v["graph"] = graph;
     v["progress"] = Value::Array(progress_view(job, &progress));
-    v["waits_at"] = json!(running.then(|| waits_at(&progress)).flatten());
+    v["waits_at"] = json!(running.then(|| waits_at(&progress, job.plan.as_ref().map(|p| &p.graph))).flatten());
     v["user_metrics"] = Value::Array(user_metrics(&infos));
     v["resources"] = json!({
         "columns": ["at_ms", "runner_cpu_ms", "runner_memory_bytes", "sdk_cpu_ms", "sdk_memory_bytes"],
@@ -345,14 +351,14 @@ mod tests {
             ..Default::default()
         };
         let silent = StageProgress::default();
-        assert_eq!(waits_at(&[done.clone(), silent.clone(), open.clone(), open.clone()]), Some(2));
-        assert_eq!(waits_at(&[done.clone(), silent]), None);
+        assert_eq!(waits_at(&[done.clone(), silent.clone(), open.clone(), open.clone()], None), Some(2));
+        assert_eq!(waits_at(&[done.clone(), silent], None), None);
         let busy = StageProgress {
             reported: true,
             status: StageStatus { in_flight: 1, ..Default::default() },
             ..Default::default()
         };
-        assert_eq!(waits_at(&[done, busy]), Some(1));
+        assert_eq!(waits_at(&[done, busy], None), Some(1));
     }
 
     #[test]

@@ -139,7 +139,7 @@ public interface DataflowCompatibleOptions extends PipelineOptions {
 
   /** Initial number of workers; Weir sizes the job by it ({@code beam:option:num_workers:v1}). */
   @Description(
-      "Initial number of workers, at least 1. Weir reads beam:option:num_workers:v1 and starts"
+      "Initial number of workers (0: not set). Weir reads beam:option:num_workers:v1 and starts"
           + " that many workers' SDK harnesses per environment (default 1 worker); with"
           + " THROUGHPUT_BASED autoscaling it is the lower bound.")
   int getNumWorkers();
