@@ -42,6 +42,8 @@ class LogMarker(beam.DoFn):
   def process(self, x):
     time.sleep(self._sleep)
     logging.info('%s element=%s', self._marker, x)
+    # A DoFn's print (the harness's stdout): Weir puts it in the job's logs.
+    print('%s printed=%s' % (self._marker, x), flush=True)
     self._count.inc()
     yield 'logged %s' % x
 

@@ -109,10 +109,15 @@ def test_job_logs_keep_sdk_log_lines(beam, weir_server, tmp_path):
   assert run.returncode == 0, run.describe(weir_server)
   job = job_named(weir_server, name)
   logs = weir_jobs(weir_server, 'logs', job['JOB_ID']).splitlines()
-  marked = sorted(re.search(r'element=(\d)', l).group(1) for l in logs if marker in l)
+  marked = sorted(re.search(r'element=(\d)', l).group(1) for l in logs if marker + ' element=' in l)
   assert marked == ['1', '2', '3', '4'], logs
+  # What the DoFn printed to its harness's stdout is there too, per worker.
+  printed = sorted(re.search(r'printed=(\d)', l).group(1) for l in logs if marker + ' printed=' in l)
+  assert printed == ['1', '2', '3', '4'], logs
+  assert all(re.search(r'\t\[%s-worker-\S+\] stdout: ' % job['JOB_ID'], l)
+             for l in logs if marker + ' printed=' in l), logs
   # time, importance, text; the SDK's INFO lines are BASIC messages from a worker of the job.
-  line = next(l for l in logs if marker in l)
+  line = next(l for l in logs if marker + ' element=' in l)
   time_text, importance, text = line.split('\t', 2)
   assert re.fullmatch(r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z', time_text), line
   assert importance == 'BASIC', line
@@ -147,7 +152,7 @@ def test_job_logs_follow_a_running_job(beam, weir_server, tmp_path):
     client_out, _ = client.communicate(timeout=180)
   assert client.returncode == 0, client_out
   lines = logs.splitlines()
-  assert sum(marker in l for l in lines) == 4, logs
+  assert sum(marker + ' element=' in l for l in lines) == 4, logs
   assert lines[-1].split('\t')[1:] == ['STATE', 'DONE'], logs
 
 

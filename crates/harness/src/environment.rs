@@ -251,20 +251,29 @@ struct Tail {
 
 type OutputTail = Arc<Mutex<Tail>>;
 
+/// Takes a line an SDK process wrote to stdout, as `[worker] stdout: line`,
+/// for the job's logs.
+type PrintedLine = Arc<dyn Fn(String) + Send + Sync>;
+
 /// Logs each line `reader` (an SDK process's stdout or stderr) writes at
 /// INFO, keeping the last [`OUTPUT_TAIL_LINES`] in `tail`. For stderr,
 /// where SDKs print their log entries, `logging` is the worker's "Logging
 /// stream open" flag: once it is set, the same entries arrive there, and
-/// stderr lines go at DEBUG. A DoFn's `print` (stdout) stays at INFO.
+/// stderr lines go at DEBUG. A DoFn's `print` (stdout) stays at INFO and
+/// also goes to `printed` (the job's logs).
 fn forward_output<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
     reader: R,
     worker_id: String,
     tail: OutputTail,
     logging: Option<Arc<AtomicBool>>,
+    printed: Option<PrintedLine>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut lines = tokio::io::BufReader::new(reader).lines();
         while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(printed) = &printed {
+                printed(format!("[{worker_id}] stdout: {line}"));
+            }
             // The SDK's log entries reach the job through the Logging service;
             // the process's own output goes to Weir's log only (and, should
             // it exit before connecting or fail after, into the job's error
@@ -797,7 +806,15 @@ impl SdkHarnesses {
         if let Some(p) = &pin {
             tracing::info!(worker = %worker_id, "SDK harness runs on CPU {} (--pin_sdk_harnesses)", p.cpu());
         }
-        match spawn_harness(env_id, env, &worker_id, &url, worker.logging.clone(), &self.pools, pin)
+        // What a harness process prints to stdout (a DoFn's `print`) goes
+        // to the job's logs too, as Dataflow shows a worker's stdout.
+        let (fn_api, job_id) = (self.fn_api.clone(), self.job_id.clone());
+        let printed: PrintedLine = Arc::new(move |text: String| {
+            if let Some(sink) = fn_api.sdk_log(&job_id) {
+                sink(WorkerLog::Info, text);
+            }
+        });
+        match spawn_harness(env_id, env, &worker_id, &url, worker.logging.clone(), printed, &self.pools, pin)
             .await
         {
             Ok(handle) => {
@@ -1737,7 +1754,7 @@ async fn stop_handle_of(handle: Handle, worker_id: &str, grace: Duration) -> Opt
 /// Starts one SDK harness of `env` as worker `worker_id`: StartWorker on an
 /// EXTERNAL environment's worker pool, or the PROCESS command / `docker run`
 /// with Beam's boot flags. `logging` is the worker's "Logging stream
-/// open" flag (see [`forward_output`]). A PROCESS harness given a `pin`
+/// open" flag and `printed` takes its stdout lines (see [`forward_output`]). A PROCESS harness given a `pin`
 /// runs on that core only (see [`crate::cores`]) and holds it until it exits.
 async fn spawn_harness(
     env_id: &str,
@@ -1745,6 +1762,7 @@ async fn spawn_harness(
     worker_id: &str,
     url: &str,
     logging: Arc<AtomicBool>,
+    printed: PrintedLine,
     pools: &PoolChannels,
     pin: Option<cores::CorePin>,
 ) -> Result<Handle> {
@@ -1898,11 +1916,11 @@ async fn spawn_harness(
                 child
                     .stdout
                     .take()
-                    .map(|o| forward_output(o, worker_id.to_string(), tail.clone(), None)),
+                    .map(|o| forward_output(o, worker_id.to_string(), tail.clone(), None, Some(printed))),
                 child
                     .stderr
                     .take()
-                    .map(|e| forward_output(e, worker_id.to_string(), tail.clone(), Some(logging.clone()))),
+                    .map(|e| forward_output(e, worker_id.to_string(), tail.clone(), Some(logging.clone()), None)),
             ]
             .into_iter()
             .flatten()
