@@ -199,6 +199,13 @@ fn least(watermarks: &[Option<Timestamp>]) -> Option<Timestamp> {
 }
 
 impl StageStatus {
+    /// Whether the stage still has work (bundles at harnesses, elements
+    /// waiting for one, elements held back) or an input not done: where a
+    /// slow or stuck job may wait.
+    pub fn unfinished(&self) -> bool {
+        self.watermark.is_some() || self.in_flight > 0 || self.pending > 0 || self.held_back > 0
+    }
+
     /// This status and `other`'s (another worker's of the same stage) as
     /// one: counts summed, the least watermark (a done input, `None`, counts
     /// only when both are done), waiting for side inputs if either is.
@@ -276,8 +283,7 @@ impl JobContext {
             .enumerate()
             .filter(|(i, st)| {
                 // A Flatten or Reshuffle holds nothing: it is never where a job waits.
-                !self.graph.stages[*i].kind.passes_through()
-                    && (st.watermark.is_some() || st.in_flight > 0 || st.pending > 0 || st.held_back > 0)
+                !self.graph.stages[*i].kind.passes_through() && st.unfinished()
             })
             .take(3)
             .map(|(i, st)| {

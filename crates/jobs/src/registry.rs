@@ -294,6 +294,24 @@ pub fn is_terminal(s: JobState) -> bool {
 }
 
 impl Job {
+    /// Whether the job's pipeline has an unbounded PCollection (one of the
+    /// things that make a job streaming, with `--streaming` and a TestStream).
+    pub fn has_unbounded_pcollection(&self) -> bool {
+        let pipeline = self.pipeline.lock().unwrap_or_else(|p| p.into_inner());
+        pipeline.components.as_ref().is_some_and(|c| {
+            c.pcollections.values().any(|pc| pc.is_bounded == beam::is_bounded::Enum::Unbounded as i32)
+        })
+    }
+
+    /// The job's metrics with each step named as the user named it
+    /// ([`crate::service::name_steps`]), as GetJobMetrics, the web UI and
+    /// `/metrics` show them.
+    pub fn metrics_by_step(&self) -> Vec<beam::MonitoringInfo> {
+        let mut infos = self.metrics.snapshot();
+        crate::service::name_steps(&mut infos, &self.pipeline.lock().unwrap_or_else(|p| p.into_inner()));
+        infos
+    }
+
     /// Keeps the SDK harnesses Prepare is starting, for Run.
     pub(crate) fn set_prestarted(&self, started: Prestarted) {
         *self.prestarted.lock().unwrap_or_else(|p| p.into_inner()) = Some(started);

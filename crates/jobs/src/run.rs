@@ -189,18 +189,7 @@ fn harness_plan(
     } else {
         crate::options::sdk_harness_plan(&job.validated, &job.options)
     };
-    let unbounded = job
-        .pipeline
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .components
-        .as_ref()
-        .is_some_and(|c| {
-            c.pcollections
-                .values()
-                .any(|pc| pc.is_bounded == beam::is_bounded::Enum::Unbounded as i32)
-        });
-    harness_plan.sizing.streaming |= plan.graph.streaming || unbounded;
+    harness_plan.sizing.streaming |= plan.graph.streaming || job.has_unbounded_pcollection();
     harness_plan
 }
 

@@ -202,14 +202,9 @@ pub fn drain_refusal(job: &Job) -> Option<String> {
     if is_terminal(job.state()) || job.state() == JobState::Stopped {
         return None;
     }
-    let unbounded = || {
-        let pipeline = job.pipeline.lock().unwrap_or_else(|p| p.into_inner());
-        pipeline.components.as_ref().is_some_and(|c| {
-            c.pcollections.values().any(|pc| pc.is_bounded == beam::is_bounded::Enum::Unbounded as i32)
-        })
-    };
-    let streaming =
-        job.validated.streaming || job.plan.as_ref().is_some_and(|p| p.graph.streaming) || unbounded();
+    let streaming = job.validated.streaming
+        || job.plan.as_ref().is_some_and(|p| p.graph.streaming)
+        || job.has_unbounded_pcollection();
     (!streaming).then(|| {
         format!(
             "job {} is a batch job: only a streaming job (--streaming, a TestStream or an unbounded PCollection) can be drained, as on Dataflow; its bounded input ends by itself, or cancel it (weir jobs cancel {})",
@@ -676,8 +671,7 @@ impl beam::job_service_server::JobService for JobService {
             let sampler = &self.0.sampler;
             sampler.sample(&job.id, &job.resources);
         }
-        let mut infos = job.metrics.snapshot();
-        name_steps(&mut infos, &job.pipeline.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut infos = job.metrics_by_step();
         infos.extend(job.resources.monitoring_infos());
         // Per-stage figures only for Weir's own CLI: a Beam SDK keys
         // metrics by step and name, not by STAGE, so it would fold a job's
@@ -712,28 +706,22 @@ impl beam::job_service_server::JobService for JobService {
 /// keeps its own temp files in its folder, see
 /// [`crate::locations::resolve`]), and the message says so.
 fn locations_message(job: &Job) -> String {
-    let (staging, temp) = (&job.locations.staging, &job.locations.temp);
-    let mut text = format!(
-        "artifacts are staged under {}/{id}; temp files go to {}/{id}",
-        staging.describe(),
-        temp.describe(),
-        id = job.id
-    );
-    let v = &job.validated;
-    if temp.option.is_none() {
-        let sdk = [("temp_location", &v.temp_location), ("gcp_temp_location", &v.gcp_temp_location)]
-            .into_iter()
-            .find_map(|(name, value)| Some((v.spellings.get(name).map_or(name, String::as_str), value.as_deref()?)));
-        if let Some((option, location)) = sdk {
-            text = format!(
-                "artifacts are staged under {}/{id}; Weir's own temp files go to {}/{id}, and the SDK writes its temp files to --{option}={location} (outside Weir's folders, so the SDK reaches it itself)",
-                staging.describe(),
-                temp.describe(),
-                id = job.id
-            );
-        }
-    }
-    text
+    let (staging, temp, v) = (&job.locations.staging, &job.locations.temp, &job.validated);
+    // Weir's own temp folder although the user set a temp location: the
+    // location was left to the SDK.
+    let sdk_temp = [("temp_location", &v.temp_location), ("gcp_temp_location", &v.gcp_temp_location)]
+        .into_iter()
+        .find_map(|(name, value)| Some((v.spellings.get(name).map_or(name, String::as_str), value.as_deref()?)))
+        .filter(|_| temp.option.is_none());
+    let temp_files = match sdk_temp {
+        Some((option, location)) => format!(
+            "Weir's own temp files go to {}/{id}, and the SDK writes its temp files to --{option}={location} (outside Weir's folders, so the SDK reaches it itself)",
+            temp.describe(),
+            id = job.id
+        ),
+        None => format!("temp files go to {}/{}", temp.describe(), job.id),
+    };
+    format!("artifacts are staged under {}/{}; {temp_files}", staging.describe(), job.id)
 }
 
 /// Puts each transform's unique name (`CountWords/Count`, what the user

@@ -73,8 +73,7 @@ pub fn render(jobs: &JobRegistry) -> prometheus::Result<String> {
         job_state
             .with_label_values(&[id, job.name.as_str(), crate::views::state_name(job.state())])
             .set(1);
-        let mut infos = job.metrics.snapshot();
-        weir_jobs::service::name_steps(&mut infos, &job.pipeline.lock().unwrap_or_else(|p| p.into_inner()));
+        let infos = job.metrics_by_step();
         for info in infos {
             let Some(v) = crate::views::sum_value(&info) else { continue };
             let label = |k: &str| info.labels.get(k).map(String::as_str).unwrap_or("");

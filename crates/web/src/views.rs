@@ -156,11 +156,8 @@ fn graph_view(graph: &StageGraph, counts: &BTreeMap<String, i64>, progress: &[we
 /// job waits.
 pub fn waits_at(progress: &[weir_engine::StageProgress], graph: Option<&weir_graph::StageGraph>) -> Option<usize> {
     progress.iter().enumerate().position(|(i, p)| {
-        let s = &p.status;
         let passes_through = graph.and_then(|g| g.stages.get(i)).is_some_and(|st| st.kind.passes_through());
-        p.reported
-            && !passes_through
-            && (s.watermark.is_some() || s.in_flight > 0 || s.pending > 0 || s.held_back > 0)
+        p.reported && !passes_through && p.status.unfinished()
     })
 }
 
@@ -257,8 +254,7 @@ fn option_values(options: &prost_types::Struct) -> Value {
 /// watermarks per stage, where it waits, user metrics, and CPU and memory
 /// samples over time.
 pub fn job(job: &Job) -> Value {
-    let mut infos = job.metrics.snapshot();
-    weir_jobs::service::name_steps(&mut infos, &job.pipeline.lock().unwrap_or_else(|p| p.into_inner()));
+    let infos = job.metrics_by_step();
     let progress = job.progress.stages();
     let graph = job
         .plan
