@@ -211,11 +211,46 @@ class _PerWindow(beam.DoFn):
     yield 'window %s count %d' % (int(w.start) - self._start, kv[1])
 
 
+EXPIRING_WINDOWS = 30
+EXPIRING_STRINGS = 3
+EXPIRING_CHARS = 100000
+
+
+def side_windows_expire(p):
+  """EXPIRING_WINDOWS fixed 10 s windows, each with EXPIRING_STRINGS side
+  strings of EXPIRING_CHARS chars (AsList) and one main element that reads
+  them; the watermark passes each window's end before the next window's
+  data comes. One window's side data is about 300 KB, all of them 9 MB:
+  under a side-input budget of 1 MiB the job finishes only if expired side
+  windows are let go. Last, a main element (99) and a side element (98) of
+  the first window come, long after it expired."""
+  events = []
+  for i in range(EXPIRING_WINDOWS):
+    t = 10 * i
+    events.append(('side', [(i, t + 1 + j) for j in range(EXPIRING_STRINGS)]))
+    events.append(('main', [(i, t + 5)]))
+    events.append(('w', t + 10))
+  # Late data of the first window, long expired: dropped and ignored.
+  events.append(('main', [(99, 3)]))
+  events.append(('side', [(98, 4)]))
+  events.append(('end',))
+  streams = p | 'Stream' >> _stream(events)
+  main = streams['main'] | 'WindowMain' >> beam.WindowInto(bw.FixedWindows(10))
+  side = (
+      streams['side']
+      | 'Big' >> beam.Map(lambda i: 'w%d ' % i + 'x' * EXPIRING_CHARS)
+      | 'WindowSide' >> beam.WindowInto(bw.FixedWindows(10)))
+  return main | 'WithSide' >> beam.Map(
+      lambda i, s: 'w%d: %d strings of w%s, %d chars' % (
+          i, len(s), sorted(set(v.split(' ')[0][1:] for v in s)), sum(len(v) for v in s)),
+      beam.pvalue.AsList(side))
+
+
 PIPELINES = {
     f.__name__: f
     for f in (side_after_main, side_per_window, global_triggered_discarding,
               global_triggered_accumulating, global_ungrouped_latest,
-              periodic_side_input)
+              periodic_side_input, side_windows_expire)
 }
 
 

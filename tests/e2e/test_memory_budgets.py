@@ -86,3 +86,28 @@ def test_side_input_past_the_budget_fails_the_job_and_the_server_serves_on(
         part, run.describe(small_budget_server))
   ok = beam.run_named('state_bag', 'LOOPBACK', script=SCRIPT)
   assert ok.returncode == 0, ok.describe(small_budget_server)
+
+
+def test_expired_side_windows_are_let_go_in_a_long_streaming_job(tmp_path, small_budget_server):
+  """Thirty windows of side data (9 MB in all, 300 KB a window) under a
+  1 MiB budget: each window's side data goes once its window expired, so
+  the job finishes, and every main element saw exactly its own window's.
+  A main and a side element of the first window arriving after it expired
+  are dropped, each with a notice."""
+  import pipelines_side_inputs as psi
+  from conftest import Beam
+  beam = Beam(tmp_path / 'weir', lambda: small_budget_server)
+  run = beam.run_named('side_windows_expire', 'LOOPBACK',
+                       extra=['--streaming', '--allow_unsafe_triggers'],
+                       script=SCRIPT.with_name('pipelines_side_inputs.py'))
+  assert run.returncode == 0, run.describe(small_budget_server)
+  _, lines = run.output()
+  expected = collections.Counter(
+      "w%d: %d strings of w['%d'], %d chars" % (
+          i, psi.EXPIRING_STRINGS, i,
+          psi.EXPIRING_STRINGS * (psi.EXPIRING_CHARS + len('w%d ' % i)))
+      for i in range(psi.EXPIRING_WINDOWS))
+  assert lines == expected, lines
+  text = run.stderr + run.describe(small_budget_server)
+  for notice in ('dropped 1 late element window(s)', 'ignored 1 late side-input element(s)'):
+    assert notice in text, '%r not in\n%s' % (notice, text)

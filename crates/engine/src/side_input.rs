@@ -34,6 +34,15 @@
 //! firings, Beam uses the value from the latest trigger firing". A firing
 //! is the side elements delivered at one timely time (one GroupByKey pane
 //! firing, one TestStream event, one output of an unbounded source).
+//!
+//! A fixed or sliding side window is evicted once it has expired for both
+//! inputs (each watermark past its max timestamp plus that input's allowed
+//! lateness) and no element held back at the stage maps to it
+//! ([`SideInputs::evict_before`]), so a long-running job holds only live
+//! side windows. A main-input window that would read an evicted side window
+//! has expired itself and is dropped before its bundle, and later side data
+//! of an evicted window is ignored, both with a notice in the job's
+//! messages.
 
 use std::collections::HashMap;
 
@@ -202,6 +211,23 @@ struct View {
     firing: HashMap<Vec<u8>, u128>,
     /// Whether any element arrived (in any window).
     any: bool,
+    /// Windows whose max timestamp is before this are gone for good
+    /// ([`SideInputs::evict_before`]); their late elements are ignored.
+    evicted_before: Option<Timestamp>,
+}
+
+impl View {
+    /// Forgets encoded window `wb`'s contents; returns the bytes they were
+    /// counted as ([`SideInputs::bytes`]).
+    fn remove_window(&mut self, wb: &[u8]) -> usize {
+        self.keys.remove(wb);
+        self.iterable.remove(wb).map_or(0, |p| p.bytes())
+            + self.multimap.remove(wb).map_or(0, |m| {
+                m.iter()
+                    .map(|(k, (v, _))| multimap_key_bytes(k) + v.len())
+                    .sum()
+            })
+    }
 }
 
 /// Every side input of one stage, keyed by (transform id, side input id).
@@ -210,7 +236,7 @@ pub struct SideInputs {
     views: HashMap<(String, String), View>,
     /// Unique in the process per [`SideInputs::new`]; a clone keeps it.
     lineage: u64,
-    /// Bumped by every [`SideInputs::insert`].
+    /// Bumped by every [`SideInputs::insert`] and eviction.
     version: u64,
     /// Page size: of iterables when their elements are inserted, of a
     /// multimap's keys and entries when they are read ([`PAGE_BYTES`]
@@ -273,7 +299,7 @@ impl SideInputs {
 
     /// Names these contents: two `SideInputs` with the same identity hold
     /// the same data (an `Arc` snapshot never changes; the live copy gets a
-    /// new version with every insert). It is the SDK's side-input cache
+    /// new version with every insert and eviction). It is the SDK's side-input cache
     /// token (`ProcessBundleRequest.cache_tokens`, beam_fn_api.proto).
     pub fn identity(&self) -> (u64, u64) {
         (self.lineage, self.version)
@@ -294,6 +320,9 @@ impl SideInputs {
     /// firing than a window's contents first clears that window; an element
     /// of an earlier firing than them is stale and ignored.
     ///
+    /// Returns false when every window of the element was evicted
+    /// ([`SideInputs::evict_before`]): the element is ignored.
+    ///
     /// # Errors
     /// A message when the element does not decode, or a multimap side input is not KV-coded.
     pub fn insert(
@@ -301,7 +330,7 @@ impl SideInputs {
         spec: &SideInputSpec<'_>,
         element: &[u8],
         firing: u128,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let (wv, _) = WindowedValue::decode(spec.value_coder, spec.window_coder, element)
             .map_err(|e| e.to_string())?;
         self.version += 1;
@@ -329,7 +358,12 @@ impl SideInputs {
             .entry((spec.transform_id.to_string(), spec.local_name.to_string()))
             .or_default();
         view.any = true;
+        let mut landed = false;
         for w in &wv.windows {
+            if view.evicted_before.is_some_and(|before| w.max_timestamp() < before) {
+                continue;
+            }
+            landed = true;
             let mut wb = Vec::new();
             w.encode(&mut wb);
             if replaces {
@@ -337,13 +371,7 @@ impl SideInputs {
                     Some(&current) if firing < current => continue,
                     Some(&current) if firing == current => {}
                     _ => {
-                        let gone = view.iterable.remove(&wb).map_or(0, |p| p.bytes())
-                            + view.multimap.remove(&wb).map_or(0, |m| {
-                                m.iter()
-                                    .map(|(k, (v, _))| multimap_key_bytes(k) + v.len())
-                                    .sum()
-                            });
-                        view.keys.remove(&wb);
+                        let gone = view.remove_window(&wb);
                         self.bytes = self.bytes.saturating_sub(gone);
                         view.firing.insert(wb.clone(), firing);
                     }
@@ -373,7 +401,42 @@ impl SideInputs {
                 }
             }
         }
-        Ok(())
+        Ok(landed)
+    }
+
+    /// Drops every window of `spec`'s side input whose max timestamp is
+    /// before `before`, and returns how many went. Later elements of such
+    /// windows are ignored ([`SideInputs::insert`]). A `before` at or below
+    /// an earlier one does nothing.
+    pub fn evict_before(&mut self, spec: &SideInputSpec<'_>, before: Timestamp) -> usize {
+        let key = (spec.transform_id.to_string(), spec.local_name.to_string());
+        let Some(view) = self.views.get_mut(&key) else {
+            return 0;
+        };
+        if view.evicted_before.is_some_and(|b| b >= before) {
+            return 0;
+        }
+        view.evicted_before = Some(before);
+        let expired = |wb: &[u8]| {
+            Window::decode(spec.window_coder, wb).is_ok_and(|(w, _)| w.max_timestamp() < before)
+        };
+        let gone: Vec<Vec<u8>> = view.firing.keys().filter(|wb| expired(wb)).cloned().collect();
+        for wb in &gone {
+            view.firing.remove(wb);
+            let bytes = view.remove_window(wb);
+            self.bytes = self.bytes.saturating_sub(bytes);
+        }
+        if !gone.is_empty() {
+            self.version += 1;
+        }
+        gone.len()
+    }
+
+    /// The bound of `(transform_id, local_name)`'s evicted windows: every
+    /// window whose max timestamp is before it is gone
+    /// ([`SideInputs::evict_before`]); None when none was evicted.
+    pub fn evicted_before(&self, transform_id: &str, local_name: &str) -> Option<Timestamp> {
+        self.view(transform_id, local_name)?.evicted_before
     }
 
     /// Whether any element of the side input arrived.
@@ -544,13 +607,12 @@ pub fn mapped_window(window_fn: SideWindowFn, main: &Window) -> Option<Window> {
             period_ms,
             offset_ms,
         } => {
-            // The latest start at or before t, moved back while the window
-            // before it still contains t.
-            let mut start = t - (t - offset_ms).rem_euclid(period_ms);
-            while start - period_ms > t - size_ms {
-                start -= period_ms;
-            }
-            Some(interval(start, size_ms))
+            // The latest start at or before t, moved back by whole periods
+            // while the window before it still contains t.
+            let latest = t - (t - offset_ms).rem_euclid(period_ms);
+            let room = latest.saturating_sub(t.saturating_sub(size_ms));
+            let back = if room > 0 { (room - 1) / period_ms } else { 0 };
+            Some(interval(latest - back * period_ms, size_ms))
         }
         SideWindowFn::Other => None,
     }
@@ -741,6 +803,22 @@ mod tests {
             mapped_window(sparse, &interval(5_000, 6_000)),
             Some(interval(4_000, 7_000))
         );
+        // The earliest start, stepped back one period at a time, for sizes
+        // above, equal to and below the period (a gap: t in no window).
+        for (size_ms, period_ms, offset_ms) in [(60, 10, 0), (60, 10, 3), (10, 10, 0), (7, 10, 2), (25, 7, 5)] {
+            for t in -100..100i64 {
+                let mut start = t - (t - offset_ms).rem_euclid(period_ms);
+                while start - period_ms > t - size_ms {
+                    start -= period_ms;
+                }
+                let window_fn = SideWindowFn::Sliding { size_ms, period_ms, offset_ms };
+                assert_eq!(
+                    mapped_window(window_fn, &interval(t, t + 1)),
+                    Some(interval(start, start + size_ms)),
+                    "size {size_ms} period {period_ms} offset {offset_ms} t {t}"
+                );
+            }
+        }
     }
 
     fn progress<'a>(
@@ -989,6 +1067,73 @@ mod tests {
         s.insert(&iter, &element(9, w1.clone(), PaneInfo::default()), 1).unwrap();
         assert_eq!(s.bytes(), 2 + 2 * key + 3);
         assert_eq!(s.iterable("t", "s", &encoded(&w1)), Some(vec![9]));
+    }
+
+    /// Evicting before t drops exactly the windows ending before t, of
+    /// iterables and multimaps, with their bytes; reads of them find
+    /// nothing, their late elements are ignored and counted, the identity
+    /// moves on, and a bound at or below an earlier one does nothing.
+    #[test]
+    fn evicted_windows_go_with_their_bytes_and_ignore_late_elements() {
+        let iter = spec(Refresh::All, &Coder::IntervalWindow);
+        let kv = Coder::Kv(Box::new(Coder::VarInt), Box::new(Coder::VarInt));
+        let map = SideInputSpec {
+            local_name: "m",
+            kind: SideInputKind::Multimap,
+            value_coder: &kv,
+            ..spec(Refresh::All, &Coder::IntervalWindow)
+        };
+        let mut s = SideInputs::new(&[iter, map]);
+        let (w0, w1, w2) = (interval(0, 10), interval(10, 20), interval(20, 30));
+        for (v, w) in [(1, &w0), (2, &w0), (3, &w1), (4, &w2)] {
+            s.insert(&iter, &element(v, w.clone(), PaneInfo::default()), 0).unwrap();
+        }
+        s.insert(&map, &element_bytes(vec![7, 70], w0.clone(), PaneInfo::default()), 0).unwrap();
+        s.insert(&map, &element_bytes(vec![8, 80], w2.clone(), PaneInfo::default()), 0).unwrap();
+        let key = MULTIMAP_KEY_OVERHEAD_BYTES + 2;
+        assert_eq!(s.bytes(), 4 + 2 * (key + 1));
+        let before = s.identity();
+
+        // [10, 20) ends at 19: evicting before 19 keeps it, before 20 does not.
+        assert_eq!(s.evict_before(&iter, Timestamp(19)), 1, "only [0, 10)");
+        assert_eq!(s.evict_before(&iter, Timestamp(20)), 1, "then [10, 20)");
+        assert_eq!(s.evict_before(&iter, Timestamp(15)), 0, "a lower bound does nothing");
+        assert_eq!(s.evicted_before("t", "s"), Some(Timestamp(20)));
+        assert_eq!(s.bytes(), 1 + 2 * (key + 1), "the multimap is untouched");
+        assert_ne!(s.identity(), before);
+        for w in [&w0, &w1] {
+            assert!(!s.has_window("t", "s", &encoded(w)));
+            assert_eq!(s.iterable("t", "s", &encoded(w)), Some(vec![]));
+        }
+        assert_eq!(s.iterable("t", "s", &encoded(&w2)), Some(vec![4]));
+
+        assert_eq!(s.evict_before(&map, Timestamp(20)), 1);
+        assert_eq!(s.bytes(), 1 + key + 1);
+        let keys = |s: &SideInputs, w: &Window| s.multimap_keys("t", "m", &encoded(w), &[]).unwrap().unwrap().data;
+        assert_eq!(keys(&s, &w0), Vec::<u8>::new());
+        assert_eq!(keys(&s, &w2), vec![8]);
+        assert_eq!(s.evicted_before("t", "nothing"), None);
+
+        // Late elements of an evicted window are ignored; others still land.
+        assert!(!s.insert(&iter, &element(5, w1.clone(), PaneInfo::default()), 1).unwrap());
+        assert!(!s.insert(&map, &element_bytes(vec![9, 90], w0.clone(), PaneInfo::default()), 1).unwrap());
+        assert!(s.insert(&iter, &element(6, w2.clone(), PaneInfo::default()), 1).unwrap());
+        assert_eq!(s.iterable("t", "s", &encoded(&w1)), Some(vec![]));
+        assert!(!s.has_window("t", "s", &encoded(&w1)));
+        assert_eq!(s.iterable("t", "s", &encoded(&w2)), Some(vec![4, 6]));
+        assert_eq!(s.bytes(), 2 + key + 1);
+        // An element in an evicted and a live window lands in the live one.
+        let both = WindowedValue {
+            timestamp: Timestamp(0),
+            windows: vec![w1.clone(), w2.clone()],
+            pane: PaneInfo::default(),
+            value: vec![7],
+        };
+        let mut bytes = Vec::new();
+        both.encode(&mut bytes);
+        assert!(s.insert(&iter, &bytes, 1).unwrap());
+        assert_eq!(s.iterable("t", "s", &encoded(&w1)), Some(vec![]));
+        assert_eq!(s.iterable("t", "s", &encoded(&w2)), Some(vec![4, 6, 7]));
     }
 
     /// A multimap's keys and its `KV<key, iterable<value>>` entries page

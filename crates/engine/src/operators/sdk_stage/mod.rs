@@ -45,7 +45,7 @@ use bundles::{cut_bundle, BundleLimits};
 use expiry::{drop_expired, set_expiration_timers};
 use residuals::{residual_hold, resume_at};
 pub(crate) use sides::SharedSides;
-use sides::{empty_views, release_ready, side_specs, with_windows};
+use sides::{drop_evicted, empty_views, evict_expired, release_ready, side_specs, with_windows};
 use sorted::TimeSorted;
 use spread::{even_parts, Spread, SPREAD_CHUNK_BYTES};
 use state::{Emission, InFlight};
@@ -151,8 +151,28 @@ pub(crate) fn sdk_stage<'s>(
         let expiration = sdk
             .window_expiration_family
             .map(|family| (family, ctx.graph.pcollections[sdk.input].clone()));
-        let submit = move |st: &mut State, cap: Capability<Time>, elements: Vec<Element>, timers: Vec<Vec<u8>>| {
+        let submit_sdk = sdk.clone();
+        let submit_live_sides = ctx.graph.streaming && !sdk.side_inputs.is_empty();
+        let submit = move |st: &mut State, cap: Capability<Time>, mut elements: Vec<Element>, timers: Vec<Vec<u8>>| {
             let (ctx, activator, completions) = (&submit_ctx, &submit_activator, &submit_completions);
+            // Streaming: windows whose side windows were evicted have
+            // expired; they go here (see sides::evict_expired).
+            let main_info = &ctx.graph.pcollections[submit_sdk.input];
+            let mut earliest_window_end = weir_model::Timestamp(i64::MAX);
+            if let Some(live) = st.side_inputs.as_deref().filter(|_| submit_live_sides) {
+                let sides = side_specs(&submit_sdk, &ctx.graph);
+                let dropped;
+                (elements, dropped) = drop_evicted(main_info, &sides, live, elements);
+                earliest_window_end = sides::earliest_window_end(main_info, &elements);
+                if dropped > 0 {
+                    ctx.config.notices.send(format!(
+                        "stage {submit_name} dropped {dropped} late element window(s): they had expired, and with them the side-input windows they read"
+                    ));
+                }
+                if elements.is_empty() && timers.is_empty() {
+                    return;
+                }
+            }
             let side_inputs = st.side_inputs.clone().unwrap_or_default();
             let side_input_generation = st.side_generation.for_bundle();
             let id = st.next_bundle;
@@ -164,7 +184,7 @@ pub(crate) fn sdk_stage<'s>(
             ctx.count(stage_index, elements.len() - recounted, 0, 0);
             st.in_flight.insert(
                 id,
-                InFlight { hold: cap, submitted: std::time::Instant::now(), elements: elements.len() },
+                InFlight { hold: cap, submitted: std::time::Instant::now(), elements: elements.len(), earliest_window_end },
             );
             if let Some((family, info)) = &expiration {
                 set_expiration_timers(&mut st.timers, *family, info, &elements);
@@ -220,6 +240,7 @@ pub(crate) fn sdk_stage<'s>(
             let graph = ctx.graph.clone();
             let sides = side_specs(&sdk, &graph);
             let mut side_error = None;
+            let mut ignored = 0;
             side_input.for_each(|cap, data| {
                 let firing = *cap.least().expect("non-empty stamp");
                 for (i, e) in data.drain(..) {
@@ -236,14 +257,23 @@ pub(crate) fn sdk_stage<'s>(
                         st.side_generation.global_side_changed();
                     }
                     let live = Arc::make_mut(st.side_inputs.get_or_insert_with(Arc::default));
-                    if let Err(message) = live.insert(&sides[i as usize].0, &e, firing) {
-                        side_error.get_or_insert(message);
+                    match live.insert(&sides[i as usize].0, &e, firing) {
+                        Ok(landed) => ignored += usize::from(!landed),
+                        Err(message) => {
+                            side_error.get_or_insert(message);
+                        }
                     }
                 }
             });
             if let Some(message) = side_error {
                 ctx.fail(EngineError::BadData { stage: name.clone(), pcollection: "side input".into(), message });
                 return;
+            }
+            // Every worker gets the side data: one of them tells.
+            if ignored > 0 && worker_index == 0 {
+                ctx.config.notices.send(format!(
+                    "stage {name} ignored {ignored} late side-input element(s): their windows had expired"
+                ));
             }
             // The side inputs of a stage are held in memory, once per process
             // (batch) or per worker (streaming): past their budget the job
@@ -477,6 +507,26 @@ pub(crate) fn sdk_stage<'s>(
                 }
             }
             let sorted_waiting = sorted.as_ref().map_or(0, TimeSorted::len);
+            // Streaming: side windows no main element may read any more go
+            // (not under a custom main WindowFn, whose window ends the
+            // runner cannot read).
+            let main_info = &ctx.graph.pcollections[sdk.input];
+            if live_sides && matches!(main_info.window_coder, weir_model::Coder::GlobalWindow | weir_model::Coder::IntervalWindow) {
+                let lateness = |p: usize| ctx.graph.pcollections[p].windowing.allowed_lateness_ms;
+                let side_lateness: Vec<i64> = sdk.side_inputs.iter().map(|si| lateness(si.pcollection)).collect();
+                let evicted = evict_expired(
+                    st,
+                    &sides,
+                    &side_lateness,
+                    main_info,
+                    sdk.stateful,
+                    watermark_of(frontier.frontier().as_ref()),
+                    side_frontier.frontier().as_ref(),
+                );
+                if evicted > 0 {
+                    tracing::debug!(stage = %name, evicted, "expired side windows evicted");
+                }
+            }
             let status = |st: &State, waiting_for_side_inputs: bool| StageStatus {
                 watermark: (!frontier.is_empty()).then(|| watermark_of(frontier.frontier().as_ref())),
                 in_flight: st.in_flight.len(),

@@ -57,6 +57,11 @@ impl<H> DelayedResiduals<H> {
         self.waiting.iter().map(|(_, _, e)| e.len()).sum()
     }
 
+    /// Every waiting residual element, in order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Element> {
+        self.waiting.iter().flat_map(|(_, _, e)| e)
+    }
+
     /// Drops every waiting residual (and its hold).
     pub(super) fn clear(&mut self) {
         self.waiting.clear();

@@ -5,11 +5,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use timely::scheduling::SyncActivator;
-use weir_graph::{SdkStage, StageGraph};
+use weir_graph::{SdkStage, SideWindowFn, StageGraph};
+use weir_model::windowed_value::decode_windows;
+use weir_model::Timestamp;
 
 use super::state::{SdkState, WindowedElement};
 use crate::operators::Element;
-use crate::side_input::{side_ready, Refresh, SideInputSpec, SideInputs, SideProgress};
+use crate::side_input::{mapped_window, side_ready, Refresh, SideInputSpec, SideInputs, SideProgress};
 use crate::time::{last_time_at, watermark_of, Hold, Time};
 
 /// A batch stage's materialized side inputs, shared by the timely workers of
@@ -143,6 +145,151 @@ pub(super) fn release_ready<H: Hold>(
     }
 }
 
+/// Streaming: evicts the side windows no main-input element of the stage
+/// may read any more, so a long-running job holds only live side windows
+/// (Beam's window expiry, as for user state). Fixed or sliding side window
+/// `W` of side input `i` goes once
+/// * the main input's watermark has passed `W`'s max timestamp plus the
+///   main input's allowed lateness,
+/// * the side input's watermark has passed it plus its own
+///   (`side_lateness_ms[i]`; later side data of `W` is ignored), and
+/// * every window of the elements at the stage (held back, pending,
+///   delayed, in bundles in flight) ends after `W`.
+///
+/// Under Beam's default window mappings a main window maps to a side window
+/// ending no earlier than itself, so a main element arriving later that
+/// would read `W` is in an expired window: [`drop_evicted`] drops that
+/// window of it before its bundle, as Beam allows for expired data. A
+/// stateful stage evicts only with no timer pending and no bundle in flight
+/// (a timer's window may read `W` when it fires). Returns how many windows
+/// went.
+pub(super) fn evict_expired<H: Hold>(
+    st: &mut SdkState<H>,
+    sides: &[SideSpec<'_>],
+    side_lateness_ms: &[i64],
+    main: &weir_graph::PCollectionInfo,
+    stateful: bool,
+    main_watermark: Timestamp,
+    side_frontier: &[Time],
+) -> usize {
+    if stateful && !(st.timers.is_empty() && st.in_flight.is_empty()) {
+        return 0;
+    }
+    let Some(live) = st.side_inputs.as_ref() else {
+        return 0;
+    };
+    let expired = main_watermark.saturating_sub_millis(main.windowing.allowed_lateness_ms);
+    let side_watermark = watermark_of(side_frontier);
+    let moved = |live: &SideInputs, spec: &SideInputSpec<'_>, before: Timestamp| {
+        live.evicted_before(spec.transform_id, spec.local_name).is_none_or(|b| b < before)
+    };
+    // Each expiring side input's bound from the watermarks alone, where it
+    // moved past the last eviction: most calls stop here.
+    let bounds: Vec<(&SideInputSpec<'_>, Timestamp)> = sides
+        .iter()
+        .zip(side_lateness_ms)
+        .filter(|((_, window_fn, _), _)| {
+            matches!(window_fn, SideWindowFn::Fixed { .. } | SideWindowFn::Sliding { .. })
+        })
+        .map(|((spec, _, _), lateness)| (spec, expired.min(side_watermark.saturating_sub_millis(*lateness))))
+        .filter(|(spec, before)| moved(live, spec, *before))
+        .collect();
+    if bounds.is_empty() {
+        return 0;
+    }
+    let held = st
+        .held_back
+        .iter()
+        .flat_map(|(_, elements)| elements.iter().flat_map(|(windows, _)| windows))
+        .map(weir_model::Window::max_timestamp)
+        .min()
+        .unwrap_or(Timestamp(i64::MAX));
+    let waiting = earliest_window_end(main, st.pending.iter().flat_map(|(_, e)| e).chain(st.delayed.iter()));
+    let running = st.in_flight.values().map(|b| b.earliest_window_end).min().unwrap_or(Timestamp(i64::MAX));
+    let floor = held.min(waiting).min(running);
+    let live = st.side_inputs.as_mut().expect("checked above");
+    let mut evicted = 0;
+    for (spec, before) in bounds {
+        let before = before.min(floor);
+        if moved(live, spec, before) {
+            evicted += Arc::make_mut(live).evict_before(spec, before);
+        }
+    }
+    evicted
+}
+
+/// The earliest max timestamp of the windows of `elements` (encoded
+/// windowed values of `info`); MAX when none has a window that decodes.
+pub(super) fn earliest_window_end<'a>(
+    info: &weir_graph::PCollectionInfo,
+    elements: impl IntoIterator<Item = &'a Element>,
+) -> Timestamp {
+    elements
+        .into_iter()
+        .filter_map(|e| windows_of(info, e))
+        .flatten()
+        .map(|w| w.max_timestamp())
+        .min()
+        .unwrap_or(Timestamp(i64::MAX))
+}
+
+/// The windows of `element` (an encoded windowed value of `info`), read
+/// without its pane or value; None when they do not decode.
+fn windows_of(info: &weir_graph::PCollectionInfo, element: &[u8]) -> Option<Vec<weir_model::Window>> {
+    let (_, at) = Timestamp::decode(element).ok()?;
+    decode_windows(&info.window_coder, &element[at..]).ok().map(|(windows, _)| windows)
+}
+
+/// Takes out of `elements` (encoded windowed values of `info`, about to go
+/// out in a bundle) every window that maps to a side window `live` has
+/// evicted ([`evict_expired`]: such a window arrived expired), dropping an
+/// element left with none. Returns what is left and how many windows went.
+/// An element that does not decode is kept (the SDK reports it).
+pub(super) fn drop_evicted(
+    info: &weir_graph::PCollectionInfo,
+    sides: &[SideSpec<'_>],
+    live: &SideInputs,
+    elements: Vec<Element>,
+) -> (Vec<Element>, usize) {
+    let evicted: Vec<(SideWindowFn, Timestamp)> = sides
+        .iter()
+        .filter_map(|(spec, window_fn, _)| {
+            Some((*window_fn, live.evicted_before(spec.transform_id, spec.local_name)?))
+        })
+        .collect();
+    if evicted.is_empty() {
+        return (elements, 0);
+    }
+    let live_window = |w: &weir_model::Window| {
+        evicted.iter().all(|(window_fn, before)| {
+            mapped_window(*window_fn, w).is_none_or(|side| side.max_timestamp() >= *before)
+        })
+    };
+    let mut dropped = 0;
+    let kept = elements
+        .into_iter()
+        .filter_map(|e| {
+            // Most elements keep every window: their value is not decoded.
+            if windows_of(info, &e).is_none_or(|windows| windows.iter().all(live_window)) {
+                return Some(e);
+            }
+            let Ok((mut wv, _)) = weir_model::WindowedValue::decode(&info.value_coder, &info.window_coder, &e) else {
+                return Some(e);
+            };
+            let before = wv.windows.len();
+            wv.windows.retain(live_window);
+            dropped += before - wv.windows.len();
+            if wv.windows.is_empty() {
+                return None;
+            }
+            let mut out = Vec::with_capacity(e.len());
+            wv.encode(&mut out);
+            Some(out)
+        })
+        .collect();
+    (kept, dropped)
+}
+
 /// `elements` (encoded windowed values of `info`) with their windows, for
 /// the wait for side windows; an element that does not decode gets none and
 /// runs at once (the SDK reports it).
@@ -177,8 +324,8 @@ pub(super) fn held_back_hold<H: Hold>(hold: H, side_min: Option<Time>) -> H {
 mod tests {
     use std::sync::Arc;
 
-    use weir_graph::{SideInputKind, SideWindowFn};
-    use weir_model::{Coder, PaneInfo, Timestamp, Window, WindowedValue};
+    use weir_graph::SideInputKind;
+    use weir_model::{Coder, PaneInfo, Window, WindowedValue};
 
     use super::*;
     use crate::operators::sdk_stage::state::WindowedElement;
@@ -260,6 +407,169 @@ mod tests {
         assert_eq!(st.pending.len(), 2);
         assert_eq!(st.pending[1], (last_time_at(hold), vec![late.1]));
         assert!(st.held_back.is_empty());
+    }
+
+    /// Side data in windows [0, 10), [10, 20) and [20, 30).
+    fn with_side_data(st: &mut SdkState<Time>) {
+        let live = Arc::make_mut(st.side_inputs.as_mut().unwrap());
+        for (v, start) in [(1, 0), (2, 10), (3, 20)] {
+            let mut bytes = Vec::new();
+            WindowedValue {
+                timestamp: Timestamp(start),
+                windows: vec![interval(start, start + 10)],
+                pane: PaneInfo::NO_FIRING,
+                value: vec![v],
+            }
+            .encode(&mut bytes);
+            live.insert(&spec().0, &bytes, 0).unwrap();
+        }
+    }
+
+    fn live_windows(st: &SdkState<Time>) -> Vec<i64> {
+        let live = st.side_inputs.as_ref().unwrap();
+        [0, 10, 20]
+            .into_iter()
+            .filter(|&start| {
+                let mut wb = Vec::new();
+                interval(start, start + 10).encode(&mut wb);
+                live.has_window("t", "side", &wb)
+            })
+            .collect()
+    }
+
+    fn main_info() -> weir_graph::PCollectionInfo {
+        weir_graph::PCollectionInfo {
+            id: "main".into(),
+            value_coder: Coder::VarInt,
+            window_coder: Coder::IntervalWindow,
+            windowing: weir_graph::Windowing::global(),
+        }
+    }
+
+    /// A side window goes once both watermarks passed its end plus their
+    /// allowed lateness and no element at the stage (held back, pending,
+    /// delayed, in flight) has a window ending in or before it; a stateful
+    /// stage's bundles in flight keep every window.
+    #[test]
+    fn side_windows_expire_behind_both_watermarks_and_the_stages_elements() {
+        let evict = |st: &mut SdkState<Time>, main: i64, side: i64, lateness: (i64, i64), stateful: bool| {
+            let side = [time_at(Timestamp(side))];
+            let mut info = main_info();
+            info.windowing.allowed_lateness_ms = lateness.0;
+            evict_expired(st, &[spec()], &[lateness.1], &info, stateful, Timestamp(main), &side)
+        };
+        let mut st = state(vec![]);
+        with_side_data(&mut st);
+        // Main watermark 25, side 15: only [0, 10) is behind both.
+        assert_eq!(evict(&mut st, 25, 15, (0, 0), false), 1);
+        assert_eq!(live_windows(&st), [10, 20]);
+        // The side input's allowed lateness of 6 keeps [10, 20) at side watermark 25.
+        assert_eq!(evict(&mut st, 40, 25, (0, 6), false), 0);
+        // The main input's, likewise.
+        assert_eq!(evict(&mut st, 25, 40, (6, 0), false), 0);
+        // An element of window [10, 20) at the stage keeps [10, 20) and
+        // [20, 30), wherever it waits.
+        let (hold, waiting) = (time_at(Timestamp(12)), element(interval(10, 20)));
+        st.held_back = vec![(hold, vec![waiting.clone()])];
+        assert_eq!(evict(&mut st, 40, 40, (0, 0), false), 0);
+        st.held_back.clear();
+        st.pending.push_back((hold, vec![waiting.1.clone()]));
+        assert_eq!(evict(&mut st, 40, 40, (0, 0), false), 0);
+        st.pending.clear();
+        st.delayed.push(0, hold, vec![waiting.1.clone()]);
+        assert_eq!(evict(&mut st, 40, 40, (0, 0), false), 0);
+        st.delayed.clear();
+        let in_flight = |end: i64| super::super::state::InFlight {
+            hold,
+            submitted: std::time::Instant::now(),
+            elements: 1,
+            earliest_window_end: Timestamp(end),
+        };
+        st.in_flight.insert(0, in_flight(19));
+        assert_eq!(evict(&mut st, 40, 40, (0, 0), false), 0);
+        assert_eq!(live_windows(&st), [10, 20]);
+        // A bundle in flight with later windows keeps nothing, except at a
+        // stateful stage (timers it sets may read any window).
+        st.in_flight.insert(0, in_flight(35));
+        assert_eq!(evict(&mut st, 40, 40, (0, 0), true), 0);
+        assert_eq!(evict(&mut st, 40, 40, (0, 0), false), 2);
+        assert!(live_windows(&st).is_empty());
+    }
+
+    /// Global side windowing never expires.
+    #[test]
+    fn a_global_side_window_never_expires() {
+        let mut st = state(vec![]);
+        let global = (
+            SideInputSpec { window_coder: &Coder::GlobalWindow, ..spec().0 },
+            SideWindowFn::Global,
+            false,
+        );
+        let mut bytes = Vec::new();
+        WindowedValue { timestamp: Timestamp(0), windows: vec![Window::Global], pane: PaneInfo::NO_FIRING, value: vec![1] }
+            .encode(&mut bytes);
+        Arc::make_mut(st.side_inputs.as_mut().unwrap()).insert(&global.0, &bytes, 0).unwrap();
+        assert_eq!(evict_expired(&mut st, &[global], &[0], &main_info(), false, Timestamp(i64::MAX), &[]), 0);
+        assert!(st.side_inputs.as_ref().unwrap().has_window("t", "side", &[]));
+    }
+
+    /// Sliding side windows (size 20, every 10) go by their own ends.
+    #[test]
+    fn sliding_side_windows_expire_by_their_ends() {
+        let sliding = (
+            spec().0,
+            SideWindowFn::Sliding { size_ms: 20, period_ms: 10, offset_ms: 0 },
+            false,
+        );
+        let mut st = state(vec![]);
+        let live = Arc::make_mut(st.side_inputs.as_mut().unwrap());
+        for start in [-10, 0, 10] {
+            let mut bytes = Vec::new();
+            WindowedValue { timestamp: Timestamp(start + 10), windows: vec![interval(start, start + 20)], pane: PaneInfo::NO_FIRING, value: vec![1] }
+                .encode(&mut bytes);
+            live.insert(&sliding.0, &bytes, 0).unwrap();
+        }
+        // Watermarks at 20: [-10, 10) and [0, 20) have ended, [10, 30) has not.
+        let at = [time_at(Timestamp(20))];
+        assert_eq!(evict_expired(&mut st, &[sliding], &[0], &main_info(), false, Timestamp(20), &at), 2);
+        let live = st.side_inputs.as_ref().unwrap();
+        let has = |start: i64| {
+            let mut wb = Vec::new();
+            interval(start, start + 20).encode(&mut wb);
+            live.has_window("t", "side", &wb)
+        };
+        assert_eq!((has(-10), has(0), has(10)), (false, false, true));
+    }
+
+    /// Before a bundle, a main element's windows that map to an evicted
+    /// side window go (the element too when none is left); the rest stay
+    /// as they were.
+    #[test]
+    fn windows_reading_an_evicted_side_window_are_dropped_before_the_bundle() {
+        let mut st = state(vec![]);
+        with_side_data(&mut st);
+        assert_eq!(evict_expired(&mut st, &[spec()], &[0], &main_info(), false, Timestamp(20), &[time_at(Timestamp(20))]), 2);
+        let info = main_info();
+        let encode = |windows: Vec<Window>| {
+            let mut bytes = Vec::new();
+            WindowedValue { timestamp: Timestamp(0), windows, pane: PaneInfo::NO_FIRING, value: vec![1] }.encode(&mut bytes);
+            bytes
+        };
+        let late = encode(vec![interval(5, 15)]);
+        let live = encode(vec![interval(20, 30)]);
+        let both = encode(vec![interval(5, 15), interval(20, 30)]);
+        let (kept, dropped) = drop_evicted(
+            &info,
+            &[spec()],
+            st.side_inputs.as_ref().unwrap(),
+            vec![late, live.clone(), both, vec![0xff]],
+        );
+        assert_eq!(dropped, 2);
+        assert_eq!(kept, [live.clone(), live, vec![0xff]], "[5, 15) went from the third; the last does not decode");
+        // Nothing evicted: nothing is decoded or dropped.
+        let fresh = state(vec![]);
+        let (kept, dropped) = drop_evicted(&info, &[spec()], fresh.side_inputs.as_ref().unwrap(), vec![vec![0xff]]);
+        assert_eq!((kept, dropped), (vec![vec![0xff]], 0));
     }
 
     #[test]
