@@ -37,14 +37,14 @@
 //!
 //! A fixed or sliding side window is evicted once it has expired for both
 //! inputs (each watermark past its max timestamp plus that input's allowed
-//! lateness) and no element held back at the stage maps to it
+//! lateness) and every element at the stage is in a window ending after it
 //! ([`SideInputs::evict_before`]), so a long-running job holds only live
-//! side windows. A main-input window that would read an evicted side window
-//! has expired itself and is dropped before its bundle, and later side data
-//! of an evicted window is ignored, both with a notice in the job's
-//! messages.
+//! side windows. A main-input window arriving later that would read an
+//! evicted side window has expired itself and is dropped before its bundle,
+//! and later side data of an evicted window is ignored, both with a notice
+//! in the job's messages.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use weir_model::windowed_value::split_kv;
 use weir_model::{Coder, PaneTiming, Timestamp, Window, WindowedValue};
@@ -214,6 +214,8 @@ struct View {
     /// Windows whose max timestamp is before this are gone for good
     /// ([`SideInputs::evict_before`]); their late elements are ignored.
     evicted_before: Option<Timestamp>,
+    /// Max timestamp -> the encoded windows with data that end there.
+    ends: BTreeMap<Timestamp, Vec<Vec<u8>>>,
 }
 
 impl View {
@@ -333,7 +335,6 @@ impl SideInputs {
     ) -> Result<bool, String> {
         let (wv, _) = WindowedValue::decode(spec.value_coder, spec.window_coder, element)
             .map_err(|e| e.to_string())?;
-        self.version += 1;
         let kv = match spec.kind {
             SideInputKind::Iterable => None,
             SideInputKind::Multimap => {
@@ -357,7 +358,6 @@ impl SideInputs {
             .views
             .entry((spec.transform_id.to_string(), spec.local_name.to_string()))
             .or_default();
-        view.any = true;
         let mut landed = false;
         for w in &wv.windows {
             if view.evicted_before.is_some_and(|before| w.max_timestamp() < before) {
@@ -366,6 +366,9 @@ impl SideInputs {
             landed = true;
             let mut wb = Vec::new();
             w.encode(&mut wb);
+            if !view.firing.contains_key(&wb) {
+                view.ends.entry(w.max_timestamp()).or_default().push(wb.clone());
+            }
             if replaces {
                 match view.firing.get(&wb) {
                     Some(&current) if firing < current => continue,
@@ -401,6 +404,10 @@ impl SideInputs {
                 }
             }
         }
+        if landed {
+            view.any = true;
+            self.version += 1;
+        }
         Ok(landed)
     }
 
@@ -417,19 +424,19 @@ impl SideInputs {
             return 0;
         }
         view.evicted_before = Some(before);
-        let expired = |wb: &[u8]| {
-            Window::decode(spec.window_coder, wb).is_ok_and(|(w, _)| w.max_timestamp() < before)
-        };
-        let gone: Vec<Vec<u8>> = view.firing.keys().filter(|wb| expired(wb)).cloned().collect();
-        for wb in &gone {
-            view.firing.remove(wb);
-            let bytes = view.remove_window(wb);
+        let later = view.ends.split_off(&before);
+        let gone = std::mem::replace(&mut view.ends, later);
+        let mut count = 0;
+        for wb in gone.into_values().flatten() {
+            view.firing.remove(&wb);
+            let bytes = view.remove_window(&wb);
             self.bytes = self.bytes.saturating_sub(bytes);
+            count += 1;
         }
-        if !gone.is_empty() {
+        if count > 0 {
             self.version += 1;
         }
-        gone.len()
+        count
     }
 
     /// The bound of `(transform_id, local_name)`'s evicted windows: every
@@ -437,6 +444,12 @@ impl SideInputs {
     /// ([`SideInputs::evict_before`]); None when none was evicted.
     pub fn evicted_before(&self, transform_id: &str, local_name: &str) -> Option<Timestamp> {
         self.view(transform_id, local_name)?.evicted_before
+    }
+
+    /// The earliest max timestamp of `(transform_id, local_name)`'s windows
+    /// with data; None when it has none.
+    pub fn earliest_window_end(&self, transform_id: &str, local_name: &str) -> Option<Timestamp> {
+        self.view(transform_id, local_name)?.ends.keys().next().copied()
     }
 
     /// Whether any element of the side input arrived.
@@ -590,7 +603,9 @@ fn bad_token(token: &[u8], kind: &str, transform_id: &str, local_name: &str) -> 
 /// `main` under side WindowFn `window_fn` (the side window containing
 /// `main`'s max timestamp; for sliding windows the earliest-starting one,
 /// as Java's `SlidingWindows.getDefaultWindowMappingFn` and Python's
-/// `default_window_mapping_fn` pick); `None` for [`SideWindowFn::Other`].
+/// `default_window_mapping_fn` pick, or, when it falls between windows,
+/// the next one, as Java's does); `None` for [`SideWindowFn::Other`]. The
+/// side window never ends before `main`.
 pub fn mapped_window(window_fn: SideWindowFn, main: &Window) -> Option<Window> {
     let t = main.max_timestamp().millis();
     let interval = |start: i64, size: i64| Window::Interval {
@@ -607,12 +622,11 @@ pub fn mapped_window(window_fn: SideWindowFn, main: &Window) -> Option<Window> {
             period_ms,
             offset_ms,
         } => {
-            // The latest start at or before t, moved back by whole periods
-            // while the window before it still contains t.
-            let latest = t - (t - offset_ms).rem_euclid(period_ms);
-            let room = latest.saturating_sub(t.saturating_sub(size_ms));
-            let back = if room > 0 { (room - 1) / period_ms } else { 0 };
-            Some(interval(latest - back * period_ms, size_ms))
+            // The first start after t - size: the earliest window holding
+            // t, or in a gap between windows (size < period) the next one.
+            let before = t.saturating_sub(size_ms);
+            let start = before - (before - offset_ms).rem_euclid(period_ms) + period_ms;
+            Some(interval(start, size_ms))
         }
         SideWindowFn::Other => None,
     }
@@ -803,13 +817,20 @@ mod tests {
             mapped_window(sparse, &interval(5_000, 6_000)),
             Some(interval(4_000, 7_000))
         );
-        // The earliest start, stepped back one period at a time, for sizes
-        // above, equal to and below the period (a gap: t in no window).
+        // The least start (offset plus whole periods) after t - size, found
+        // by counting, for sizes above, equal to and below the period (t in
+        // a gap maps to the next window, as Java's
+        // SlidingWindows.getDefaultWindowMappingFn does).
         for (size_ms, period_ms, offset_ms) in [(60, 10, 0), (60, 10, 3), (10, 10, 0), (7, 10, 2), (25, 7, 5)] {
             for t in -100..100i64 {
-                let mut start = t - (t - offset_ms).rem_euclid(period_ms);
-                while start - period_ms > t - size_ms {
-                    start -= period_ms;
+                let mut start = offset_ms - 1000 * period_ms;
+                while start <= t - size_ms {
+                    start += period_ms;
+                }
+                if start <= t {
+                    assert!(t < start + size_ms, "t {t} in the earliest window holding it");
+                } else {
+                    assert!(start - period_ms + size_ms <= t, "t {t} in a gap, before the next window");
                 }
                 let window_fn = SideWindowFn::Sliding { size_ms, period_ms, offset_ms };
                 assert_eq!(
@@ -1092,6 +1113,7 @@ mod tests {
         s.insert(&map, &element_bytes(vec![8, 80], w2.clone(), PaneInfo::default()), 0).unwrap();
         let key = MULTIMAP_KEY_OVERHEAD_BYTES + 2;
         assert_eq!(s.bytes(), 4 + 2 * (key + 1));
+        assert_eq!(s.earliest_window_end("t", "s"), Some(Timestamp(9)));
         let before = s.identity();
 
         // [10, 20) ends at 19: evicting before 19 keeps it, before 20 does not.
@@ -1099,6 +1121,7 @@ mod tests {
         assert_eq!(s.evict_before(&iter, Timestamp(20)), 1, "then [10, 20)");
         assert_eq!(s.evict_before(&iter, Timestamp(15)), 0, "a lower bound does nothing");
         assert_eq!(s.evicted_before("t", "s"), Some(Timestamp(20)));
+        assert_eq!(s.earliest_window_end("t", "s"), Some(Timestamp(29)));
         assert_eq!(s.bytes(), 1 + 2 * (key + 1), "the multimap is untouched");
         assert_ne!(s.identity(), before);
         for w in [&w0, &w1] {
@@ -1114,8 +1137,11 @@ mod tests {
         assert_eq!(keys(&s, &w2), vec![8]);
         assert_eq!(s.evicted_before("t", "nothing"), None);
 
-        // Late elements of an evicted window are ignored; others still land.
+        // Late elements of an evicted window are ignored (the contents, and
+        // so the identity, stay); others still land.
+        let before = s.identity();
         assert!(!s.insert(&iter, &element(5, w1.clone(), PaneInfo::default()), 1).unwrap());
+        assert_eq!(s.identity(), before);
         assert!(!s.insert(&map, &element_bytes(vec![9, 90], w0.clone(), PaneInfo::default()), 1).unwrap());
         assert!(s.insert(&iter, &element(6, w2.clone(), PaneInfo::default()), 1).unwrap());
         assert_eq!(s.iterable("t", "s", &encoded(&w1)), Some(vec![]));

@@ -152,14 +152,28 @@ pub(crate) fn sdk_stage<'s>(
             .window_expiration_family
             .map(|family| (family, ctx.graph.pcollections[sdk.input].clone()));
         let submit_sdk = sdk.clone();
-        let submit_live_sides = ctx.graph.streaming && !sdk.side_inputs.is_empty();
+        // Streaming: whether side windows of this stage may expire (fixed or
+        // sliding side windowing, a main window coder whose ends the runner
+        // reads; see sides::evict_expired).
+        let expiring_sides = ctx.graph.streaming
+            && matches!(
+                ctx.graph.pcollections[sdk.input].window_coder,
+                weir_model::Coder::GlobalWindow | weir_model::Coder::IntervalWindow
+            )
+            && sdk.side_inputs.iter().any(|si| {
+                matches!(si.window_fn, weir_graph::SideWindowFn::Fixed { .. } | weir_graph::SideWindowFn::Sliding { .. })
+            });
         let submit = move |st: &mut State, cap: Capability<Time>, mut elements: Vec<Element>, timers: Vec<Vec<u8>>| {
             let (ctx, activator, completions) = (&submit_ctx, &submit_activator, &submit_completions);
+            // Input elements a split handed back were counted when they
+            // first went out.
+            let recounted = st.returned.min(elements.len());
+            st.returned -= recounted;
             // Streaming: windows whose side windows were evicted have
             // expired; they go here (see sides::evict_expired).
             let main_info = &ctx.graph.pcollections[submit_sdk.input];
             let mut earliest_window_end = weir_model::Timestamp(i64::MAX);
-            if let Some(live) = st.side_inputs.as_deref().filter(|_| submit_live_sides) {
+            if let Some(live) = st.side_inputs.as_deref().filter(|_| expiring_sides) {
                 let sides = side_specs(&submit_sdk, &ctx.graph);
                 let dropped;
                 (elements, dropped) = drop_evicted(main_info, &sides, live, elements);
@@ -177,11 +191,7 @@ pub(crate) fn sdk_stage<'s>(
             let side_input_generation = st.side_generation.for_bundle();
             let id = st.next_bundle;
             st.next_bundle += 1;
-            // Input elements a split handed back were counted when they
-            // first went out.
-            let recounted = st.returned.min(elements.len());
-            st.returned -= recounted;
-            ctx.count(stage_index, elements.len() - recounted, 0, 0);
+            ctx.count(stage_index, elements.len().saturating_sub(recounted), 0, 0);
             st.in_flight.insert(
                 id,
                 InFlight { hold: cap, submitted: std::time::Instant::now(), elements: elements.len(), earliest_window_end },
@@ -269,7 +279,8 @@ pub(crate) fn sdk_stage<'s>(
                 ctx.fail(EngineError::BadData { stage: name.clone(), pcollection: "side input".into(), message });
                 return;
             }
-            // Every worker gets the side data: one of them tells.
+            // Every worker gets the side data (and evicts at its own pace):
+            // the first one tells what it ignored.
             if ignored > 0 && worker_index == 0 {
                 ctx.config.notices.send(format!(
                     "stage {name} ignored {ignored} late side-input element(s): their windows had expired"
@@ -507,11 +518,9 @@ pub(crate) fn sdk_stage<'s>(
                 }
             }
             let sorted_waiting = sorted.as_ref().map_or(0, TimeSorted::len);
-            // Streaming: side windows no main element may read any more go
-            // (not under a custom main WindowFn, whose window ends the
-            // runner cannot read).
-            let main_info = &ctx.graph.pcollections[sdk.input];
-            if live_sides && matches!(main_info.window_coder, weir_model::Coder::GlobalWindow | weir_model::Coder::IntervalWindow) {
+            // Streaming: side windows no main element may read any more go.
+            if expiring_sides {
+                let main_info = &ctx.graph.pcollections[sdk.input];
                 let lateness = |p: usize| ctx.graph.pcollections[p].windowing.allowed_lateness_ms;
                 let side_lateness: Vec<i64> = sdk.side_inputs.iter().map(|si| lateness(si.pcollection)).collect();
                 let evicted = evict_expired(

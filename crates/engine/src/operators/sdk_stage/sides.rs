@@ -180,42 +180,54 @@ pub(super) fn evict_expired<H: Hold>(
     };
     let expired = main_watermark.saturating_sub_millis(main.windowing.allowed_lateness_ms);
     let side_watermark = watermark_of(side_frontier);
-    let moved = |live: &SideInputs, spec: &SideInputSpec<'_>, before: Timestamp| {
-        live.evicted_before(spec.transform_id, spec.local_name).is_none_or(|b| b < before)
-    };
     // Each expiring side input's bound from the watermarks alone, where it
-    // moved past the last eviction: most calls stop here.
-    let bounds: Vec<(&SideInputSpec<'_>, Timestamp)> = sides
+    // holds a window ending before it: most calls stop here.
+    let bounds: Vec<(&SideInputSpec<'_>, Timestamp, Timestamp)> = sides
         .iter()
         .zip(side_lateness_ms)
         .filter(|((_, window_fn, _), _)| {
             matches!(window_fn, SideWindowFn::Fixed { .. } | SideWindowFn::Sliding { .. })
         })
-        .map(|((spec, _, _), lateness)| (spec, expired.min(side_watermark.saturating_sub_millis(*lateness))))
-        .filter(|(spec, before)| moved(live, spec, *before))
+        .filter_map(|((spec, _, _), lateness)| {
+            let before = expired.min(side_watermark.saturating_sub_millis(*lateness));
+            let earliest = live.earliest_window_end(spec.transform_id, spec.local_name)?;
+            (earliest < before).then_some((spec, before, earliest))
+        })
         .collect();
-    if bounds.is_empty() {
+    let Some(enough) = bounds.iter().map(|(_, _, earliest)| *earliest).min() else {
         return 0;
-    }
-    let held = st
-        .held_back
-        .iter()
-        .flat_map(|(_, elements)| elements.iter().flat_map(|(windows, _)| windows))
-        .map(weir_model::Window::max_timestamp)
-        .min()
-        .unwrap_or(Timestamp(i64::MAX));
-    let waiting = earliest_window_end(main, st.pending.iter().flat_map(|(_, e)| e).chain(st.delayed.iter()));
-    let running = st.in_flight.values().map(|b| b.earliest_window_end).min().unwrap_or(Timestamp(i64::MAX));
-    let floor = held.min(waiting).min(running);
+    };
+    let floor = stage_floor(st, main, enough);
     let live = st.side_inputs.as_mut().expect("checked above");
     let mut evicted = 0;
-    for (spec, before) in bounds {
+    for (spec, before, earliest) in bounds {
         let before = before.min(floor);
-        if moved(live, spec, before) {
+        if earliest < before {
             evicted += Arc::make_mut(live).evict_before(spec, before);
         }
     }
     evicted
+}
+
+/// The earliest max timestamp of the windows of the elements at the stage
+/// (held back, in flight, pending, delayed), or some value at or below
+/// `enough` once one is found: below that nothing is evicted anyway.
+fn stage_floor<H: Hold>(st: &SdkState<H>, main: &weir_graph::PCollectionInfo, enough: Timestamp) -> Timestamp {
+    let mut floor = st.in_flight.values().map(|b| b.earliest_window_end).min().unwrap_or(Timestamp(i64::MAX));
+    let held = st.held_back.iter().flat_map(|(_, elements)| elements.iter().flat_map(|(windows, _)| windows));
+    for w in held {
+        if floor <= enough {
+            return floor;
+        }
+        floor = floor.min(w.max_timestamp());
+    }
+    for e in st.pending.iter().flat_map(|(_, e)| e).chain(st.delayed.iter()) {
+        if floor <= enough {
+            return floor;
+        }
+        floor = floor.min(earliest_window_end(main, [e]));
+    }
+    floor
 }
 
 /// The earliest max timestamp of the windows of `elements` (encoded
@@ -539,6 +551,32 @@ mod tests {
             live.has_window("t", "side", &wb)
         };
         assert_eq!((has(-10), has(0), has(10)), (false, false, true));
+    }
+
+    /// Sliding side windows with gaps (size 7 every 10): an on-time main
+    /// element of [0, 10) reads the next side window, [10, 17), so it is
+    /// kept while [0, 7) goes.
+    #[test]
+    fn a_main_window_in_a_gap_reads_the_next_side_window_and_is_kept() {
+        let gaps = (
+            spec().0,
+            SideWindowFn::Sliding { size_ms: 7, period_ms: 10, offset_ms: 0 },
+            false,
+        );
+        let mut st = state(vec![]);
+        let live = Arc::make_mut(st.side_inputs.as_mut().unwrap());
+        for start in [0, 10] {
+            let mut bytes = Vec::new();
+            WindowedValue { timestamp: Timestamp(start), windows: vec![interval(start, start + 7)], pane: PaneInfo::NO_FIRING, value: vec![1] }
+                .encode(&mut bytes);
+            live.insert(&gaps.0, &bytes, 0).unwrap();
+        }
+        let waiting = element(interval(0, 10));
+        st.pending.push_back((time_at(Timestamp(5)), vec![waiting.1.clone()]));
+        let at = [time_at(Timestamp(8))];
+        assert_eq!(evict_expired(&mut st, &[gaps], &[0], &main_info(), false, Timestamp(8), &at), 1);
+        let (kept, dropped) = drop_evicted(&main_info(), &[gaps], st.side_inputs.as_ref().unwrap(), vec![waiting.1.clone()]);
+        assert_eq!((kept, dropped), (vec![waiting.1], 0));
     }
 
     /// Before a bundle, a main element's windows that map to an evicted
