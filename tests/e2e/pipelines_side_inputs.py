@@ -246,11 +246,53 @@ def side_windows_expire(p):
       beam.pvalue.AsList(side))
 
 
+class _SideSizeAtWindowEnd(beam.DoFn):
+  """Stateful: keeps the side-input size each element saw and emits it from
+  a timer at the end of the element's window."""
+  SEEN = beam.transforms.userstate.BagStateSpec('seen', beam.coders.StrUtf8Coder())
+  END = beam.transforms.userstate.TimerSpec('end', beam.TimeDomain.WATERMARK)
+
+  def process(self, kv, side, w=beam.DoFn.WindowParam,
+              seen=beam.DoFn.StateParam(SEEN), end=beam.DoFn.TimerParam(END)):
+    seen.add('w%d: %d strings, %d chars' % (kv[1], len(side), sum(len(v) for v in side)))
+    end.set(w.max_timestamp())
+
+  @beam.transforms.userstate.on_timer(END)
+  def at_end(self, seen=beam.DoFn.StateParam(SEEN)):
+    for line in seen.read():
+      yield 'timer ' + line
+    seen.clear()
+
+
+def stateful_side_windows_expire(p):
+  """side_windows_expire's stream through a stateful DoFn with a timer at
+  each window's end: every window's side data goes once its window and
+  its timer are done."""
+  events = []
+  for i in range(EXPIRING_WINDOWS):
+    t = 10 * i
+    events.append(('side', [(i, t + 1 + j) for j in range(EXPIRING_STRINGS)]))
+    events.append(('main', [(i, t + 5)]))
+    events.append(('w', t + 10))
+  events.append(('end',))
+  streams = p | 'Stream' >> _stream(events)
+  main = (
+      streams['main']
+      | 'WindowMain' >> beam.WindowInto(bw.FixedWindows(10))
+      | 'Key' >> beam.Map(lambda i: ('k', i)))
+  side = (
+      streams['side']
+      | 'Big' >> beam.Map(lambda i: 'w%d ' % i + 'x' * EXPIRING_CHARS)
+      | 'WindowSide' >> beam.WindowInto(bw.FixedWindows(10)))
+  return main | 'Stateful' >> beam.ParDo(_SideSizeAtWindowEnd(), beam.pvalue.AsList(side))
+
+
 PIPELINES = {
     f.__name__: f
     for f in (side_after_main, side_per_window, global_triggered_discarding,
               global_triggered_accumulating, global_ungrouped_latest,
-              periodic_side_input, side_windows_expire)
+              periodic_side_input, side_windows_expire,
+              stateful_side_windows_expire)
 }
 
 

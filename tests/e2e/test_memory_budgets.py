@@ -111,3 +111,23 @@ def test_expired_side_windows_are_let_go_in_a_long_streaming_job(tmp_path, small
   text = run.stderr + run.describe(small_budget_server)
   for notice in ('dropped 1 late element window(s)', 'ignored 1 late side-input element(s)'):
     assert notice in text, '%r not in\n%s' % (notice, text)
+
+
+def test_expired_side_windows_are_let_go_at_a_stateful_stage_with_timers(tmp_path, small_budget_server):
+  """The same stream through a stateful DoFn that reads the side input and
+  emits what it saw from a timer at each window's end: each window's side
+  data goes once its timer fired, under the 1 MiB budget."""
+  import pipelines_side_inputs as psi
+  from conftest import Beam
+  beam = Beam(tmp_path / 'weir', lambda: small_budget_server)
+  run = beam.run_named('stateful_side_windows_expire', 'LOOPBACK',
+                       extra=['--streaming', '--allow_unsafe_triggers'],
+                       script=SCRIPT.with_name('pipelines_side_inputs.py'))
+  assert run.returncode == 0, run.describe(small_budget_server)
+  _, lines = run.output()
+  expected = collections.Counter(
+      'timer w%d: %d strings, %d chars' % (
+          i, psi.EXPIRING_STRINGS,
+          psi.EXPIRING_STRINGS * (psi.EXPIRING_CHARS + len('w%d ' % i)))
+      for i in range(psi.EXPIRING_WINDOWS))
+  assert lines == expected, lines

@@ -282,6 +282,43 @@ impl TimerStore {
         self.queues[Lane::Processing as usize].first().map(|(fire, _)| *fire)
     }
 
+    /// The earliest max timestamp of the pending timers' windows, or some
+    /// value at or below `enough` once one is found (callers need no
+    /// more); MAX when no window decodes.
+    pub fn earliest_window_end(&self, enough: Timestamp) -> Timestamp {
+        let mut floor = Timestamp(i64::MAX);
+        let Some((_, window_coder, _, _)) = self.families.first() else {
+            return floor;
+        };
+        for group in self.groups.keys() {
+            if floor <= enough {
+                break;
+            }
+            floor = floor.min(windows_end(window_coder, &group.windows));
+        }
+        floor
+    }
+
+    /// The earliest max timestamp of the windows of `fired` (encoded timers
+    /// per family, as [`TimerStore::take_ready`] returns them); MAX when
+    /// none decodes.
+    pub fn fired_window_end(&self, fired: &[Vec<u8>]) -> Timestamp {
+        let mut floor = Timestamp(i64::MAX);
+        for (family, mut bytes) in fired.iter().map(Vec::as_slice).enumerate() {
+            let Some((key_coder, window_coder, _, _)) = self.families.get(family) else {
+                continue;
+            };
+            while let Ok(p) = parse(key_coder, window_coder, bytes) {
+                floor = floor.min(windows_end(window_coder, &p.windows));
+                bytes = &bytes[p.len..];
+                if bytes.is_empty() {
+                    break;
+                }
+            }
+        }
+        floor
+    }
+
     /// The earliest hold (output) timestamp of the pending timers: the
     /// stage's output watermark may not pass it.
     pub fn min_hold(&self) -> Option<Timestamp> {
@@ -346,6 +383,15 @@ impl TimerStore {
     }
 }
 
+/// The earliest max timestamp of an encoded window list; MAX when it does
+/// not decode or is empty.
+fn windows_end(window_coder: &Coder, windows: &[u8]) -> Timestamp {
+    weir_model::windowed_value::decode_windows(window_coder, windows)
+        .ok()
+        .and_then(|(windows, _)| windows.iter().map(Window::max_timestamp).min())
+        .unwrap_or(Timestamp(i64::MAX))
+}
+
 /// Takes one count of `hold` off the counted holds.
 fn remove_hold(holds: &mut BTreeMap<Timestamp, usize>, hold: Timestamp) {
     if let Some(n) = holds.get_mut(&hold) {
@@ -389,6 +435,30 @@ mod tests {
             event_time: true,
             fire_at_hold: false,
         }
+    }
+
+    /// The earliest window end of pending and of fired timers: windows
+    /// [0, 10) and [20, 30) pending end at 9; fired ones are read from
+    /// their bytes; once at or below `enough` the scan may stop.
+    #[test]
+    fn timers_report_their_earliest_window_end() {
+        let interval = |start: i64| Window::Interval {
+            start: Timestamp(start),
+            end: Timestamp(start + 10),
+        };
+        let mut f = family();
+        f.window_coder = Coder::IntervalWindow;
+        let mut s = TimerStore::new(&[f], None);
+        assert_eq!(s.earliest_window_end(Timestamp(i64::MIN)), Timestamp(i64::MAX));
+        s.set_window_expiration(0, b"\x01a", &interval(20), 0);
+        s.set_window_expiration(0, b"\x01b", &interval(0), 0);
+        assert_eq!(s.earliest_window_end(Timestamp(i64::MIN)), Timestamp(9));
+        assert!(s.earliest_window_end(Timestamp(100)) <= Timestamp(100));
+        let fired = s.take_ready(|_, fire| fire <= Timestamp(9)).unwrap();
+        assert_eq!(s.fired_window_end(&fired), Timestamp(9), "the [0, 10) timer fired");
+        assert_eq!(s.earliest_window_end(Timestamp(i64::MIN)), Timestamp(29), "[20, 30) is left");
+        assert_eq!(s.fired_window_end(&[]), Timestamp(i64::MAX));
+        assert_eq!(s.fired_window_end(&[vec![0xff]]), Timestamp(i64::MAX), "bytes that do not parse");
     }
 
     #[test]

@@ -177,7 +177,9 @@ pub(crate) fn sdk_stage<'s>(
                 let sides = side_specs(&submit_sdk, &ctx.graph);
                 let dropped;
                 (elements, dropped) = drop_evicted(main_info, &sides, live, elements);
-                earliest_window_end = sides::earliest_window_end(main_info, &elements);
+                // The bundle's timers set theirs in these windows too.
+                earliest_window_end =
+                    sides::earliest_window_end(main_info, &elements).min(st.timers.fired_window_end(&timers));
                 if dropped > 0 {
                     ctx.config.notices.send(format!(
                         "stage {submit_name} dropped {dropped} late element window(s): they had expired, and with them the side-input windows they read"
@@ -528,7 +530,6 @@ pub(crate) fn sdk_stage<'s>(
                     &sides,
                     &side_lateness,
                     main_info,
-                    sdk.stateful,
                     watermark_of(frontier.frontier().as_ref()),
                     side_frontier.frontier().as_ref(),
                 );

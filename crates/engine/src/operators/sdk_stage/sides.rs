@@ -153,28 +153,23 @@ pub(super) fn release_ready<H: Hold>(
 ///   main input's allowed lateness,
 /// * the side input's watermark has passed it plus its own
 ///   (`side_lateness_ms[i]`; later side data of `W` is ignored), and
-/// * every window of the elements at the stage (held back, pending,
-///   delayed, in bundles in flight) ends after `W`.
+/// * every window of the elements and timers at the stage (held back,
+///   pending, delayed, pending timers, and the elements and fired timers
+///   of bundles in flight) ends after `W`.
 ///
 /// Under Beam's default window mappings a main window maps to a side window
 /// ending no earlier than itself, so a main element arriving later that
 /// would read `W` is in an expired window: [`drop_evicted`] drops that
-/// window of it before its bundle, as Beam allows for expired data. A
-/// stateful stage evicts only with no timer pending and no bundle in flight
-/// (a timer's window may read `W` when it fires). Returns how many windows
-/// went.
+/// window of it before its bundle, as Beam allows for expired data.
+/// Returns how many windows went.
 pub(super) fn evict_expired<H: Hold>(
     st: &mut SdkState<H>,
     sides: &[SideSpec<'_>],
     side_lateness_ms: &[i64],
     main: &weir_graph::PCollectionInfo,
-    stateful: bool,
     main_watermark: Timestamp,
     side_frontier: &[Time],
 ) -> usize {
-    if stateful && !(st.timers.is_empty() && st.in_flight.is_empty()) {
-        return 0;
-    }
     let Some(live) = st.side_inputs.as_ref() else {
         return 0;
     };
@@ -209,11 +204,15 @@ pub(super) fn evict_expired<H: Hold>(
     evicted
 }
 
-/// The earliest max timestamp of the windows of the elements at the stage
-/// (held back, in flight, pending, delayed), or some value at or below
-/// `enough` once one is found: below that nothing is evicted anyway.
+/// The earliest max timestamp of the windows of the elements and timers at
+/// the stage (in flight, pending timers, held back, pending, delayed), or
+/// some value at or below `enough` once one is found: below that nothing is
+/// evicted anyway.
 fn stage_floor<H: Hold>(st: &SdkState<H>, main: &weir_graph::PCollectionInfo, enough: Timestamp) -> Timestamp {
     let mut floor = st.in_flight.values().map(|b| b.earliest_window_end).min().unwrap_or(Timestamp(i64::MAX));
+    if floor > enough {
+        floor = floor.min(st.timers.earliest_window_end(enough));
+    }
     let held = st.held_back.iter().flat_map(|(_, elements)| elements.iter().flat_map(|(windows, _)| windows));
     for w in held {
         if floor <= enough {
@@ -459,37 +458,37 @@ mod tests {
     }
 
     /// A side window goes once both watermarks passed its end plus their
-    /// allowed lateness and no element at the stage (held back, pending,
-    /// delayed, in flight) has a window ending in or before it; a stateful
-    /// stage's bundles in flight keep every window.
+    /// allowed lateness and no element or timer at the stage (held back,
+    /// pending, delayed, in flight, pending timers) has a window ending in
+    /// or before it.
     #[test]
     fn side_windows_expire_behind_both_watermarks_and_the_stages_elements() {
-        let evict = |st: &mut SdkState<Time>, main: i64, side: i64, lateness: (i64, i64), stateful: bool| {
+        let evict = |st: &mut SdkState<Time>, main: i64, side: i64, lateness: (i64, i64)| {
             let side = [time_at(Timestamp(side))];
             let mut info = main_info();
             info.windowing.allowed_lateness_ms = lateness.0;
-            evict_expired(st, &[spec()], &[lateness.1], &info, stateful, Timestamp(main), &side)
+            evict_expired(st, &[spec()], &[lateness.1], &info, Timestamp(main), &side)
         };
         let mut st = state(vec![]);
         with_side_data(&mut st);
         // Main watermark 25, side 15: only [0, 10) is behind both.
-        assert_eq!(evict(&mut st, 25, 15, (0, 0), false), 1);
+        assert_eq!(evict(&mut st, 25, 15, (0, 0)), 1);
         assert_eq!(live_windows(&st), [10, 20]);
         // The side input's allowed lateness of 6 keeps [10, 20) at side watermark 25.
-        assert_eq!(evict(&mut st, 40, 25, (0, 6), false), 0);
+        assert_eq!(evict(&mut st, 40, 25, (0, 6)), 0);
         // The main input's, likewise.
-        assert_eq!(evict(&mut st, 25, 40, (6, 0), false), 0);
+        assert_eq!(evict(&mut st, 25, 40, (6, 0)), 0);
         // An element of window [10, 20) at the stage keeps [10, 20) and
         // [20, 30), wherever it waits.
         let (hold, waiting) = (time_at(Timestamp(12)), element(interval(10, 20)));
         st.held_back = vec![(hold, vec![waiting.clone()])];
-        assert_eq!(evict(&mut st, 40, 40, (0, 0), false), 0);
+        assert_eq!(evict(&mut st, 40, 40, (0, 0)), 0);
         st.held_back.clear();
         st.pending.push_back((hold, vec![waiting.1.clone()]));
-        assert_eq!(evict(&mut st, 40, 40, (0, 0), false), 0);
+        assert_eq!(evict(&mut st, 40, 40, (0, 0)), 0);
         st.pending.clear();
         st.delayed.push(0, hold, vec![waiting.1.clone()]);
-        assert_eq!(evict(&mut st, 40, 40, (0, 0), false), 0);
+        assert_eq!(evict(&mut st, 40, 40, (0, 0)), 0);
         st.delayed.clear();
         let in_flight = |end: i64| super::super::state::InFlight {
             hold,
@@ -498,13 +497,28 @@ mod tests {
             earliest_window_end: Timestamp(end),
         };
         st.in_flight.insert(0, in_flight(19));
-        assert_eq!(evict(&mut st, 40, 40, (0, 0), false), 0);
+        assert_eq!(evict(&mut st, 40, 40, (0, 0)), 0);
         assert_eq!(live_windows(&st), [10, 20]);
-        // A bundle in flight with later windows keeps nothing, except at a
-        // stateful stage (timers it sets may read any window).
+        // A pending timer of window [10, 20) keeps it too.
         st.in_flight.insert(0, in_flight(35));
-        assert_eq!(evict(&mut st, 40, 40, (0, 0), true), 0);
-        assert_eq!(evict(&mut st, 40, 40, (0, 0), false), 2);
+        st.timers = TimerStore::new(
+            &[weir_graph::TimerFamily {
+                transform_id: "t".into(),
+                family_id: "f".into(),
+                key_coder: Coder::StringUtf8,
+                window_coder: Coder::IntervalWindow,
+                event_time: true,
+                fire_at_hold: false,
+            }],
+            None,
+        );
+        st.timers.set_window_expiration(0, b"\x01a", &interval(10, 20), 0);
+        assert_eq!(evict(&mut st, 40, 40, (0, 0)), 0);
+        assert_eq!(live_windows(&st), [10, 20]);
+        // Once it fired, and with a bundle in flight of later windows only,
+        // both go.
+        assert!(st.timers.take_ready(|_, _| true).is_some());
+        assert_eq!(evict(&mut st, 40, 40, (0, 0)), 2);
         assert!(live_windows(&st).is_empty());
     }
 
@@ -521,7 +535,7 @@ mod tests {
         WindowedValue { timestamp: Timestamp(0), windows: vec![Window::Global], pane: PaneInfo::NO_FIRING, value: vec![1] }
             .encode(&mut bytes);
         Arc::make_mut(st.side_inputs.as_mut().unwrap()).insert(&global.0, &bytes, 0).unwrap();
-        assert_eq!(evict_expired(&mut st, &[global], &[0], &main_info(), false, Timestamp(i64::MAX), &[]), 0);
+        assert_eq!(evict_expired(&mut st, &[global], &[0], &main_info(), Timestamp(i64::MAX), &[]), 0);
         assert!(st.side_inputs.as_ref().unwrap().has_window("t", "side", &[]));
     }
 
@@ -543,7 +557,7 @@ mod tests {
         }
         // Watermarks at 20: [-10, 10) and [0, 20) have ended, [10, 30) has not.
         let at = [time_at(Timestamp(20))];
-        assert_eq!(evict_expired(&mut st, &[sliding], &[0], &main_info(), false, Timestamp(20), &at), 2);
+        assert_eq!(evict_expired(&mut st, &[sliding], &[0], &main_info(), Timestamp(20), &at), 2);
         let live = st.side_inputs.as_ref().unwrap();
         let has = |start: i64| {
             let mut wb = Vec::new();
@@ -574,7 +588,7 @@ mod tests {
         let waiting = element(interval(0, 10));
         st.pending.push_back((time_at(Timestamp(5)), vec![waiting.1.clone()]));
         let at = [time_at(Timestamp(8))];
-        assert_eq!(evict_expired(&mut st, &[gaps], &[0], &main_info(), false, Timestamp(8), &at), 1);
+        assert_eq!(evict_expired(&mut st, &[gaps], &[0], &main_info(), Timestamp(8), &at), 1);
         let (kept, dropped) = drop_evicted(&main_info(), &[gaps], st.side_inputs.as_ref().unwrap(), vec![waiting.1.clone()]);
         assert_eq!((kept, dropped), (vec![waiting.1], 0));
     }
@@ -586,7 +600,7 @@ mod tests {
     fn windows_reading_an_evicted_side_window_are_dropped_before_the_bundle() {
         let mut st = state(vec![]);
         with_side_data(&mut st);
-        assert_eq!(evict_expired(&mut st, &[spec()], &[0], &main_info(), false, Timestamp(20), &[time_at(Timestamp(20))]), 2);
+        assert_eq!(evict_expired(&mut st, &[spec()], &[0], &main_info(), Timestamp(20), &[time_at(Timestamp(20))]), 2);
         let info = main_info();
         let encode = |windows: Vec<Window>| {
             let mut bytes = Vec::new();

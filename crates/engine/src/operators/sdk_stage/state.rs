@@ -67,9 +67,10 @@ pub(super) struct InFlight<H> {
     /// Its input elements, less those a split handed back: what its time
     /// was spent on.
     pub(super) elements: usize,
-    /// The earliest max timestamp of its elements' windows, which its
-    /// residuals and handed-back elements keep (streaming stages with side
-    /// inputs, see `sides::evict_expired`; else MAX).
+    /// The earliest max timestamp of its elements' and fired timers'
+    /// windows, which its residuals, handed-back elements and new timers
+    /// keep (streaming stages whose side windows expire, see
+    /// `sides::evict_expired`; else MAX).
     pub(super) earliest_window_end: Timestamp,
 }
 
