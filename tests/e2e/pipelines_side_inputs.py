@@ -246,16 +246,24 @@ def side_windows_expire(p):
       beam.pvalue.AsList(side))
 
 
+STATEFUL_STRINGS = 2
+# The main windows' allowed lateness, and how long after its window's end
+# each window's timer fires (within it): timers of two later windows are
+# always pending when a window's side data may go.
+STATEFUL_LATENESS_S = 25
+STATEFUL_TIMER_LAG_S = 20
+
+
 class _SideSizeAtWindowEnd(beam.DoFn):
   """Stateful: keeps the side-input size each element saw and emits it from
-  a timer at the end of the element's window."""
+  a timer STATEFUL_TIMER_LAG_S after the end of the element's window."""
   SEEN = beam.transforms.userstate.BagStateSpec('seen', beam.coders.StrUtf8Coder())
   END = beam.transforms.userstate.TimerSpec('end', beam.TimeDomain.WATERMARK)
 
   def process(self, kv, side, w=beam.DoFn.WindowParam,
               seen=beam.DoFn.StateParam(SEEN), end=beam.DoFn.TimerParam(END)):
     seen.add('w%d: %d strings, %d chars' % (kv[1], len(side), sum(len(v) for v in side)))
-    end.set(w.max_timestamp())
+    end.set(w.max_timestamp() + STATEFUL_TIMER_LAG_S)
 
   @beam.transforms.userstate.on_timer(END)
   def at_end(self, seen=beam.DoFn.StateParam(SEEN)):
@@ -265,20 +273,23 @@ class _SideSizeAtWindowEnd(beam.DoFn):
 
 
 def stateful_side_windows_expire(p):
-  """side_windows_expire's stream through a stateful DoFn with a timer at
-  each window's end: every window's side data goes once its window and
-  its timer are done."""
+  """side_windows_expire's stream, STATEFUL_STRINGS strings a window (200
+  KB), through a stateful DoFn with a timer after each window's end: timers
+  of later windows are always pending, and each window's side data goes
+  once its window expired and its own timer fired (at most 3 windows, 600
+  KB, are kept at once)."""
   events = []
   for i in range(EXPIRING_WINDOWS):
     t = 10 * i
-    events.append(('side', [(i, t + 1 + j) for j in range(EXPIRING_STRINGS)]))
+    events.append(('side', [(i, t + 1 + j) for j in range(STATEFUL_STRINGS)]))
     events.append(('main', [(i, t + 5)]))
     events.append(('w', t + 10))
   events.append(('end',))
   streams = p | 'Stream' >> _stream(events)
   main = (
       streams['main']
-      | 'WindowMain' >> beam.WindowInto(bw.FixedWindows(10))
+      | 'WindowMain' >> beam.WindowInto(
+          bw.FixedWindows(10), allowed_lateness=STATEFUL_LATENESS_S)
       | 'Key' >> beam.Map(lambda i: ('k', i)))
   side = (
       streams['side']

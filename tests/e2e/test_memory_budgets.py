@@ -114,9 +114,11 @@ def test_expired_side_windows_are_let_go_in_a_long_streaming_job(tmp_path, small
 
 
 def test_expired_side_windows_are_let_go_at_a_stateful_stage_with_timers(tmp_path, small_budget_server):
-  """The same stream through a stateful DoFn that reads the side input and
-  emits what it saw from a timer at each window's end: each window's side
-  data goes once its timer fired, under the 1 MiB budget."""
+  """A stream of side data (6 MB in all, 200 KB a window) through a stateful
+  DoFn that reads the side input and emits what it saw from a timer 20 s
+  after each window's end, under the 1 MiB budget: timers of later windows
+  are always pending, and each window's side data goes once its own timer
+  fired."""
   import pipelines_side_inputs as psi
   from conftest import Beam
   beam = Beam(tmp_path / 'weir', lambda: small_budget_server)
@@ -127,7 +129,7 @@ def test_expired_side_windows_are_let_go_at_a_stateful_stage_with_timers(tmp_pat
   _, lines = run.output()
   expected = collections.Counter(
       'timer w%d: %d strings, %d chars' % (
-          i, psi.EXPIRING_STRINGS,
-          psi.EXPIRING_STRINGS * (psi.EXPIRING_CHARS + len('w%d ' % i)))
+          i, psi.STATEFUL_STRINGS,
+          psi.STATEFUL_STRINGS * (psi.EXPIRING_CHARS + len('w%d ' % i)))
       for i in range(psi.EXPIRING_WINDOWS))
   assert lines == expected, lines

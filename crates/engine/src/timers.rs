@@ -67,6 +67,8 @@ pub struct TimerStore {
     queues: [BTreeSet<(Timestamp, Arc<Group>)>; 3],
     /// Hold timestamps of the pending timers, counted.
     holds: BTreeMap<Timestamp, usize>,
+    /// The earliest max timestamp of each group's windows, counted.
+    window_ends: BTreeMap<Timestamp, usize>,
     len: usize,
 }
 
@@ -154,6 +156,7 @@ impl TimerStore {
             groups: FastMap::default(),
             queues: Default::default(),
             holds: BTreeMap::new(),
+            window_ends: BTreeMap::new(),
             len: 0,
         }
     }
@@ -202,7 +205,7 @@ impl TimerStore {
         let old = timers.timers.remove(&id);
         if let Some(old) = &old {
             timers.by_fire.remove(&(old.fire, id.0, id.1.clone()));
-            remove_hold(&mut self.holds, old.hold);
+            uncount(&mut self.holds, old.hold);
             self.len -= 1;
         }
         if let Some(p) = pending {
@@ -214,6 +217,16 @@ impl TimerStore {
         let after = timers.earliest();
         if after.is_none() {
             self.groups.remove(&group);
+        }
+        // A group with no timers is gone, so `before` is None for a new one.
+        let window_end = || windows_end(&self.families[family].1, &group.windows);
+        match (before, after) {
+            (None, Some(_)) => *self.window_ends.entry(window_end()).or_default() += 1,
+            (Some(_), None) => {
+                let end = window_end();
+                uncount(&mut self.window_ends, end);
+            }
+            _ => {}
         }
         if before != after {
             if let Some(t) = before {
@@ -282,38 +295,27 @@ impl TimerStore {
         self.queues[Lane::Processing as usize].first().map(|(fire, _)| *fire)
     }
 
-    /// The earliest max timestamp of the pending timers' windows, or some
-    /// value at or below `enough` once one is found (callers need no
-    /// more); MAX when no window decodes.
-    pub fn earliest_window_end(&self, enough: Timestamp) -> Timestamp {
-        let mut floor = Timestamp(i64::MAX);
-        let Some((_, window_coder, _, _)) = self.families.first() else {
-            return floor;
-        };
-        for group in self.groups.keys() {
-            if floor <= enough {
-                break;
-            }
-            floor = floor.min(windows_end(window_coder, &group.windows));
-        }
-        floor
+    /// The earliest max timestamp of the pending timers' windows (MIN for
+    /// windows that do not decode); MAX when none is pending.
+    pub fn earliest_window_end(&self) -> Timestamp {
+        self.window_ends.keys().next().copied().unwrap_or(Timestamp(i64::MAX))
     }
 
     /// The earliest max timestamp of the windows of `fired` (encoded timers
-    /// per family, as [`TimerStore::take_ready`] returns them); MAX when
-    /// none decodes.
+    /// per family, as [`TimerStore::take_ready`] returns them; MIN for
+    /// bytes that do not parse); MAX when there are none.
     pub fn fired_window_end(&self, fired: &[Vec<u8>]) -> Timestamp {
         let mut floor = Timestamp(i64::MAX);
         for (family, mut bytes) in fired.iter().map(Vec::as_slice).enumerate() {
             let Some((key_coder, window_coder, _, _)) = self.families.get(family) else {
-                continue;
+                return Timestamp(i64::MIN);
             };
-            while let Ok(p) = parse(key_coder, window_coder, bytes) {
+            while !bytes.is_empty() {
+                let Ok(p) = parse(key_coder, window_coder, bytes) else {
+                    return Timestamp(i64::MIN);
+                };
                 floor = floor.min(windows_end(window_coder, &p.windows));
                 bytes = &bytes[p.len..];
-                if bytes.is_empty() {
-                    break;
-                }
             }
         }
         floor
@@ -383,17 +385,17 @@ impl TimerStore {
     }
 }
 
-/// The earliest max timestamp of an encoded window list; MAX when it does
-/// not decode or is empty.
+/// The earliest max timestamp of an encoded window list: MIN when it does
+/// not decode (nothing may pass it), MAX when it is empty.
 fn windows_end(window_coder: &Coder, windows: &[u8]) -> Timestamp {
-    weir_model::windowed_value::decode_windows(window_coder, windows)
-        .ok()
-        .and_then(|(windows, _)| windows.iter().map(Window::max_timestamp).min())
-        .unwrap_or(Timestamp(i64::MAX))
+    match weir_model::windowed_value::decode_windows(window_coder, windows) {
+        Ok((windows, _)) => windows.iter().map(Window::max_timestamp).min().unwrap_or(Timestamp(i64::MAX)),
+        Err(_) => Timestamp(i64::MIN),
+    }
 }
 
-/// Takes one count of `hold` off the counted holds.
-fn remove_hold(holds: &mut BTreeMap<Timestamp, usize>, hold: Timestamp) {
+/// Takes one count of `hold` off the counted timestamps `holds`.
+fn uncount(holds: &mut BTreeMap<Timestamp, usize>, hold: Timestamp) {
     if let Some(n) = holds.get_mut(&hold) {
         *n -= 1;
         if *n == 0 {
@@ -449,16 +451,18 @@ mod tests {
         let mut f = family();
         f.window_coder = Coder::IntervalWindow;
         let mut s = TimerStore::new(&[f], None);
-        assert_eq!(s.earliest_window_end(Timestamp(i64::MIN)), Timestamp(i64::MAX));
+        assert_eq!(s.earliest_window_end(), Timestamp(i64::MAX));
         s.set_window_expiration(0, b"\x01a", &interval(20), 0);
         s.set_window_expiration(0, b"\x01b", &interval(0), 0);
-        assert_eq!(s.earliest_window_end(Timestamp(i64::MIN)), Timestamp(9));
-        assert!(s.earliest_window_end(Timestamp(100)) <= Timestamp(100));
+        s.set_window_expiration(0, b"\x01c", &interval(0), 0);
+        assert_eq!(s.earliest_window_end(), Timestamp(9));
         let fired = s.take_ready(|_, fire| fire <= Timestamp(9)).unwrap();
-        assert_eq!(s.fired_window_end(&fired), Timestamp(9), "the [0, 10) timer fired");
-        assert_eq!(s.earliest_window_end(Timestamp(i64::MIN)), Timestamp(29), "[20, 30) is left");
+        assert_eq!(s.fired_window_end(&fired), Timestamp(9), "the [0, 10) timers fired");
+        assert_eq!(s.earliest_window_end(), Timestamp(29), "[20, 30) is left");
+        assert!(s.take_ready(|_, _| true).is_some());
+        assert_eq!(s.earliest_window_end(), Timestamp(i64::MAX), "none left");
         assert_eq!(s.fired_window_end(&[]), Timestamp(i64::MAX));
-        assert_eq!(s.fired_window_end(&[vec![0xff]]), Timestamp(i64::MAX), "bytes that do not parse");
+        assert_eq!(s.fired_window_end(&[vec![0xff]]), Timestamp(i64::MIN), "bytes that do not parse hold everything");
     }
 
     #[test]

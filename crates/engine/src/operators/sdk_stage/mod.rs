@@ -177,9 +177,7 @@ pub(crate) fn sdk_stage<'s>(
                 let sides = side_specs(&submit_sdk, &ctx.graph);
                 let dropped;
                 (elements, dropped) = drop_evicted(main_info, &sides, live, elements);
-                // The bundle's timers set theirs in these windows too.
-                earliest_window_end =
-                    sides::earliest_window_end(main_info, &elements).min(st.timers.fired_window_end(&timers));
+                earliest_window_end = sides::bundle_window_end(main_info, &elements, &st.timers, &timers);
                 if dropped > 0 {
                     ctx.config.notices.send(format!(
                         "stage {submit_name} dropped {dropped} late element window(s): they had expired, and with them the side-input windows they read"

@@ -210,9 +210,7 @@ pub(super) fn evict_expired<H: Hold>(
 /// evicted anyway.
 fn stage_floor<H: Hold>(st: &SdkState<H>, main: &weir_graph::PCollectionInfo, enough: Timestamp) -> Timestamp {
     let mut floor = st.in_flight.values().map(|b| b.earliest_window_end).min().unwrap_or(Timestamp(i64::MAX));
-    if floor > enough {
-        floor = floor.min(st.timers.earliest_window_end(enough));
-    }
+    floor = floor.min(st.timers.earliest_window_end());
     let held = st.held_back.iter().flat_map(|(_, elements)| elements.iter().flat_map(|(windows, _)| windows));
     for w in held {
         if floor <= enough {
@@ -242,6 +240,20 @@ pub(super) fn earliest_window_end<'a>(
         .map(|w| w.max_timestamp())
         .min()
         .unwrap_or(Timestamp(i64::MAX))
+}
+
+/// The earliest window end a bundle keeps at the stage while it runs
+/// ([`super::state::InFlight::earliest_window_end`]): of its `elements`
+/// (encoded windowed values of `info`) and of the `fired` timers it runs
+/// (per family, read by the stage's `timers`), since its residuals,
+/// handed-back elements and new timers come back in those windows.
+pub(super) fn bundle_window_end(
+    info: &weir_graph::PCollectionInfo,
+    elements: &[Element],
+    timers: &crate::timers::TimerStore,
+    fired: &[Vec<u8>],
+) -> Timestamp {
+    earliest_window_end(info, elements).min(timers.fired_window_end(fired))
 }
 
 /// The windows of `element` (an encoded windowed value of `info`), read
@@ -520,6 +532,31 @@ mod tests {
         assert!(st.timers.take_ready(|_, _| true).is_some());
         assert_eq!(evict(&mut st, 40, 40, (0, 0)), 2);
         assert!(live_windows(&st).is_empty());
+    }
+
+    /// A bundle keeps the earliest window of its elements and of the timers
+    /// it fires.
+    #[test]
+    fn a_bundle_keeps_the_windows_of_its_elements_and_fired_timers() {
+        let info = main_info();
+        let mut store = TimerStore::new(
+            &[weir_graph::TimerFamily {
+                transform_id: "t".into(),
+                family_id: "f".into(),
+                key_coder: Coder::StringUtf8,
+                window_coder: Coder::IntervalWindow,
+                event_time: true,
+                fire_at_hold: false,
+            }],
+            None,
+        );
+        store.set_window_expiration(0, b"\x01a", &interval(0, 10), 0);
+        let fired = store.take_ready(|_, _| true).unwrap();
+        let later = element(interval(20, 30)).1;
+        assert_eq!(bundle_window_end(&info, &[later.clone()], &store, &[]), Timestamp(29));
+        assert_eq!(bundle_window_end(&info, &[later], &store, &fired), Timestamp(9), "the fired timer's window");
+        assert_eq!(bundle_window_end(&info, &[], &store, &fired), Timestamp(9), "timers only");
+        assert_eq!(bundle_window_end(&info, &[], &store, &[]), Timestamp(i64::MAX));
     }
 
     /// Global side windowing never expires.
