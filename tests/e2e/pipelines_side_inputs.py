@@ -216,6 +216,27 @@ EXPIRING_STRINGS = 3
 EXPIRING_CHARS = 100000
 
 
+def _expiring_events(strings):
+  """EXPIRING_WINDOWS fixed 10 s windows of events: `strings` side
+  elements, one main element, then the watermark past the window's end."""
+  events = []
+  for i in range(EXPIRING_WINDOWS):
+    t = 10 * i
+    events.append(('side', [(i, t + 1 + j) for j in range(strings)]))
+    events.append(('main', [(i, t + 5)]))
+    events.append(('w', t + 10))
+  return events
+
+
+def _big_side(side):
+  """Each side element i as 'wi ' and EXPIRING_CHARS chars, in fixed 10 s
+  windows."""
+  return (
+      side
+      | 'Big' >> beam.Map(lambda i: 'w%d ' % i + 'x' * EXPIRING_CHARS)
+      | 'WindowSide' >> beam.WindowInto(bw.FixedWindows(10)))
+
+
 def side_windows_expire(p):
   """EXPIRING_WINDOWS fixed 10 s windows, each with EXPIRING_STRINGS side
   strings of EXPIRING_CHARS chars (AsList) and one main element that reads
@@ -224,26 +245,14 @@ def side_windows_expire(p):
   under a side-input budget of 1 MiB the job finishes only if expired side
   windows are let go. Last, a main element (99) and a side element (98) of
   the first window come, long after it expired."""
-  events = []
-  for i in range(EXPIRING_WINDOWS):
-    t = 10 * i
-    events.append(('side', [(i, t + 1 + j) for j in range(EXPIRING_STRINGS)]))
-    events.append(('main', [(i, t + 5)]))
-    events.append(('w', t + 10))
   # Late data of the first window, long expired: dropped and ignored.
-  events.append(('main', [(99, 3)]))
-  events.append(('side', [(98, 4)]))
-  events.append(('end',))
-  streams = p | 'Stream' >> _stream(events)
+  late = [('main', [(99, 3)]), ('side', [(98, 4)])]
+  streams = p | 'Stream' >> _stream(_expiring_events(EXPIRING_STRINGS) + late + [('end',)])
   main = streams['main'] | 'WindowMain' >> beam.WindowInto(bw.FixedWindows(10))
-  side = (
-      streams['side']
-      | 'Big' >> beam.Map(lambda i: 'w%d ' % i + 'x' * EXPIRING_CHARS)
-      | 'WindowSide' >> beam.WindowInto(bw.FixedWindows(10)))
   return main | 'WithSide' >> beam.Map(
       lambda i, s: 'w%d: %d strings of w%s, %d chars' % (
           i, len(s), sorted(set(v.split(' ')[0][1:] for v in s)), sum(len(v) for v in s)),
-      beam.pvalue.AsList(side))
+      beam.pvalue.AsList(_big_side(streams['side'])))
 
 
 STATEFUL_STRINGS = 2
@@ -278,24 +287,14 @@ def stateful_side_windows_expire(p):
   of later windows are always pending, and each window's side data goes
   once its window expired and its own timer fired (at most 3 windows, 600
   KB, are kept at once)."""
-  events = []
-  for i in range(EXPIRING_WINDOWS):
-    t = 10 * i
-    events.append(('side', [(i, t + 1 + j) for j in range(STATEFUL_STRINGS)]))
-    events.append(('main', [(i, t + 5)]))
-    events.append(('w', t + 10))
-  events.append(('end',))
-  streams = p | 'Stream' >> _stream(events)
+  streams = p | 'Stream' >> _stream(_expiring_events(STATEFUL_STRINGS) + [('end',)])
   main = (
       streams['main']
       | 'WindowMain' >> beam.WindowInto(
           bw.FixedWindows(10), allowed_lateness=STATEFUL_LATENESS_S)
       | 'Key' >> beam.Map(lambda i: ('k', i)))
-  side = (
-      streams['side']
-      | 'Big' >> beam.Map(lambda i: 'w%d ' % i + 'x' * EXPIRING_CHARS)
-      | 'WindowSide' >> beam.WindowInto(bw.FixedWindows(10)))
-  return main | 'Stateful' >> beam.ParDo(_SideSizeAtWindowEnd(), beam.pvalue.AsList(side))
+  return main | 'Stateful' >> beam.ParDo(
+      _SideSizeAtWindowEnd(), beam.pvalue.AsList(_big_side(streams['side'])))
 
 
 PIPELINES = {

@@ -88,6 +88,19 @@ def test_side_input_past_the_budget_fails_the_job_and_the_server_serves_on(
   assert ok.returncode == 0, ok.describe(small_budget_server)
 
 
+def run_expiring(tmp_path, server, name):
+  """Runs pipelines_side_inputs.py's `name` in streaming on `server`; returns
+  the run, its output lines, and the side-data chars of window i."""
+  import pipelines_side_inputs as psi
+  from conftest import Beam
+  beam = Beam(tmp_path / 'weir', lambda: server)
+  run = beam.run_named(name, 'LOOPBACK', extra=['--streaming', '--allow_unsafe_triggers'],
+                       script=SCRIPT.with_name('pipelines_side_inputs.py'))
+  assert run.returncode == 0, run.describe(server)
+  _, lines = run.output()
+  return run, lines, lambda i, strings: strings * (psi.EXPIRING_CHARS + len('w%d ' % i))
+
+
 def test_expired_side_windows_are_let_go_in_a_long_streaming_job(tmp_path, small_budget_server):
   """Thirty windows of side data (9 MB in all, 300 KB a window) under a
   1 MiB budget: each window's side data goes once its window expired, so
@@ -95,17 +108,10 @@ def test_expired_side_windows_are_let_go_in_a_long_streaming_job(tmp_path, small
   A main and a side element of the first window arriving after it expired
   are dropped, each with a notice."""
   import pipelines_side_inputs as psi
-  from conftest import Beam
-  beam = Beam(tmp_path / 'weir', lambda: small_budget_server)
-  run = beam.run_named('side_windows_expire', 'LOOPBACK',
-                       extra=['--streaming', '--allow_unsafe_triggers'],
-                       script=SCRIPT.with_name('pipelines_side_inputs.py'))
-  assert run.returncode == 0, run.describe(small_budget_server)
-  _, lines = run.output()
+  run, lines, chars = run_expiring(tmp_path, small_budget_server, 'side_windows_expire')
+  n = psi.EXPIRING_STRINGS
   expected = collections.Counter(
-      "w%d: %d strings of w['%d'], %d chars" % (
-          i, psi.EXPIRING_STRINGS, i,
-          psi.EXPIRING_STRINGS * (psi.EXPIRING_CHARS + len('w%d ' % i)))
+      "w%d: %d strings of w['%d'], %d chars" % (i, n, i, chars(i, n))
       for i in range(psi.EXPIRING_WINDOWS))
   assert lines == expected, lines
   text = run.stderr + run.describe(small_budget_server)
@@ -120,16 +126,9 @@ def test_expired_side_windows_are_let_go_at_a_stateful_stage_with_timers(tmp_pat
   are always pending, and each window's side data goes once its own timer
   fired."""
   import pipelines_side_inputs as psi
-  from conftest import Beam
-  beam = Beam(tmp_path / 'weir', lambda: small_budget_server)
-  run = beam.run_named('stateful_side_windows_expire', 'LOOPBACK',
-                       extra=['--streaming', '--allow_unsafe_triggers'],
-                       script=SCRIPT.with_name('pipelines_side_inputs.py'))
-  assert run.returncode == 0, run.describe(small_budget_server)
-  _, lines = run.output()
+  _, lines, chars = run_expiring(tmp_path, small_budget_server, 'stateful_side_windows_expire')
+  n = psi.STATEFUL_STRINGS
   expected = collections.Counter(
-      'timer w%d: %d strings, %d chars' % (
-          i, psi.STATEFUL_STRINGS,
-          psi.STATEFUL_STRINGS * (psi.EXPIRING_CHARS + len('w%d ' % i)))
+      'timer w%d: %d strings, %d chars' % (i, n, chars(i, n))
       for i in range(psi.EXPIRING_WINDOWS))
   assert lines == expected, lines

@@ -469,6 +469,19 @@ mod tests {
         }
     }
 
+    /// Timers of one event-time family in interval windows.
+    fn interval_timers() -> TimerStore {
+        let family = weir_graph::TimerFamily {
+            transform_id: "t".into(),
+            family_id: "f".into(),
+            key_coder: Coder::StringUtf8,
+            window_coder: Coder::IntervalWindow,
+            event_time: true,
+            fire_at_hold: false,
+        };
+        TimerStore::new(&[family], None)
+    }
+
     /// A side window goes once both watermarks passed its end plus their
     /// allowed lateness and no element or timer at the stage (held back,
     /// pending, delayed, in flight, pending timers) has a window ending in
@@ -513,17 +526,7 @@ mod tests {
         assert_eq!(live_windows(&st), [10, 20]);
         // A pending timer of window [10, 20) keeps it too.
         st.in_flight.insert(0, in_flight(35));
-        st.timers = TimerStore::new(
-            &[weir_graph::TimerFamily {
-                transform_id: "t".into(),
-                family_id: "f".into(),
-                key_coder: Coder::StringUtf8,
-                window_coder: Coder::IntervalWindow,
-                event_time: true,
-                fire_at_hold: false,
-            }],
-            None,
-        );
+        st.timers = interval_timers();
         st.timers.set_window_expiration(0, b"\x01a", &interval(10, 20), 0);
         assert_eq!(evict(&mut st, 40, 40, (0, 0)), 0);
         assert_eq!(live_windows(&st), [10, 20]);
@@ -539,17 +542,7 @@ mod tests {
     #[test]
     fn a_bundle_keeps_the_windows_of_its_elements_and_fired_timers() {
         let info = main_info();
-        let mut store = TimerStore::new(
-            &[weir_graph::TimerFamily {
-                transform_id: "t".into(),
-                family_id: "f".into(),
-                key_coder: Coder::StringUtf8,
-                window_coder: Coder::IntervalWindow,
-                event_time: true,
-                fire_at_hold: false,
-            }],
-            None,
-        );
+        let mut store = interval_timers();
         store.set_window_expiration(0, b"\x01a", &interval(0, 10), 0);
         let fired = store.take_ready(|_, _| true).unwrap();
         let later = element(interval(20, 30)).1;
