@@ -376,6 +376,14 @@ pub enum SideWindowFn {
     Other,
 }
 
+impl SideWindowFn {
+    /// Whether its windows end before the global window does (fixed and
+    /// sliding), so a streaming runner may let expired ones go.
+    pub fn expires(self) -> bool {
+        matches!(self, SideWindowFn::Fixed { .. } | SideWindowFn::Sliding { .. })
+    }
+}
+
 impl StageGraph {
     /// The stages that read `pcollection` as a main input, in order.
     pub fn consumers(&self, pcollection: PCollectionIndex) -> Vec<usize> {

@@ -160,9 +160,13 @@ pub(crate) fn sdk_stage<'s>(
                 ctx.graph.pcollections[sdk.input].window_coder,
                 weir_model::Coder::GlobalWindow | weir_model::Coder::IntervalWindow
             )
-            && sdk.side_inputs.iter().any(|si| {
-                matches!(si.window_fn, weir_graph::SideWindowFn::Fixed { .. } | weir_graph::SideWindowFn::Sliding { .. })
-            });
+            && sdk.side_inputs.iter().any(|si| si.window_fn.expires());
+        // Each side input's allowed lateness, for the eviction.
+        let side_lateness: Vec<i64> = sdk
+            .side_inputs
+            .iter()
+            .map(|si| ctx.graph.pcollections[si.pcollection].windowing.allowed_lateness_ms)
+            .collect();
         let submit = move |st: &mut State, cap: Capability<Time>, mut elements: Vec<Element>, timers: Vec<Vec<u8>>| {
             let (ctx, activator, completions) = (&submit_ctx, &submit_activator, &submit_completions);
             // Input elements a split handed back were counted when they
@@ -521,8 +525,6 @@ pub(crate) fn sdk_stage<'s>(
             // Streaming: side windows no main element may read any more go.
             if expiring_sides {
                 let main_info = &ctx.graph.pcollections[sdk.input];
-                let lateness = |p: usize| ctx.graph.pcollections[p].windowing.allowed_lateness_ms;
-                let side_lateness: Vec<i64> = sdk.side_inputs.iter().map(|si| lateness(si.pcollection)).collect();
                 let evicted = evict_expired(
                     st,
                     &sides,

@@ -180,9 +180,7 @@ pub(super) fn evict_expired<H: Hold>(
     let bounds: Vec<(&SideInputSpec<'_>, Timestamp, Timestamp)> = sides
         .iter()
         .zip(side_lateness_ms)
-        .filter(|((_, window_fn, _), _)| {
-            matches!(window_fn, SideWindowFn::Fixed { .. } | SideWindowFn::Sliding { .. })
-        })
+        .filter(|((_, window_fn, _), _)| window_fn.expires())
         .filter_map(|((spec, _, _), lateness)| {
             let before = expired.min(side_watermark.saturating_sub_millis(*lateness));
             let earliest = live.earliest_window_end(spec.transform_id, spec.local_name)?;
@@ -434,29 +432,28 @@ mod tests {
 
     /// Side data in windows [0, 10), [10, 20) and [20, 30).
     fn with_side_data(st: &mut SdkState<Time>) {
-        let live = Arc::make_mut(st.side_inputs.as_mut().unwrap());
-        for (v, start) in [(1, 0), (2, 10), (3, 20)] {
-            let mut bytes = Vec::new();
-            WindowedValue {
-                timestamp: Timestamp(start),
-                windows: vec![interval(start, start + 10)],
-                pane: PaneInfo::NO_FIRING,
-                value: vec![v],
-            }
-            .encode(&mut bytes);
-            live.insert(&spec().0, &bytes, 0).unwrap();
+        for start in [0, 10, 20] {
+            insert_side(st, &spec().0, interval(start, start + 10));
         }
     }
 
+    /// Inserts a side element in `window` into the stage's live side inputs.
+    fn insert_side(st: &mut SdkState<Time>, spec: &SideInputSpec<'_>, window: Window) {
+        let live = Arc::make_mut(st.side_inputs.as_mut().unwrap());
+        live.insert(spec, &element(window).1, 0).unwrap();
+    }
+
+    /// Whether the stage's live side inputs hold data in `window`.
+    fn has_side(st: &SdkState<Time>, window: Window) -> bool {
+        let mut wb = Vec::new();
+        window.encode(&mut wb);
+        st.side_inputs.as_ref().unwrap().has_window("t", "side", &wb)
+    }
+
     fn live_windows(st: &SdkState<Time>) -> Vec<i64> {
-        let live = st.side_inputs.as_ref().unwrap();
         [0, 10, 20]
             .into_iter()
-            .filter(|&start| {
-                let mut wb = Vec::new();
-                interval(start, start + 10).encode(&mut wb);
-                live.has_window("t", "side", &wb)
-            })
+            .filter(|&start| has_side(st, interval(start, start + 10)))
             .collect()
     }
 
@@ -561,12 +558,9 @@ mod tests {
             SideWindowFn::Global,
             false,
         );
-        let mut bytes = Vec::new();
-        WindowedValue { timestamp: Timestamp(0), windows: vec![Window::Global], pane: PaneInfo::NO_FIRING, value: vec![1] }
-            .encode(&mut bytes);
-        Arc::make_mut(st.side_inputs.as_mut().unwrap()).insert(&global.0, &bytes, 0).unwrap();
+        insert_side(&mut st, &global.0, Window::Global);
         assert_eq!(evict_expired(&mut st, &[global], &[0], &main_info(), Timestamp(i64::MAX), &[]), 0);
-        assert!(st.side_inputs.as_ref().unwrap().has_window("t", "side", &[]));
+        assert!(has_side(&st, Window::Global));
     }
 
     /// Sliding side windows (size 20, every 10) go by their own ends.
@@ -578,22 +572,13 @@ mod tests {
             false,
         );
         let mut st = state(vec![]);
-        let live = Arc::make_mut(st.side_inputs.as_mut().unwrap());
         for start in [-10, 0, 10] {
-            let mut bytes = Vec::new();
-            WindowedValue { timestamp: Timestamp(start + 10), windows: vec![interval(start, start + 20)], pane: PaneInfo::NO_FIRING, value: vec![1] }
-                .encode(&mut bytes);
-            live.insert(&sliding.0, &bytes, 0).unwrap();
+            insert_side(&mut st, &sliding.0, interval(start, start + 20));
         }
         // Watermarks at 20: [-10, 10) and [0, 20) have ended, [10, 30) has not.
         let at = [time_at(Timestamp(20))];
         assert_eq!(evict_expired(&mut st, &[sliding], &[0], &main_info(), Timestamp(20), &at), 2);
-        let live = st.side_inputs.as_ref().unwrap();
-        let has = |start: i64| {
-            let mut wb = Vec::new();
-            interval(start, start + 20).encode(&mut wb);
-            live.has_window("t", "side", &wb)
-        };
+        let has = |start: i64| has_side(&st, interval(start, start + 20));
         assert_eq!((has(-10), has(0), has(10)), (false, false, true));
     }
 
@@ -608,12 +593,8 @@ mod tests {
             false,
         );
         let mut st = state(vec![]);
-        let live = Arc::make_mut(st.side_inputs.as_mut().unwrap());
         for start in [0, 10] {
-            let mut bytes = Vec::new();
-            WindowedValue { timestamp: Timestamp(start), windows: vec![interval(start, start + 7)], pane: PaneInfo::NO_FIRING, value: vec![1] }
-                .encode(&mut bytes);
-            live.insert(&gaps.0, &bytes, 0).unwrap();
+            insert_side(&mut st, &gaps.0, interval(start, start + 7));
         }
         let waiting = element(interval(0, 10));
         st.pending.push_back((time_at(Timestamp(5)), vec![waiting.1.clone()]));
